@@ -1,0 +1,18 @@
+"""One error type for everything a user can get wrong.
+
+A UserError is rendered as a single line (what, where, why, how to fix) and exits with code 2;
+the store is never touched after one is raised.
+"""
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """Bad input from the user: a config, a recipe, a command-line value."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
