@@ -1,0 +1,349 @@
+"""Statistics for ranking recipe variants against run-to-run noise (issue 3).
+
+Pure functions of plain numbers and arrays; no store, no I/O. Scores are in points (0-100),
+variances in points^2.
+
+The model: run r of variant g scores y_gr = mu_g + e_gr with one run-to-run sigma shared by
+every variant (1-5 runs per variant is far too few for a sigma each; Welch's t is useless
+there). sigma^2 is estimated by pooling the within-variant scatter with an informative prior
+(s0, nu0) taken from the published baseline, and every test uses Student's t with the pooled
+degrees of freedom nu. Verdicts are one-sided and Bonferroni-corrected over the m candidates
+shown. The t distribution comes from scipy.special (imported inside the functions: the CLI
+must start fast, and scipy.special is far cheaper than scipy.stats).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+ALPHA = 0.05  # family-wise error rate of the verdicts (one-sided, Bonferroni over m)
+CI_LEVEL = 0.95  # two-sided confidence level of delta's interval
+DESIGN_POWER = 0.80  # power of the design figure
+DESIGN_EFFECTS = (2.0, 3.0)  # points the design figure asks about
+MAX_EXTRA_RUNS = 1000  # beyond this many extra runs a candidate "can never get there"
+MAX_DESIGN_RUNS = 1000  # design figure search limit (runs per arm)
+FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
+
+NOT_ENOUGH_RUNS = "not enough runs to estimate noise"
+
+BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"
+
+
+# ---------------------------------------------------------------- one run from its counts
+
+
+def run_score(counts: Sequence[int], k: int) -> float:
+    """Score of one run in points: y = (100/n) * sum_i c_i / k (avg@k)."""
+    c = np.asarray(counts, dtype=np.float64)
+    if c.size == 0:
+        raise ValueError("run_score: no problems")
+    if k < 1 or np.any(c < 0) or np.any(c > k):
+        raise ValueError(f"run_score: counts must lie in [0, k={k}]")
+    return float(100.0 * c.sum() / (c.size * k))
+
+
+def eval_variance(counts: Sequence[int], k: int) -> float:
+    """Eval-sampling variance of one run's score (points^2), unbiased:
+
+        V = (100^2 / n^2) * sum_i c_i (k - c_i) / (k^2 (k - 1)).
+
+    Each problem's fraction c_i/k has variance p_i(1-p_i)/k; c_i(k-c_i)/(k(k-1)) is the
+    unbiased estimate of p_i(1-p_i), hence the k - 1. Needs k >= 2.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    n = c.size
+    if n == 0:
+        raise ValueError("eval_variance: no problems")
+    if k < 2:
+        raise ValueError("eval_variance: needs k >= 2 samples per problem")
+    if np.any(c < 0) or np.any(c > k):
+        raise ValueError(f"eval_variance: counts must lie in [0, k={k}]")
+    return float(1e4 / n**2 * np.sum(c * (k - c)) / (k**2 * (k - 1)))
+
+
+# ---------------------------------------------------------------- pooled run-to-run noise
+
+
+def prior_from_reference(sd: float | None, n: int | None, use: bool = True) -> tuple[float | None, int]:
+    """Prior (s0, nu0) from the published baseline: s0 = sd, nu0 = n - 1; (None, 0) when off."""
+    if not use or sd is None or n is None or n < 2:
+        return None, 0
+    return float(sd), int(n) - 1
+
+
+def pooled_variance(
+    groups: Sequence[Sequence[float]], prior_sd: float | None = None, prior_dof: int = 0
+) -> tuple[float | None, int]:
+    """Pooled run-to-run variance with an informative prior.
+
+        s^2 = (nu0 s0^2 + sum_g sum_r (y_gr - ybar_g)^2) / nu,   nu = nu0 + sum_g (n_g - 1).
+
+    Returns (s^2, nu); s^2 is None when nu == 0 (no prior and only single runs): there is
+    then nothing to estimate the noise from.
+    """
+    nu0 = int(prior_dof) if prior_sd is not None else 0
+    ss = nu0 * float(prior_sd) ** 2 if nu0 > 0 else 0.0
+    nu = nu0
+    for g in groups:
+        y = np.asarray(g, dtype=np.float64)
+        if y.size >= 2:
+            ss += float(np.sum((y - y.mean()) ** 2))
+            nu += y.size - 1
+    return (ss / nu if nu > 0 else None), nu
+
+
+# ---------------------------------------------------------------- Student's t
+
+
+def t_cdf(x: float, nu: float) -> float:
+    """F_t,nu(x), the CDF of Student's t with nu > 0 degrees of freedom."""
+    from scipy.special import stdtr
+
+    if nu <= 0:
+        raise ValueError("t_cdf: needs nu > 0")
+    return float(stdtr(nu, x))
+
+
+def t_ppf(q: float, nu: float) -> float:
+    """Quantile of Student's t with nu > 0 degrees of freedom: F_t,nu^-1(q)."""
+    from scipy.special import stdtrit
+
+    if nu <= 0:
+        raise ValueError("t_ppf: needs nu > 0")
+    return float(stdtrit(nu, q))
+
+
+def bonferroni_level(m: int, alpha: float = ALPHA) -> float:
+    """One-sided level each of m candidates must reach: 1 - alpha/m."""
+    return 1.0 - alpha / max(int(m), 1)
+
+
+def verdict(p_beat: float | None, m: int, alpha: float = ALPHA) -> str:
+    """`better` if P(beat) >= 1 - alpha/m, `worse` if P(beat) <= alpha/m, else `undecided`."""
+    if p_beat is None:
+        return UNDECIDED
+    a = alpha / max(int(m), 1)
+    if p_beat >= 1.0 - a:
+        return BETTER
+    if p_beat <= a:
+        return WORSE
+    return UNDECIDED
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A candidate against the baseline. Everything but delta is None when nu == 0."""
+
+    delta: float
+    se: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_beat: float | None
+
+
+def compare_means(
+    mean_v: float, n_v: int, mean_b: float, n_b: int, s: float | None, nu: int, level: float = CI_LEVEL
+) -> Delta:
+    """delta = ybar_v - ybar_b, SE = s sqrt(1/n_v + 1/n_b),
+    CI = delta -/+ t_{(1+level)/2, nu} SE, P(beat) = F_t,nu(delta / SE).
+
+    With s = 0 (identical runs, no prior) P(beat) is 1, 0 or 1/2 by the sign of delta.
+    """
+    delta = float(mean_v - mean_b)
+    if s is None or nu <= 0:
+        return Delta(delta, None, None, None, None)
+    se = float(s) * math.sqrt(1.0 / n_v + 1.0 / n_b)
+    half = t_ppf(0.5 + level / 2.0, nu) * se
+    if se == 0.0:
+        p = 1.0 if delta > 0 else 0.0 if delta < 0 else 0.5
+    else:
+        p = t_cdf(delta / se, nu)
+    return Delta(delta, se, delta - half, delta + half, p)
+
+
+def mean_interval(mean: float, n: int, s: float | None, nu: int, level: float = CI_LEVEL):
+    """(se, low, high) of one variant's mean: se = s / sqrt(n), mean -/+ t_{(1+level)/2, nu} se."""
+    if s is None or nu <= 0 or n < 1:
+        return None, None, None
+    se = float(s) / math.sqrt(n)
+    half = t_ppf(0.5 + level / 2.0, nu) * se
+    return se, mean - half, mean + half
+
+
+# ---------------------------------------------------------------- what to run next
+
+
+@dataclass(frozen=True)
+class RunsNeeded:
+    """extra: extra candidate runs to settle `better` (None: not applicable or unreachable).
+    needs_baseline_runs: candidate runs alone can never get there (within MAX_EXTRA_RUNS).
+    extra_both_arms: then, extra runs to add to *each* arm instead (None otherwise).
+    """
+
+    extra: int | None
+    needs_baseline_runs: bool = False
+    extra_both_arms: int | None = None
+
+
+def _smallest(ok, limit: int) -> int | None:
+    """Smallest r in 1..limit with ok(r), for ok monotone (False...False True...True)."""
+    if not ok(limit):
+        return None
+    lo, hi = 0, 1
+    while not ok(hi):
+        lo, hi = hi, min(2 * hi, limit)
+    while hi - lo > 1:  # invariant: ok(hi), not ok(lo) (or lo == 0)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def runs_needed(
+    delta: float, s: float | None, n_v: int, n_b: int, nu: int, m: int, alpha: float = ALPHA
+) -> RunsNeeded:
+    """Smallest extra r such that, if delta and s hold,
+
+        delta / (s sqrt(1/(n_v + r) + 1/n_b)) >= t_{1 - alpha/m, nu + r}.
+
+    The left side grows and the quantile shrinks with r, so the condition is monotone and a
+    bisection finds r. As r -> inf the left side tends to delta sqrt(n_b) / s and the quantile
+    to z_{1 - alpha/m}: when even MAX_EXTRA_RUNS candidate runs do not suffice, the baseline
+    needs runs too, and extra_both_arms is the smallest r added to each arm
+    (delta / (s sqrt(1/(n_v+r) + 1/(n_b+r))) >= t_{1-alpha/m, nu+2r}).
+    extra is None for delta <= 0, for a verdict already settled (r = 0 suffices), and when the
+    noise cannot be estimated (s None).
+    """
+    if s is None or nu <= 0 or delta <= 0 or m < 1:
+        return RunsNeeded(None)
+    q = bonferroni_level(m, alpha)
+    if s == 0.0:
+        return RunsNeeded(None)  # any positive delta is already settled
+
+    def ok_cand(r: int) -> bool:
+        return delta / (s * math.sqrt(1.0 / (n_v + r) + 1.0 / n_b)) >= t_ppf(q, nu + r)
+
+    if ok_cand(0):
+        return RunsNeeded(None)  # already `better`
+    r = _smallest(ok_cand, MAX_EXTRA_RUNS)
+    if r is not None:
+        return RunsNeeded(r)
+
+    def ok_both(r: int) -> bool:
+        return delta / (s * math.sqrt(1.0 / (n_v + r) + 1.0 / (n_b + r))) >= t_ppf(q, nu + 2 * r)
+
+    return RunsNeeded(None, True, _smallest(ok_both, MAX_EXTRA_RUNS))
+
+
+def power(effect: float, s: float, n: int, nu0: int = 0, m: int = 1, alpha: float = ALPHA) -> float:
+    """Power of the `better` verdict for a true effect with n runs per arm (design figure).
+
+    Two fresh arms of n runs each; the test statistic T = (ybar_v - ybar_b) / (s sqrt(2/n))
+    is compared with t_{1-alpha/m, nu}, nu = nu0 + 2(n - 1) (prior dof plus both arms'
+    within-arm dof). Under the effect, T is noncentral t(nu, lambda = effect / (s sqrt(2/n)))
+    (the prior counts as nu0 pseudo-observations of the same sigma), so
+
+        power = 1 - NCT_cdf(t_{1-alpha/m, nu}; nu, lambda).
+
+    0 when nu == 0 (no test is possible).
+    """
+    from scipy.special import nctdtr
+
+    nu = nu0 + 2 * (n - 1)
+    if nu <= 0 or n < 1:
+        return 0.0
+    lam = effect / (s * math.sqrt(2.0 / n))
+    return float(1.0 - nctdtr(nu, lam, t_ppf(bonferroni_level(m, alpha), nu)))
+
+
+def design_runs_per_arm(
+    effect: float, s: float | None, nu0: int = 0, m: int = 1, target: float = DESIGN_POWER, alpha: float = ALPHA
+) -> int | None:
+    """Smallest n (runs per arm) with power(effect, s, n, nu0, m) >= target; None if s is
+    unknown or more than MAX_DESIGN_RUNS would be needed. Power rises with n (lambda and nu
+    both grow), so a doubling-then-bisection search finds the first such n."""
+    if s is None or effect <= 0:
+        return None
+    if s == 0.0:
+        return 1 if nu0 > 0 else 2
+    return _smallest(lambda n: power(effect, s, n, nu0, m, alpha) >= target, MAX_DESIGN_RUNS)
+
+
+# ---------------------------------------------------------------- noise split
+
+
+@dataclass(frozen=True)
+class NoiseSplit:
+    """tau2: training (re-run) variance; v_eval: mean eval-sampling variance; both points^2."""
+
+    tau2: float | None
+    v_eval: float | None
+    eval_dominates: bool | None
+
+
+def noise_split(s2: float | None, v: Sequence[float]) -> NoiseSplit:
+    """tau^2 = max(0, s^2 - mean V_r) vs v_eval = mean V_r over the runs that have counts.
+
+    eval_dominates (v_eval > tau^2) means more samples per problem would cut the noise more
+    cheaply than re-training. Fields are None when s^2 or every V_r is missing.
+    """
+    vv = np.asarray(v, dtype=np.float64)
+    v_eval = float(vv.mean()) if vv.size else None
+    if s2 is None or v_eval is None:
+        return NoiseSplit(None, v_eval, None)
+    tau2 = max(0.0, float(s2) - v_eval)
+    return NoiseSplit(tau2, v_eval, v_eval > tau2)
+
+
+# ---------------------------------------------------------------- paired by problem
+
+
+@dataclass(frozen=True)
+class PairedSE:
+    delta: float
+    se: float
+    n_problems: int
+
+
+def paired_problem_se(cand: Sequence[Sequence[float]], base: Sequence[Sequence[float]]) -> PairedSE | None:
+    """Paired by-problem SE of delta, on run-averaged per-problem fractions correct.
+
+    cand, base: one row per run, one column per problem (c_i / k), columns aligned. With
+    d_i = 100 (pbar_v,i - pbar_b,i): delta = mean_i d_i and SE = sd_i(d_i) / sqrt(n)
+    (ddof = 1). This is the uncertainty about generalizing beyond these problems (problems as a
+    sample from a population of similar ones); it is not the run-to-run noise. None for n < 2.
+    """
+    pv = np.asarray(cand, dtype=np.float64)
+    pb = np.asarray(base, dtype=np.float64)
+    if pv.ndim != 2 or pb.ndim != 2 or pv.shape[1] != pb.shape[1] or pv.shape[0] < 1 or pb.shape[0] < 1:
+        raise ValueError("paired_problem_se: needs two runs x problems arrays with the same problems")
+    n = pv.shape[1]
+    if n < 2:
+        return None
+    d = 100.0 * (pv.mean(axis=0) - pb.mean(axis=0))
+    return PairedSE(float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n)
+
+
+# ---------------------------------------------------------------- futility (planner)
+
+
+def futility_z(looks: int = FUTILITY_LOOKS, alpha: float = ALPHA) -> float:
+    """z_{1 - alpha/looks}: Bonferroni over the looks (3 looks -> 2.128)."""
+    from scipy.special import ndtri
+
+    return float(ndtri(1.0 - alpha / looks))
+
+
+def futility_se(tau2: float, v_eval_k: float, s2: float, n_b: int) -> float:
+    """SE_k of a partially evaluated run against the baseline mean:
+    SE_k^2 = tau^2 + V_eval(k) + s^2 / n_b, with V_eval(k) = eval_variance(counts at look k, k)."""
+    return math.sqrt(tau2 + v_eval_k + s2 / n_b)
+
+
+def futility_stop(delta_k: float, se_k: float, z: float | None = None) -> bool:
+    """Stop a losing evaluation when even an optimistic bound is below the baseline:
+    delta_k + z SE_k < 0 (z = futility_z() by default)."""
+    return delta_k + (futility_z() if z is None else z) * se_k < 0.0
