@@ -1,0 +1,363 @@
+"""The `opsdctl` command line. Each command parses, calls one core function, and renders.
+
+Modules are imported inside the commands so `opsdctl --help` and `opsdctl status` start fast;
+nothing here (or anything it imports) touches torch, transformers or vllm.
+Every listing command has `--json`. A UserError is one red line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="opsdctl",
+    help=(
+        "Find a better On-Policy Self-Distillation recipe inside a hard GPU budget.\n\n"
+        "Queue recipe variants, let one worker run each chain (train -> eval) on your GPUs, "
+        "watch status, and export the winner as the official recipe.env."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # plain tracebacks for real bugs; user errors are one line
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
+)
+
+_state: dict = {"config": None}
+
+
+@app.callback()
+def _root(
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", envvar="OPSDCTL_CONFIG", metavar="PATH",
+        help="Config file [default: ./opsdctl.toml].", show_default=False,
+    ),
+) -> None:
+    _state["config"] = config
+
+
+def _config():
+    from opsdctl.config import find_config, load_config
+
+    return load_config(find_config(str(_state["config"]) if _state["config"] else None))
+
+
+def _store(cfg):
+    from opsdctl.store import open_store
+
+    return open_store(cfg.db)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _warn(text: str) -> None:
+    _console(stderr=True).print(f"[yellow]warning:[/yellow] {_escape(text)}")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+# --- init ---------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    profile: str = typer.Option("tiny", "--profile", "-p", help="Fixed setting to start from: tiny (CPU, offline) or qwen3-1.7b."),
+    directory: Path = typer.Option(Path("."), "--dir", "-d", help="Where to write opsdctl.toml.", file_okay=False),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing opsdctl.toml."),
+    no_recipes: bool = typer.Option(False, "--no-recipes", help="Do not copy the shipped recipes into recipes/."),
+) -> None:
+    """Write a commented starter opsdctl.toml (and copy the shipped recipes into recipes/)."""
+    from opsdctl.initcmd import init_workspace
+
+    written = init_workspace(directory, profile, force=force, copy_recipes=not no_recipes)
+    con = _console()
+    for line in written:
+        con.print(f"wrote {_escape(line)}")
+    con.print("next: [bold]opsdctl queue baseline[/bold], then [bold]opsdctl worker --drain[/bold]")
+
+
+# --- queue --------------------------------------------------------------------------------
+
+
+@app.command()
+def queue(
+    recipes: List[str] = typer.Argument(..., metavar="RECIPE", help="Recipe files, or names under recipes/."),
+    repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Base seed: repeat r runs seed S+r (see --same-seed)."),
+    same_seed: bool = typer.Option(False, "--same-seed", help="Run every repeat at exactly --seed."),
+    priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order."),
+    force: bool = typer.Option(False, "--force", help="Record a changed recipe under an existing name as a new version."),
+    as_json: bool = typer.Option(False, "--json", help='Print [{"chain_id", "variant", "seed", "repeat"}].'),
+) -> None:
+    """Queue train -> eval chains for recipes, freezing the code as it is now.
+
+    A recipe's identity is the hash of its resolved knobs: queueing the same content again
+    reuses its variant; the same name with different content is refused unless --force.
+    """
+    from opsdctl.enqueue import queue_recipes
+
+    cfg = _config()
+    result = queue_recipes(
+        cfg, lambda: _store(cfg), recipes, repeats=repeats, seed=seed, same_seed=same_seed,
+        priority=priority, force=force,
+    )
+    for note in result.notes:
+        _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
+    if as_json:
+        _print_json([c.to_json() for c in result.chains])
+        return
+    con = _console()
+    snap = result.snapshot
+    if snap.kind == "git":
+        what = f"git tree {snap.key[:12]} (HEAD {snap.head[:12] if snap.head else 'none'}{', with uncommitted changes' if snap.dirty else ''})"
+    elif snap.kind == "copy":
+        what = f"a copy {snap.key[:12]}"
+    else:
+        what = "the live code dir (snapshot_code = false)"
+    for c in result.chains:
+        con.print(f"queued chain [bold]{c.chain_id}[/bold]: {_escape(c.variant)} seed {c.seed} (repeat {c.repeat})")
+    con.print(f"code: {what}")
+
+
+# --- worker -------------------------------------------------------------------------------
+
+
+@app.command()
+def worker(
+    drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
+) -> None:
+    """Run queued chains, one at a time, on the configured GPUs (one worker per store).
+
+    Ctrl-C (or SIGTERM) stops the running stage's process group and marks its chain
+    interrupted; press it twice to skip the grace period. `opsdctl requeue ID` runs it again.
+    """
+    import datetime as dt
+
+    from opsdctl.worker import Worker
+
+    cfg = _config()
+    store = _store(cfg)
+    con = _console()
+
+    def report(msg: str) -> None:
+        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(msg)}")
+
+    ran = Worker(cfg, store, drain=drain, report=report).run()
+    report(f"worker exiting: {ran} chain{'s' if ran != 1 else ''} run")
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print the status document as JSON."),
+    recent: int = typer.Option(10, "--recent", "-r", min=0, help="How many finished chains to show."),
+    show_all: bool = typer.Option(False, "--all", "-a", help="Show every finished chain."),
+) -> None:
+    """The running chain (stage, elapsed, progress), the queue in run order, recent results, time left."""
+    from opsdctl.status import gather_status
+
+    cfg = _config()
+    doc = gather_status(cfg, _store(cfg), None if show_all else recent)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.render import render_status
+
+    render_status(_console(), doc)
+
+
+# --- cancel / requeue ---------------------------------------------------------------------
+
+
+@app.command()
+def cancel(
+    chain_ids: List[int] = typer.Argument(..., metavar="CHAIN_ID", help="Chains to cancel."),
+    grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between TERM and KILL [default: from config]."),
+) -> None:
+    """Cancel chains: a queued one never runs; a running one gets TERM, then KILL after the grace period.
+
+    Only the stage's own process group (and processes carrying its token) is signalled.
+    """
+    from opsdctl.cancel import cancel_chain
+
+    cfg = _config()
+    store = _store(cfg)
+    con = _console()
+    failed = None
+    with con.status("cancelling...") as spinner:
+        for cid in chain_ids:
+            try:
+                res = cancel_chain(store, cid, cfg.kill_grace_seconds if grace is None else grace,
+                                   on_wait=lambda text: spinner.update(_escape(text)))
+            except Exception as exc:
+                from opsdctl.errors import UserError
+
+                if not isinstance(exc, UserError) or len(chain_ids) == 1:
+                    raise
+                failed = exc
+                con.print(f"[red]{_escape(str(exc))}[/red]")
+                continue
+            con.print(_escape(res.text()))
+    if failed is not None:
+        raise typer.Exit(2)
+
+
+@app.command()
+def requeue(
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID", help="A finished chain (failed, cancelled, interrupted, skipped...)."),
+    priority: Optional[int] = typer.Option(None, "--priority", "-p", help="Priority of the new chain [default: the old one's]."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"chain_id", "variant", "seed", "repeat"}.'),
+) -> None:
+    """Queue a fresh copy of a finished chain: same variant, seed and code snapshot."""
+    from opsdctl.enqueue import requeue_chain
+
+    cfg = _config()
+    new = requeue_chain(_store(cfg), chain_id, priority)
+    if as_json:
+        _print_json(new.to_json())
+        return
+    _console().print(f"queued chain [bold]{new.chain_id}[/bold]: {_escape(new.variant)} seed {new.seed} (re-run of chain {chain_id})")
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+@app.command("export-recipe")
+def export_recipe_cmd(
+    variant: str = typer.Argument(..., metavar="VARIANT", help="Variant name (latest version) or NAME@vN."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH", help="Write recipe.env here [default: stdout]."),
+    method_defaults: Optional[Path] = typer.Option(None, "--method-defaults", metavar="PATH", help="Also write the method knobs as a [method] TOML our trainer reads."),
+    force: bool = typer.Option(False, "--force", help="Export even without a succeeded chain."),
+) -> None:
+    """Write a variant as the official recipe.env: whitelisted keys only, stable order, a header with its hash."""
+    from opsdctl.export import export_recipe
+    from opsdctl.fsutil import atomic_write_text
+
+    cfg = _config()
+    exp = export_recipe(_store(cfg), variant, force=force)
+    warning = exp.warning()
+    if warning and method_defaults is None:
+        _warn(warning)
+    if method_defaults is not None:
+        atomic_write_text(method_defaults, exp.method_defaults)
+        _console(stderr=True).print(f"wrote method defaults to {_escape(str(method_defaults))}")
+    if output is None:
+        sys.stdout.write(exp.recipe_env)
+    else:
+        atomic_write_text(output, exp.recipe_env)
+        _console(stderr=True).print(f"wrote {_escape(str(output))} ({exp.label}, sha256 {exp.hash[:12]})")
+
+
+# --- listings -----------------------------------------------------------------------------
+
+
+@app.command()
+def variants(as_json: bool = typer.Option(False, "--json", help="Print the variants as JSON.")) -> None:
+    """Recorded variants: name, version, hash, knobs that differ from the released recipe, runs."""
+    from opsdctl.listing import list_variants
+
+    cfg = _config()
+    rows = list_variants(_store(cfg))
+    if as_json:
+        _print_json(rows)
+        return
+    from opsdctl.render import render_variants
+
+    render_variants(_console(), rows)
+
+
+@app.command("recipes")
+def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print the recipes as JSON.")) -> None:
+    """Recipe files under recipes_dir (and the shipped ones), validated, with their hashes."""
+    from opsdctl.listing import list_recipes
+
+    cfg = _config()
+    rows = list_recipes(cfg)
+    if as_json:
+        _print_json(rows)
+        return
+    from opsdctl.render import render_recipes
+
+    render_recipes(_console(), rows)
+
+
+@app.command()
+def logs(
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID"),
+    stage: Optional[str] = typer.Option(None, "--stage", help="train or eval [default: the chain's current/last stage]."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, help="How many lines from the end (0 = all)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows, until the stage ends."),
+) -> None:
+    """Print a chain's stage log (its path is in `opsdctl status --json`)."""
+    from opsdctl.listing import follow_log, stage_log
+
+    cfg = _config()
+    store = _store(cfg)
+    path, text = stage_log(store, chain_id, stage, lines)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if follow:
+        follow_log(store, chain_id, path, sys.stdout)
+
+
+@app.command()
+def budget(
+    as_json: bool = typer.Option(False, "--json", help="Print the budget as JSON."),
+    restart_clock: bool = typer.Option(False, "--restart-clock", help="hours budgets: start counting again now."),
+) -> None:
+    """Time left, from [budget] remaining_file, deadline or hours, minus the margin."""
+    import time
+
+    from opsdctl.budget import CLOCK_KEY, budget_now
+    from opsdctl.status import clock_start
+    from opsdctl.store import set_meta
+
+    cfg = _config()
+    store = _store(cfg)
+    if restart_clock:
+        with store.write() as s:
+            set_meta(s, CLOCK_KEY, repr(time.time()) if cfg.budget.kind == "hours" else None)
+    view = budget_now(cfg.budget, clock_start(store))
+    if as_json:
+        _print_json({**view.to_json(), "text": view.text()})
+        return
+    _console().print(f"budget: {_escape(view.text())}")
+
+
+# `opsdctl compare` and `opsdctl show` (the statistics over scored runs) are registered here
+# by the lead: they read store.scored_runs() and the [baseline] config.
+
+
+def main() -> None:
+    from opsdctl.errors import EXIT_USER_ERROR, UserError
+
+    try:
+        app()
+    except UserError as exc:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/red] {_escape(str(exc))}")
+        sys.exit(getattr(exc, "exit_code", EXIT_USER_ERROR))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,475 @@
+"""opsdctl.toml: find, load, validate; and the commented starter config `opsdctl init` writes.
+
+Every key is declared in SCHEMA below (type, default, rule); an unknown key or a wrong type is
+refused with one line naming the file, the key and the rule. Relative paths (db, runs_dir,
+code_dir, recipes_dir, budget.remaining_file) resolve against the config file's directory,
+so a command works the same from any working directory.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from opsdctl import knobs
+from opsdctl.errors import UserError
+from opsdctl.profiles import PROFILES, get_profile
+from opsdctl.stages import STAGE_PLACEHOLDERS, check_template
+
+CONFIG_NAME = "opsdctl.toml"
+ENV_CONFIG = "OPSDCTL_CONFIG"
+DEFAULT_CHECKPOINT = "{stage_dir}/checkpoint-final"
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - 3.10
+    import tomli as tomllib
+
+
+# --- value checkers: (value, where) -> normalised value, or UserError ----------------------
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "an array", dict: "a table"}.get(type(v), type(v).__name__)
+
+
+def _bad(where: str, value: Any, rule: str) -> UserError:
+    return UserError(f"{where} = {value!r}: must be {rule} (got {_type_name(value)})")
+
+
+def _str(value, where):
+    if not isinstance(value, str):
+        raise _bad(where, value, "a quoted string")
+    return value
+
+
+def _nonempty_str(value, where):
+    value = _str(value, where)
+    if not value.strip():
+        raise UserError(f"{where}: must not be empty")
+    return value
+
+
+def _bool(value, where):
+    if not isinstance(value, bool):
+        raise _bad(where, value, "true or false")
+    return value
+
+
+def _int(lo: Optional[int] = None) -> Callable:
+    def check(value, where):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(where, value, "an integer" + (f" >= {lo}" if lo is not None else ""))
+        if lo is not None and value < lo:
+            raise UserError(f"{where} = {value}: must be >= {lo}")
+        return value
+
+    return check
+
+
+def _number(lo: Optional[float] = None, positive: bool = False) -> Callable:
+    rule = "a number" + (" > 0" if positive else f" >= {lo:g}" if lo is not None else "")
+
+    def check(value, where):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(where, value, rule)
+        value = float(value)
+        if (positive and value <= 0) or (lo is not None and value < lo) or value != value:
+            raise UserError(f"{where} = {value:g}: must be {rule[2:]}")
+        return value
+
+    return check
+
+
+def _str_list(value, where):
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise _bad(where, value, "an array of strings")
+    return list(value)
+
+
+def _devices(value, where):
+    if value == "all":
+        return "all"
+    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+        if len(set(value)) != len(value):
+            raise UserError(f"{where} = {value!r}: lists a GPU twice")
+        return list(value)
+    raise UserError(f'{where} = {value!r}: must be "all" or an array of CUDA indices such as [0, 1, 2, 3] ([] = no GPUs)')
+
+
+def _deadline(value, where):
+    if isinstance(value, dt.datetime):
+        when = value
+    elif isinstance(value, str):
+        try:
+            when = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise UserError(f"{where} = {value!r}: must be an ISO time such as 2025-06-01T18:30:00+02:00") from None
+    else:
+        raise _bad(where, value, "an ISO time such as 2025-06-01T18:30:00+02:00")
+    if when.tzinfo is None:
+        when = when.astimezone()  # local time
+    return when
+
+
+def _reference(value, where):
+    if not isinstance(value, dict):
+        raise _bad(where, value, "a table such as { mean = 54.22, sd = 1.48, n = 5 }")
+    return _check_table(value, REFERENCE_SCHEMA, where + ".", required=("mean", "sd", "n"))
+
+
+@dataclass(frozen=True)
+class Key:
+    check: Callable
+    default: Any = None
+    help: str = ""
+
+
+REFERENCE_SCHEMA = {
+    "mean": Key(_number(), help="published baseline score, points (e.g. 54.22)"),
+    "sd": Key(_number(positive=True), help="run-to-run standard deviation, points (e.g. 1.48)"),
+    "n": Key(_int(lo=1), help="number of runs behind mean and sd (e.g. 5)"),
+    "prior": Key(_bool, True, help="use sd as a prior for the pooled noise estimate"),
+}
+
+# Section name -> key -> Key. "" is the top level. Later features add their keys here.
+SCHEMA: dict[str, dict[str, Key]] = {
+    "": {
+        "profile": Key(_str, "tiny", "named profile: " + ", ".join(PROFILES)),
+        "db": Key(_nonempty_str, "sqlite:///runs.db", "SQLAlchemy URL of the store"),
+        "runs_dir": Key(_nonempty_str, "runs", "where chain logs, stage outputs and code snapshots go"),
+        "code_dir": Key(_nonempty_str, ".", "the code the stages run (snapshotted at queue time)"),
+        "recipes_dir": Key(_nonempty_str, "recipes", "where recipe names are looked up"),
+        "snapshot_code": Key(_bool, True, "run each chain in a copy of the code as it was when queued"),
+        "extra_method_knobs": Key(_str_list, [], "method knobs your own train script reads (OPSD_<KNOB>)"),
+    },
+    "budget": {
+        "remaining_file": Key(_nonempty_str, None, "file holding the seconds left (re-read each time)"),
+        "deadline": Key(_deadline, None, "ISO time the budget ends"),
+        "hours": Key(_number(positive=True), None, "hours from the first worker start"),
+        "margin_minutes": Key(_number(lo=0), 5.0, "kept free at the end"),
+    },
+    "gpus": {
+        "devices": Key(_devices, [], '"all", or CUDA indices; [] runs without GPUs'),
+        "min_free_mib": Key(_int(lo=0), 0, "free memory each GPU needs before a stage starts"),
+    },
+    "stages.train": {
+        "command": Key(_nonempty_str, None, "train command template"),
+        "checkpoint": Key(_nonempty_str, DEFAULT_CHECKPOINT, "where the train stage leaves its checkpoint"),
+        "timeout_minutes": Key(_number(positive=True), None, "stop the stage after this long"),
+    },
+    "stages.eval": {
+        "command": Key(_nonempty_str, None, "eval command template"),
+        "timeout_minutes": Key(_number(positive=True), None, "stop the stage after this long"),
+    },
+    "baseline": {
+        "variant": Key(_nonempty_str, None, "the variant others are compared with"),
+        "reference": Key(_reference, None, "published baseline {mean, sd, n}"),
+    },
+    "worker": {
+        "poll_seconds": Key(_number(positive=True), 2.0, "how often an idle worker looks for work"),
+        "kill_grace_seconds": Key(_number(lo=0), 15.0, "TERM -> KILL grace when stopping a stage"),
+    },
+}
+
+
+def _check_table(table: dict, schema: dict[str, Key], prefix: str, required=()) -> dict:
+    out = {}
+    for key, value in table.items():
+        where = f"{prefix}{key}"
+        if key not in schema:
+            close = difflib.get_close_matches(key, list(schema), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"{where}: unknown key{hint}; known: {', '.join(schema)}")
+        out[key] = schema[key].check(value, where)
+    for key in required:
+        if key not in out:
+            raise UserError(f"{prefix}{key}: missing (required)")
+    for key, spec in schema.items():
+        out.setdefault(key, spec.default if not isinstance(spec.default, list) else list(spec.default))
+    return out
+
+
+# --- the loaded config --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    name: str
+    command: str
+    checkpoint: Optional[str] = None  # train only
+    timeout_minutes: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Reference:
+    mean: float
+    sd: float
+    n: int
+    prior: bool = True
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    remaining_file: Optional[Path] = None
+    deadline: Optional[dt.datetime] = None  # aware
+    hours: Optional[float] = None
+    margin_minutes: float = 5.0
+
+    @property
+    def kind(self) -> str:
+        if self.remaining_file is not None:
+            return "remaining_file"
+        if self.deadline is not None:
+            return "deadline"
+        if self.hours is not None:
+            return "hours"
+        return "none"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Optional[Path]  # None: built in memory (tests, `init`)
+    base_dir: Path
+    profile: str
+    db: str
+    runs_dir: Path
+    code_dir: Path
+    recipes_dir: Path
+    snapshot_code: bool
+    extra_method_knobs: tuple[str, ...]
+    budget: BudgetConfig
+    devices: Any  # "all" | list[int]
+    min_free_mib: int
+    stages: dict[str, StageConfig]
+    baseline_variant: Optional[str]
+    reference: Optional[Reference]
+    poll_seconds: float
+    kill_grace_seconds: float
+    sections: dict[str, dict] = field(default_factory=dict)  # every validated section, by name
+
+    @property
+    def where(self) -> str:
+        return str(self.path) if self.path else CONFIG_NAME
+
+    def section(self, name: str) -> dict:
+        return self.sections.get(name, {})
+
+
+def find_config(explicit: Optional[str] = None) -> Path:
+    """--config, else $OPSDCTL_CONFIG, else ./opsdctl.toml."""
+    chosen = explicit or os.environ.get(ENV_CONFIG)
+    if chosen:
+        path = Path(chosen).expanduser()
+        if path.is_dir():
+            path = path / CONFIG_NAME
+        if not path.is_file():
+            raise UserError(f"{path}: config file not found; check --config / ${ENV_CONFIG}, or run `opsdctl init`")
+        return path.resolve()
+    path = Path.cwd() / CONFIG_NAME
+    if not path.is_file():
+        raise UserError(
+            f"no {CONFIG_NAME} in {Path.cwd()}; run `opsdctl init` here, or pass --config PATH (or set ${ENV_CONFIG})"
+        )
+    return path.resolve()
+
+
+def load_config(path: Path) -> Config:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path.resolve()}: invalid TOML: {_one_line(exc)}") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    return config_from_dict(raw, path.parent.resolve(), path=path.resolve())
+
+
+def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> Config:
+    where = str(path) if path else CONFIG_NAME
+    raw = dict(raw)
+    # Split the document into schema sections ("stages" holds sub-tables).
+    tables: dict[str, dict] = {}
+    top = {}
+    for key, value in raw.items():
+        if key == "stages":
+            if not isinstance(value, dict):
+                raise UserError(f"{where}: stages: must be a table ([stages.train], [stages.eval])")
+            for stage, sub in value.items():
+                name = f"stages.{stage}"
+                if name not in SCHEMA:
+                    raise UserError(f"{where}: [stages.{stage}]: unknown stage; stages are train and eval")
+                if not isinstance(sub, dict):
+                    raise UserError(f"{where}: [stages.{stage}]: must be a table")
+                tables[name] = sub
+        elif key in SCHEMA and key != "":
+            if not isinstance(value, dict):
+                raise UserError(f"{where}: {key}: must be a table ([{key}])")
+            tables[key] = value
+        elif isinstance(value, dict) and key not in SCHEMA[""]:
+            close = difflib.get_close_matches(key, [k for k in SCHEMA if k], n=1)
+            hint = f" (did you mean [{close[0]}]?)" if close else ""
+            raise UserError(f"{where}: [{key}]: unknown section{hint}; known: " + ", ".join(f"[{k}]" for k in SCHEMA if k))
+        else:
+            top[key] = value
+
+    sections = {"": _check_table(top, SCHEMA[""], f"{where}: ")}
+    for name, schema in SCHEMA.items():
+        if name:
+            sections[name] = _check_table(tables.get(name, {}), schema, f"{where}: [{name}] ")
+
+    base = sections[""]
+    profile = get_profile(base["profile"], f"{where}: profile")
+    for knob in base["extra_method_knobs"]:
+        if knob in knobs.HPARAMS or knob in knobs.METHOD_KNOBS or knob in knobs.BUDGET_KNOBS:
+            raise UserError(f"{where}: extra_method_knobs: {knob!r} is already a known knob; remove it")
+        if not knob.isidentifier():
+            raise UserError(f"{where}: extra_method_knobs: {knob!r} must be a plain identifier (letters, digits, _)")
+
+    budget_raw = sections["budget"]
+    chosen = [k for k in ("remaining_file", "deadline", "hours") if budget_raw[k] is not None]
+    if len(chosen) > 1:
+        raise UserError(f"{where}: [budget] sets {' and '.join(chosen)}: pick one source of the time left")
+    budget = BudgetConfig(
+        remaining_file=_resolve(base_dir, budget_raw["remaining_file"]) if budget_raw["remaining_file"] else None,
+        deadline=budget_raw["deadline"],
+        hours=budget_raw["hours"],
+        margin_minutes=budget_raw["margin_minutes"],
+    )
+
+    starter = starter_stage_commands(profile.name)
+    stages = {}
+    for stage in ("train", "eval"):
+        sec = sections[f"stages.{stage}"]
+        command = sec["command"] or starter[stage]
+        check_template(command, STAGE_PLACEHOLDERS[stage], f"{where}: [stages.{stage}] command")
+        checkpoint = sec.get("checkpoint")
+        if stage == "train":
+            check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint")
+        stages[stage] = StageConfig(stage, command, checkpoint if stage == "train" else None, sec["timeout_minutes"])
+
+    ref = sections["baseline"]["reference"]
+    reference = Reference(ref["mean"], ref["sd"], ref["n"], ref["prior"]) if ref else None
+
+    return Config(
+        path=path,
+        base_dir=base_dir,
+        profile=profile.name,
+        db=_resolve_db(base["db"], base_dir, where),
+        runs_dir=_resolve(base_dir, base["runs_dir"]),
+        code_dir=_resolve(base_dir, base["code_dir"]),
+        recipes_dir=_resolve(base_dir, base["recipes_dir"]),
+        snapshot_code=base["snapshot_code"],
+        extra_method_knobs=tuple(base["extra_method_knobs"]),
+        budget=budget,
+        devices=sections["gpus"]["devices"],
+        min_free_mib=sections["gpus"]["min_free_mib"],
+        stages=stages,
+        baseline_variant=sections["baseline"]["variant"],
+        reference=reference,
+        poll_seconds=sections["worker"]["poll_seconds"],
+        kill_grace_seconds=sections["worker"]["kill_grace_seconds"],
+        sections=sections,
+    )
+
+
+def _resolve(base_dir: Path, value: str) -> Path:
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else base_dir / p).resolve()
+
+
+def _resolve_db(url: str, base_dir: Path, where: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"{where}: db = {url!r}: not a database URL; write e.g. sqlite:///runs.db") from None
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    db = parsed.database
+    if not db or db == ":memory:":
+        raise UserError(f"{where}: db = {url!r}: an in-memory SQLite store cannot be shared; name a file")
+    path = Path(db).expanduser()
+    if not path.is_absolute():
+        path = base_dir / path
+    return parsed.set(database=str(path.resolve())).render_as_string(hide_password=False)
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+# --- starter config -----------------------------------------------------------------------
+
+
+def starter_stage_commands(profile: str) -> dict[str, str]:
+    train_args = "-m trainer --profile {profile} --recipe {recipe_json} --seed {seed} --output-dir {stage_dir}"
+    if profile == "tiny":
+        train = "{python} " + train_args
+    else:
+        train = "{python} -m accelerate.commands.launch --num_processes {num_gpus} " + train_args
+    evaluate = "{python} -m eval --profile {profile} --adapter {checkpoint} --output-dir {stage_dir} --gpus {gpus}"
+    return {"train": train, "eval": evaluate}
+
+
+def starter_config(profile: str = "tiny") -> str:
+    prof = get_profile(profile, "--profile")
+    cmds = starter_stage_commands(prof.name)
+    gpu = prof.name != "tiny"
+    devices = "[0, 1, 2, 3]" if gpu else "[]"
+    min_free = "70000" if gpu else "0"
+    reference = (
+        "reference = { mean = 54.22, sd = 1.48, n = 5 }   # published: mean of 5 re-trains, 1-sigma 1.48"
+        if gpu
+        else "# reference = { mean = 54.22, sd = 1.48, n = 5 }   # a published baseline, if you have one"
+    )
+    return f'''# opsdctl.toml: written by `opsdctl init --profile {prof.name}`. Relative paths resolve against
+# this file's directory. Every key is checked: a typo is refused with one line.
+
+profile = "{prof.name}"                # fixed setting: model, data, benchmark, step budget ({", ".join(PROFILES)})
+db = "sqlite:///runs.db"          # the store (any SQLAlchemy URL)
+runs_dir = "runs"                 # logs, stage outputs, code snapshots: runs/<chain_id>/<stage>.log
+code_dir = "."                    # the code the stages run
+recipes_dir = "recipes"           # `opsdctl queue NAME` looks for recipes/NAME.toml
+snapshot_code = true              # run each chain in a copy of the code as it was when queued
+extra_method_knobs = []           # method knobs your own train script reads, e.g. ["my_clip"]
+
+[budget]                          # the time left: pick at most one source
+# remaining_file = ".timer/remaining_secs"   # one integer of seconds, re-read each time
+# deadline = "2025-06-01T18:30:00+02:00"
+# hours = 6                                  # counted from the first worker start
+margin_minutes = 5                # kept free at the end
+
+[gpus]
+devices = {devices}                   # "all", or CUDA indices; [] runs without GPUs
+min_free_mib = {min_free}                # each granted GPU needs this much free memory
+
+# Stage command templates. Placeholders are substituted shell-quoted:
+# {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
+# {{checkpoint}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}} for literal braces.
+# Each stage runs in its own process group with cwd = the code snapshot, its output in
+# runs/<chain_id>/<stage>.log, and OPSD_<KNOB> variables for every recipe knob.
+[stages.train]
+command = "{cmds["train"]}"
+checkpoint = "{DEFAULT_CHECKPOINT}"   # must exist when the stage exits 0
+# timeout_minutes = 40
+
+[stages.eval]                     # score: <stage_dir>/result.json, else the log's last FINAL line
+command = "{cmds["eval"]}"
+# timeout_minutes = 60
+
+[baseline]
+variant = "baseline"              # the variant every other one is compared with
+{reference}
+
+[worker]
+poll_seconds = 2                  # how often an idle worker looks for queued chains
+kill_grace_seconds = 15           # TERM, then KILL after this long, when stopping a stage
+'''

@@ -1,0 +1,274 @@
+"""Code snapshots: freeze the code a chain will run at the moment it is queued.
+
+In a git repository: copy the index to a temporary one, `git add -A` into it (honours
+.gitignore, so untracked non-ignored files are included and the user's staging area is never
+touched), `write-tree`, and `commit-tree` on top of HEAD. The commit is kept alive under
+`refs/opsdctl/snapshots/<tree>` (so `git gc` never drops it) and the tree is materialized once,
+with `git archive`, into `<runs_dir>/code/<tree>/`. We record HEAD, whether the working tree
+was dirty, and the diff stat against HEAD.
+
+Outside git: a content-addressed copy of code_dir in `<runs_dir>/code/<sha256>/`.
+
+Materialization is race-free: extract into a private temporary directory, then rename it into
+place; if another process won the race, ours is discarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from opsdctl.errors import UserError
+
+REF_PREFIX = "refs/opsdctl/snapshots/"
+SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
+MAX_COPY_BYTES = 2 << 30  # refuse to copy more than 2 GiB of code outside git
+DIFFSTAT_MAX_CHARS = 20000
+_GIT_ENV = {
+    "GIT_AUTHOR_NAME": "opsdctl",
+    "GIT_AUTHOR_EMAIL": "opsdctl@localhost",
+    "GIT_COMMITTER_NAME": "opsdctl",
+    "GIT_COMMITTER_EMAIL": "opsdctl@localhost",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    kind: str  # "git" | "copy" | "live"
+    key: str  # tree id | sha256 | the live code_dir
+    source_dir: str
+    commit: Optional[str] = None
+    head: Optional[str] = None
+    dirty: bool = False
+    diffstat: str = ""
+    prefix: str = ""  # code_dir relative to the repository root ("" = the root)
+    path: str = ""  # where the stages run: materialized root / prefix
+
+
+def code_path(runs_dir: Path, key: str, prefix: str = "") -> Path:
+    root = Path(runs_dir) / "code" / key
+    return root / prefix if prefix else root
+
+
+def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: bool = True) -> Snapshot:
+    """Snapshot `code_dir` and materialize it; `exclude` (runs dir, db files) never enters it."""
+    code_dir = Path(code_dir).resolve()
+    if not code_dir.is_dir():
+        raise UserError(f"code_dir {code_dir}: not a directory (check code_dir in opsdctl.toml)")
+    if not enabled:
+        return Snapshot(kind="live", key=str(code_dir), source_dir=str(code_dir), path=str(code_dir))
+    top = _git_toplevel(code_dir)
+    if top is not None:
+        snap = _take_git(code_dir, top, exclude)
+        root = materialize_git(top, snap.key, runs_dir)
+    else:
+        snap, root = _take_copy(code_dir, runs_dir, exclude)
+    path = root / snap.prefix if snap.prefix else root
+    return Snapshot(**{**snap.__dict__, "path": str(path)})
+
+
+# --- git ----------------------------------------------------------------------------------
+
+
+def _git(args: Sequence[str], cwd: Path, env: Optional[dict] = None, check: bool = True, binary: bool = False):
+    full_env = dict(os.environ, **_GIT_ENV)
+    full_env.pop("GIT_DIR", None)
+    full_env.pop("GIT_WORK_TREE", None)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        ["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=not binary
+    )
+    if check and proc.returncode != 0:
+        err = proc.stderr if not binary else proc.stderr.decode(errors="replace")
+        raise UserError(f"git {' '.join(args[:2])} in {cwd} failed: {' '.join(err.split())[:300]}")
+    return proc
+
+
+def _git_toplevel(path: Path) -> Optional[Path]:
+    if shutil.which("git") is None:
+        return None
+    proc = _git(["rev-parse", "--show-toplevel"], cwd=path, check=False)
+    if proc.returncode != 0:
+        return None
+    return Path(proc.stdout.strip()).resolve()
+
+
+def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
+    head_proc = _git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False)
+    head = head_proc.stdout.strip() if head_proc.returncode == 0 else None
+    real_index = Path(_git(["rev-parse", "--git-path", "index"], cwd=top).stdout.strip())
+    if not real_index.is_absolute():
+        real_index = top / real_index
+    excludes = []
+    for p in exclude:
+        p = Path(p).resolve()
+        try:
+            rel = p.relative_to(top)
+        except ValueError:
+            continue
+        if str(rel) != ".":
+            excludes.append(f":(exclude,top){rel.as_posix()}")
+    with tempfile.TemporaryDirectory(prefix="opsdctl-index-") as tmp:
+        index = Path(tmp) / "index"
+        env = {"GIT_INDEX_FILE": str(index)}
+        if real_index.is_file():
+            shutil.copyfile(real_index, index)  # keeps git's stat cache: `add -A` only hashes changes
+        elif head:
+            _git(["read-tree", head], cwd=top, env=env)
+        _git(["add", "-A", "--", ".", *excludes], cwd=top, env=env)
+        tree = _git(["write-tree"], cwd=top, env=env).stdout.strip()
+    dirty = True
+    diffstat = "(no commits yet: the whole tree is new)"
+    if head:
+        head_tree = _git(["rev-parse", f"{head}^{{tree}}"], cwd=top).stdout.strip()
+        dirty = head_tree != tree
+        diffstat = _git(["diff", "--stat", head_tree, tree], cwd=top).stdout.strip() if dirty else ""
+    commit = _keep_alive(top, tree, head)
+    prefix = code_dir.relative_to(top).as_posix()
+    return Snapshot(
+        kind="git",
+        key=tree,
+        source_dir=str(code_dir),
+        commit=commit,
+        head=head,
+        dirty=dirty,
+        diffstat=diffstat[:DIFFSTAT_MAX_CHARS],
+        prefix="" if prefix == "." else prefix,
+    )
+
+
+def _keep_alive(top: Path, tree: str, head: Optional[str]) -> str:
+    """A commit of `tree` referenced under refs/opsdctl/, created once per tree."""
+    ref = REF_PREFIX + tree
+    for _attempt in range(10):
+        existing = _git(["rev-parse", "--verify", "-q", ref], cwd=top, check=False)
+        if existing.returncode == 0:
+            return existing.stdout.strip()
+        parents = ["-p", head] if head else []
+        commit = _git(["commit-tree", tree, *parents, "-m", f"opsdctl code snapshot {tree[:12]}"], cwd=top).stdout.strip()
+        # The empty old value means "create only": a concurrent queue may have made it first.
+        made = _git(["update-ref", "-m", "opsdctl snapshot", ref, commit, ""], cwd=top, check=False)
+        if made.returncode == 0:
+            return commit
+        time.sleep(0.05)
+    raise UserError(f"{top}: could not record the code snapshot ref {ref}; is the repository writable?")
+
+
+def materialize_git(top: Path, tree: str, runs_dir: Path) -> Path:
+    final = code_path(runs_dir, tree)
+    if final.is_dir():
+        return final
+    archive = _git(["archive", "--format=tar", tree], cwd=top, binary=True).stdout
+    return _install(final, lambda dest: _extract_tar(archive, dest))
+
+
+def _extract_tar(data: bytes, dest: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        try:
+            tar.extractall(dest, filter="tar")
+        except TypeError:  # pragma: no cover - Python without extraction filters
+            tar.extractall(dest)
+
+
+def _install(final: Path, fill) -> Path:
+    """Fill a private temporary directory, then rename it to `final` (first one wins)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, prefix: str = "") -> Path:
+    """The stage's code dir, re-created from git when someone deleted the copy."""
+    if kind == "live":
+        return Path(source_dir)
+    root = code_path(runs_dir, key)
+    if not root.is_dir():
+        if kind != "git":
+            raise UserError(f"code snapshot {root} is gone and cannot be rebuilt (it was a copy, not a git tree)")
+        top = _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
+        if top is None:
+            raise UserError(f"code snapshot {root} is gone and {source_dir} is no longer a git repository")
+        materialize_git(top, key, runs_dir)
+    return root / prefix if prefix else root
+
+
+# --- outside git: content-addressed copy --------------------------------------------------
+
+
+def _walk(code_dir: Path, exclude: Sequence[Path]):
+    excluded = {Path(p).resolve() for p in exclude}
+    for root, dirs, files in os.walk(code_dir):
+        rootp = Path(root)
+        dirs[:] = sorted(
+            d for d in dirs
+            if d not in SKIP_DIRS and not d.endswith(".egg-info") and (rootp / d).resolve() not in excluded
+        )
+        for name in sorted(files):
+            p = rootp / name
+            if p.resolve() in excluded or name.endswith(".pyc"):
+                continue
+            yield p
+
+
+def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple[Snapshot, Path]:
+    exclude = [*exclude, runs_dir]
+    digest = hashlib.sha256()
+    files = []
+    total = 0
+    for p in _walk(code_dir, exclude):
+        rel = p.relative_to(code_dir).as_posix()
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            digest.update(f"L {rel} {os.readlink(p)}\n".encode())
+        elif stat.S_ISREG(st.st_mode):
+            total += st.st_size
+            if total > MAX_COPY_BYTES:
+                raise UserError(
+                    f"code_dir {code_dir}: more than {MAX_COPY_BYTES >> 30} GiB to snapshot outside git; "
+                    "make it a git repository, point code_dir at the code only, or set snapshot_code = false"
+                )
+            h = hashlib.sha256(p.read_bytes()).hexdigest()
+            digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode())
+        else:
+            continue
+        files.append((p, rel))
+    key = digest.hexdigest()
+
+    def fill(dest: Path) -> None:
+        for p, rel in files:
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if p.is_symlink():
+                os.symlink(os.readlink(p), target)
+            else:
+                shutil.copy2(p, target)
+
+    root = code_path(runs_dir, key)
+    if not root.is_dir():
+        _install(root, fill)
+    snap = Snapshot(kind="copy", key=key, source_dir=str(code_dir), dirty=False)
+    return snap, root

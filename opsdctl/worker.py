@@ -1,0 +1,297 @@
+"""`opsdctl worker`: the one process per store that runs queued chains, one at a time.
+
+Start-up: take the store's worker lock (a second worker exits naming the holder), record this
+worker run, start the budget clock (hours budgets), then recover: every chain still marked
+`running` was left by a worker that died; its stage processes, when still alive and provably
+ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupted` and
+re-queued as a fresh chain pointing at it.
+
+Loop: ask the gate for the run order, admit the first chain it starts, claim it with a guarded
+`queued -> running`, and hand it to the executor. With --drain the worker exits when nothing
+runnable is queued. SIGINT/SIGTERM stop the running stage's process group and mark its chain
+`interrupted` (not re-queued: the user stopped it; `opsdctl requeue ID` runs it again); a
+second signal skips the TERM grace period.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from opsdctl import procs
+from opsdctl.budget import CLOCK_KEY, budget_now
+from opsdctl.config import Config
+from opsdctl.enqueue import interrupt_and_requeue
+from opsdctl.errors import UserError
+from opsdctl.executor import LocalExecutor, StopRequest, chain_info
+from opsdctl.gate import Gate, Skip, Start, Wait, make_gate
+from opsdctl.models import Chain, Stage, Variant, WorkerRun, utcnow
+from opsdctl.states import State, StageState, transition
+from opsdctl.store import Store, chains_in_state, get_meta, queued_chains, running_stages, set_meta
+
+IDLE_LOG_S = 60.0
+
+
+class WorkerBusy(UserError):
+    """Another worker holds this store."""
+
+    exit_code = 3
+
+
+# --- one worker per store -----------------------------------------------------------------
+
+
+def worker_lock_path(cfg: Config, store: Store) -> Path:
+    db = store.sqlite_path
+    if db is not None:
+        return Path(str(db) + ".worker.lock")
+    # Other databases: a lock file per store URL under runs_dir (issue 8 may use an advisory lock).
+    import hashlib
+
+    return cfg.runs_dir / f".worker-{hashlib.sha256(store.url.encode()).hexdigest()[:16]}.lock"
+
+
+@contextmanager
+def worker_lock(cfg: Config, store: Store) -> Iterator[Path]:
+    """A non-blocking exclusive flock held for the worker's life; the file names the holder."""
+    path = worker_lock_path(cfg, store)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            raise WorkerBusy(
+                f"another worker (pid {holder.split()[0]}) already runs on this store ({path}); "
+                "stop it first, or use `opsdctl status` to see what it does"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+# --- recovery -----------------------------------------------------------------------------
+
+
+@dataclass
+class Recovered:
+    chain_id: int
+    requeued_as: Optional[int]
+    stopped: int  # stage processes stopped
+
+
+def recover(store: Store, cfg: Config, report: Callable[[str], None]) -> list[Recovered]:
+    """Chains left `running` by a dead worker: stop their stage processes if they are still
+    alive and provably ours, mark the chains interrupted, and re-queue them."""
+    out = []
+    # Stage rows still `running` (their chain may already be cancelled): stop what is left.
+    with store.read() as s:
+        stale_stages = running_stages(s)
+        stale_chains = chains_in_state(s, State.RUNNING)
+    stopped_by_chain: dict[int, int] = {}
+    for st in stale_stages:
+        if st.host and st.host != socket.gethostname():
+            report(f"chain {st.chain_id}: its {st.name} stage ran on {st.host}; cannot stop processes there")
+            continue
+        ident = procs.StageIdentity(st.pgid, st.pid, st.create_time, st.token)
+        rep = procs.stop_stage(ident, cfg.kill_grace_seconds)
+        if rep.unverified_group:
+            report(f"chain {st.chain_id}: process group {st.pgid} exists but is not provably ours; left alone")
+        stopped_by_chain[st.chain_id] = stopped_by_chain.get(st.chain_id, 0) + rep.found
+        with store.write() as s:
+            row = s.get(Stage, st.id)
+            if row.state == StageState.RUNNING.value:
+                row.state = StageState.INTERRUPTED.value
+                row.finished_at = utcnow()
+                row.reason = "its worker died" + (f"; {rep.summary()}" if rep.found else "")
+    for chain in stale_chains:
+        n = stopped_by_chain.get(chain.id, 0)
+        where = f" during {chain.stage}" if chain.stage else ""
+        pid = f" (pid {chain.worker_pid})" if chain.worker_pid else ""
+        reason = f"worker{pid} died{where}" + (
+            f"; stopped {n} orphaned stage process{'es' if n != 1 else ''}" if n else "; its stage processes were gone"
+        )
+        with store.write() as s:
+            fresh = interrupt_and_requeue(s, s.get(Chain, chain.id), reason, requeue=True)
+            new_id = fresh.id if fresh is not None else None
+        report(f"chain {chain.id}: interrupted ({reason}); re-queued as chain {new_id}")
+        out.append(Recovered(chain.id, new_id, n))
+    return out
+
+
+# --- the worker ---------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        *,
+        drain: bool = False,
+        gate: Optional[Gate] = None,
+        report: Callable[[str], None] = print,
+        max_chains: Optional[int] = None,
+    ):
+        self.cfg = cfg
+        self.store = store
+        self.drain = drain
+        self.report = report
+        self.max_chains = max_chains
+        self.stop = StopRequest()
+        self.gate = gate if gate is not None else make_gate(cfg, self.usable_seconds)
+        self.run_id: Optional[int] = None
+        self.clock_start: Optional[float] = None
+
+    def usable_seconds(self) -> Optional[float]:
+        return budget_now(self.cfg.budget, self.clock_start).usable_seconds
+
+    # signals --------------------------------------------------------------------------------
+
+    def _on_signal(self, signum, _frame) -> None:
+        name = signal.Signals(signum).name
+        first = not self.stop
+        self.stop.set(name)
+        if first:
+            self.report(f"{name}: stopping the running stage (again to skip the {self.cfg.kill_grace_seconds:g}s grace)")
+        else:
+            self.report(f"{name} again: killing now")
+
+    @contextmanager
+    def _signals(self):
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # life -----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until drained (with --drain) or stopped. Returns the number of chains run."""
+        with worker_lock(self.cfg, self.store), self._signals():
+            self._register()
+            ran = 0
+            exit_reason = "stopped"
+            try:
+                recover(self.store, self.cfg, self.report)
+                ran = self._loop()
+                exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
+            except BaseException as exc:
+                exit_reason = f"crashed: {type(exc).__name__}: {exc}"
+                raise
+            finally:
+                self._unregister(exit_reason)
+            return ran
+
+    def _register(self) -> None:
+        with self.store.write() as s:
+            row = WorkerRun(pid=os.getpid(), host=socket.gethostname(), create_time=procs.create_time_of(os.getpid()),
+                            drain=self.drain, activity="starting")
+            s.add(row)
+            s.flush()
+            self.run_id = row.id
+            if self.cfg.budget.kind == "hours":
+                start = get_meta(s, CLOCK_KEY)
+                if start is None:
+                    start = repr(time.time())
+                    set_meta(s, CLOCK_KEY, start)
+                self.clock_start = float(start)
+        budget = budget_now(self.cfg.budget, self.clock_start)
+        self.report(f"worker {os.getpid()} on {self.store.safe_url()}; budget: {budget.text()}")
+
+    def _unregister(self, reason: str) -> None:
+        try:
+            with self.store.write() as s:
+                row = s.get(WorkerRun, self.run_id)
+                row.stopped_at = utcnow()
+                row.exit_reason = reason
+                row.activity = ""
+        except Exception:  # the store may be the reason we are exiting
+            pass
+
+    def _activity(self, text: str) -> None:
+        with self.store.write() as s:
+            row = s.get(WorkerRun, self.run_id)
+            row.activity = text
+            row.heartbeat_at = utcnow()
+
+    def _loop(self) -> int:
+        executor = LocalExecutor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id)
+        ran = 0
+        last_idle_note = 0.0
+        idle_since: Optional[float] = None
+        while not self.stop:
+            if self.max_chains is not None and ran >= self.max_chains:
+                break
+            picked, wait = self._pick()
+            if picked is None:
+                if wait is not None:
+                    self._activity(f"waiting: {wait.reason}")
+                    self._sleep(wait.seconds)
+                    continue
+                if self.drain:
+                    self.report("queue drained")
+                    break
+                if idle_since is None:
+                    idle_since = time.monotonic()
+                    self._activity("idle: waiting for queued chains")
+                if time.monotonic() - last_idle_note > IDLE_LOG_S:
+                    self.report("idle: nothing queued (Ctrl-C to stop)")
+                    last_idle_note = time.monotonic()
+                self._sleep(self.cfg.poll_seconds)
+                continue
+            idle_since = None
+            state = executor.run_chain(picked)
+            ran += 1
+            self._activity(f"chain {picked}: {state}")
+        return ran
+
+    def _pick(self) -> tuple[Optional[int], Optional[Wait]]:
+        """Claim the first chain the gate starts; mark the ones it skips."""
+        with self.store.read() as s:
+            queued = queued_chains(s)
+            variants = {v.id: v for v in (s.get(Variant, c.variant_id) for c in queued)}
+        infos = [chain_info(c, variants[c.variant_id]) for c in queued]
+        shortest_wait: Optional[Wait] = None
+        for info in self.gate.order(infos):
+            decision = self.gate.admit(info)
+            if isinstance(decision, Skip):
+                with self.store.write() as s:
+                    if transition(s, info.chain_id, State.QUEUED, State.SKIPPED, reason=decision.reason):
+                        self.report(f"chain {info.chain_id} {info.variant}: skipped: {decision.reason}")
+                continue
+            if isinstance(decision, Wait):
+                if shortest_wait is None or decision.seconds < shortest_wait.seconds:
+                    shortest_wait = decision
+                continue
+            if not isinstance(decision, Start):
+                raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
+            with self.store.write() as s:
+                claimed = transition(
+                    s, info.chain_id, State.QUEUED, State.RUNNING,
+                    started_at=utcnow(), worker_pid=os.getpid(), stage=None,
+                )
+            if claimed:
+                return info.chain_id, None
+        return None, shortest_wait
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stop and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def run_worker(cfg: Config, store: Store, drain: bool = False, report: Callable[[str], None] = print) -> int:
+    return Worker(cfg, store, drain=drain, report=report).run()

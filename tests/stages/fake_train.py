@@ -1,0 +1,74 @@
+"""Emulates a train stage (our trainer or a user's script) for the control-plane tests.
+
+Prints Hugging Face Trainer dict lines and a vLLM rollout line per step, appends progress.jsonl,
+writes metrics.jsonl + train_result.json (unless FAKE_TRAIN_NO_FILES=1), and leaves a checkpoint
+directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
+  FAKE_STEPS (default 4), FAKE_STEP_SECONDS (default 0.01), FAKE_FAIL=1 (exit 3 after step 1),
+  FAKE_CHILD=1 (start a sleeping child process first, writing its pid to <out>/child.pid),
+  FAKE_CHECKPOINT (directory to create instead of <out>/checkpoint-final),
+  FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests).
+Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("--output-dir", default=os.environ.get("OUT_DIR"))
+p.add_argument("--seed", type=int, default=int(os.environ.get("SEED", "0")))
+p.add_argument("--recipe")
+args = p.parse_args()
+out = args.output_dir
+os.makedirs(out, exist_ok=True)
+
+steps = int(os.environ.get("FAKE_STEPS", "4"))
+step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0.01"))
+lr = float(os.environ.get("OPSD_LEARNING_RATE", "5e-6"))
+clip = os.environ.get("OPSD_CLIP_MODE", "entry")
+
+if os.environ.get("FAKE_CHILD") == "1":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.path.join(out, "child.pid"), "w") as f:
+        f.write(str(child.pid))
+
+if args.recipe:
+    with open(args.recipe) as f:
+        recipe = json.load(f)
+    print(f"recipe {recipe['name']} v{recipe['version']} hash {recipe['hash'][:12]}", flush=True)
+
+print(f"training seed={args.seed} clip_mode={clip} lr={lr}", flush=True)
+with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(out, "metrics.jsonl"), "a") as met:
+    for step in range(1, steps + 1):
+        time.sleep(step_s)
+        loss = -0.002 * step / steps - 0.0001 * args.seed
+        print(f"vLLM generation done - elapsed time: {0.5 + step * 0.01:.2f}s, prompts: 4, total tokens: 3413, "
+              f"avg length: 853.2, speed: 912.6 tok/s", flush=True)
+        print(repr({"loss": round(loss, 6), "grad_norm": 0.0492, "learning_rate": lr,
+                    "on_policy_loss": round(loss, 6), "epoch": round(0.01 * step, 4)}), flush=True)
+        if os.environ.get("FAKE_NO_FILES") != "1":
+            prog.write(json.dumps({"step": step, "max_steps": steps}) + "\n")
+            prog.flush()
+            met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25,
+                                  "rollout_seconds": 0.5, "step_seconds": step_s, "peak_mem_mib": 1000 + step}) + "\n")
+            met.flush()
+        if step == 1 and os.environ.get("FAKE_FAIL") == "1":
+            print("Traceback (most recent call last):\nRuntimeError: CUDA out of memory (emulated)", flush=True)
+            sys.exit(3)
+
+print(repr({"train_runtime": round(steps * step_s, 3), "train_samples_per_second": 3.5,
+            "train_steps_per_second": 0.11, "train_loss": -0.0079, "epoch": 0.27}), flush=True)
+ckpt = os.environ.get("FAKE_CHECKPOINT") or os.path.join(out, "checkpoint-final")
+os.makedirs(ckpt, exist_ok=True)
+with open(os.path.join(ckpt, "adapter_config.json"), "w") as f:
+    json.dump({"seed": args.seed, "clip_mode": clip, "lr": lr}, f)
+marker = os.environ.get("FAKE_MARKER_FILE")
+if marker:
+    with open(marker) as src, open(os.path.join(ckpt, "marker.txt"), "w") as dst:
+        dst.write(src.read())
+if os.environ.get("FAKE_NO_FILES") != "1":
+    with open(os.path.join(out, "train_result.json"), "w") as f:
+        json.dump({"train_loss": -0.0079, "train_runtime": steps * step_s, "global_step": steps}, f)

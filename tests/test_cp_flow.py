@@ -1,0 +1,242 @@
+"""The whole control-plane flow with real subprocess stages and a real SQLite store:
+queue -> worker --drain -> status -> export, plus result ingestion and failure reasons."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+from conftest import FAKE_EVAL, FAKE_TRAIN, default_config
+
+from opsdctl import knobs
+
+
+def test_queue_worker_status_export(ws, tmp_path):
+    # queue: two recipes x 2 repeats, JSON exactly as the contract says
+    queued = ws.json("queue", "baseline", "token-clip", "--repeats", "2", "--seed", "7")
+    assert [set(q) for q in queued] == [{"chain_id", "variant", "seed", "repeat"}] * 4
+    assert [(q["variant"], q["seed"], q["repeat"]) for q in queued] == [
+        ("baseline", 7, 0), ("baseline", 8, 1), ("token-clip", 7, 0), ("token-clip", 8, 1)]
+    # queueing the same content again reuses the variant and continues the repeats
+    again = ws.json("queue", "baseline", "--priority", "5")
+    assert again == [{"chain_id": 5, "variant": "baseline", "seed": 2, "repeat": 2}]  # seed = S + repeat
+    assert ws.sql("select count(*) from variant") == [(2,)]
+
+    st = ws.status()
+    assert set(st) >= {"budget", "chains"}
+    order = [c["chain_id"] for c in st["chains"] if c["state"] == "queued"]
+    assert order == [5, 1, 2, 3, 4]  # priority first, then queue order
+
+    out = ws.run("worker", "--drain")
+    assert "queue drained" in out.stdout
+
+    st = ws.status()
+    chains = {c["chain_id"]: c for c in st["chains"]}
+    assert set(chains) == {1, 2, 3, 4, 5}
+    for c in chains.values():
+        assert {"chain_id", "variant", "state", "stage", "score", "reason", "started_at", "finished_at"} <= set(c)
+        assert c["state"] == "succeeded", c
+        assert c["stage"] == "eval" and c["reason"] is None
+        assert 0.0 <= c["score"] <= 100.0 and c["k"] == 4
+        assert c["started_at"] and c["finished_at"]
+    # the run order was honoured: chain 5 (priority 5) started first
+    ran = [r[0] for r in ws.sql("select chain_id from stage where name = 'train' order by id")]
+    assert ran == [5, 1, 2, 3, 4]
+    # scores depend on the knobs (OPSD_CLIP_MODE reached the stage) and on the seed
+    assert chains[3]["score"] != chains[1]["score"]
+
+    # score rows: per-problem counts from result.json, points 0-100
+    rows = ws.sql("select k, avg_at_k, n_problems, n_correct, n_samples, problems, partial, source from score where chain_id = 1")
+    k, avg, n, correct, samples, problems, partial, source = rows[0]
+    problems = json.loads(problems)
+    assert (k, n, samples, source, partial) == (4, 6, 24, "result.json", 0)
+    assert len(problems) == 6 and {"id", "correct", "samples", "mean_tokens"} <= set(problems[0])
+    assert abs(avg - 100.0 * correct / samples) < 1e-6
+    assert sum(p["correct"] for p in problems) == correct
+
+    # training statistics from train_result.json + metrics.jsonl
+    steps, loss, kl, clip, peak, curve, src = ws.sql(
+        "select steps, final_loss, mean_kl, frac_clipped, peak_mem_mib, curve, source from train_stats where chain_id = 1")[0]
+    assert steps == 4 and loss == -0.0079 and abs(clip - 0.25) < 1e-9 and peak == 1004
+    assert abs(kl - (0.1 + 0.05 + 0.1 / 3 + 0.025) / 4) < 1e-9
+    assert len(json.loads(curve)) == 4 and "train_result.json" in src
+
+    # the run dir holds the stage-contract files
+    run = ws.runs / "3"
+    recipe = json.loads((run / "recipe.json").read_text())
+    assert set(recipe) == {"name", "version", "hash", "description", "hparams", "method"}
+    assert list(recipe["hparams"]) == list(knobs.HPARAMS) and recipe["method"]["clip_mode"] == "token"
+    env = knobs.parse_recipe_env((run / "recipe.env").read_text(), "recipe.env")
+    assert env == recipe["hparams"]
+    train_log = (run / "train.log").read_text()
+    assert "clip_mode=token" in train_log and f"hash {recipe['hash'][:12]}" in train_log
+    assert (run / "train" / "checkpoint-final").is_dir() and (run / "eval" / "result.json").is_file()
+    stage = ws.sql("select pid, pgid, create_time, exit_code, seconds, checkpoint, progress from stage "
+                   "where chain_id = 3 and name = 'train'")[0]
+    assert stage[0] == stage[1] and stage[2] > 0 and stage[3] == 0 and stage[4] > 0
+    assert stage[5].endswith("runs/3/train/checkpoint-final")
+    assert json.loads(stage[6])["text"] == "step 4/4"
+    eval_progress = json.loads(ws.sql("select progress from stage where chain_id = 3 and name = 'eval'")[0][0])
+    assert eval_progress["text"] == "6/6 prompts"
+
+    # human status renders
+    human = ws.run("status").stdout
+    assert "finished" in human and "token-clip" in human and "succeeded" in human
+
+    # export: header, whitelisted keys only, stable order; method knobs warned, written on request
+    out_env = tmp_path / "export" / "recipe.env"
+    defaults = tmp_path / "export" / "method.toml"
+    res = ws.run("export-recipe", "token-clip", "-o", out_env)
+    assert "clip_mode" in res.stderr and "--method-defaults" in res.stderr
+    text = out_env.read_text()
+    header = [l for l in text.splitlines() if l.startswith("#")]
+    assert "token-clip" in header[0] and recipe["hash"] in "\n".join(header)
+    body = [l for l in text.splitlines() if l and not l.startswith("#")]
+    assert [l.split("=")[0] for l in body] == list(knobs.HPARAMS)
+    assert "fixed_teacher=true" in body and "use_ema_teacher=false" in body
+    assert knobs.parse_recipe_env(text, "x") == recipe["hparams"]
+    ws.run("export-recipe", "token-clip", "-o", out_env, "--method-defaults", defaults)
+    import tomllib
+
+    method = tomllib.loads(defaults.read_text())["method"]
+    assert method == recipe["method"] and set(method) == set(knobs.METHOD_KNOBS)
+    # the baseline needs no warning: all its method knobs are the released defaults
+    res = ws.run("export-recipe", "baseline")
+    assert res.stderr.strip() == "" and "learning_rate=5e-06" in res.stdout
+
+    # listings have --json
+    variants = ws.json("variants")
+    assert {v["variant"]: v["succeeded"] for v in variants} == {"baseline": 3, "token-clip": 2}
+    assert variants[1]["changes"] == {"clip_mode": "token"}
+
+
+def test_versions_reuse_force_and_export_refusal(ws):
+    ws.recipe("mine", """
+        name = "mine"
+        extends = "baseline"
+        description = "lower lr"
+        [hparams]
+        learning_rate = 3e-6
+    """)
+    first = ws.json("queue", "mine")
+    assert first[0]["variant"] == "mine"
+    ws.recipe("mine", """
+        name = "mine"
+        extends = "baseline"
+        description = "a new description does not change the content"
+        [hparams]
+        learning_rate = 3e-6
+    """)
+    assert ws.json("queue", "mine")[0]["variant"] == "mine"  # same hash: reused
+    ws.recipe("mine", """
+        name = "mine"
+        extends = "baseline"
+        [hparams]
+        learning_rate = 2e-6
+    """)
+    before = ws.counts()
+    refused = ws.run("queue", "mine", check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "--force" in refused.stderr and "learning_rate" in refused.stderr
+    assert ws.counts() == before
+    forced = ws.json("queue", "mine", "--force")
+    assert forced[0]["variant"] == "mine@v2"
+    assert ws.sql("select name, version from variant where name = 'mine' order by version") == [("mine", 1), ("mine", 2)]
+
+    # export: no succeeded chain -> refused unless --force; NAME@vN picks a version
+    refused = ws.run("export-recipe", "mine", check=False)
+    assert refused.returncode == 2 and "no succeeded chain" in refused.stderr
+    assert "learning_rate=2e-06" in ws.run("export-recipe", "mine", "--force").stdout
+    assert "learning_rate=3e-06" in ws.run("export-recipe", "mine@v1", "--force").stdout
+    assert ws.run("export-recipe", "mine@v9", "--force", check=False).returncode == 2
+    assert ws.run("export-recipe", "nosuch", check=False).returncode == 2
+
+
+def test_stage_failures_carry_reasons(ws):
+    py = sys.executable
+    # 1. a train that exits 3: failed, with the exit code and the log's last line
+    ws.env = {"FAKE_FAIL": "1"}
+    ws.run("queue", "baseline")
+    ws.run("worker", "--drain")
+    c = ws.chains()[1]
+    assert c["state"] == "failed" and c["stage"] == "train"
+    assert "exited with code 3" in c["reason"] and "CUDA out of memory (emulated)" in c["reason"]
+    assert ws.sql("select count(*) from stage where chain_id = 1") == [(1,)]  # eval never started
+
+    # 2. a train that exits 0 without the checkpoint the config names
+    ws.env = {}
+    ws.write_config(checkpoint="{stage_dir}/nowhere")
+    ws.run("queue", "baseline")
+    ws.run("worker", "--drain")
+    c = ws.chains()[2]
+    assert c["state"] == "failed" and "no checkpoint" in c["reason"] and "nowhere" in c["reason"]
+
+    # 3. a malformed result.json
+    ws.write_config()
+    ws.env = {"FAKE_BAD_RESULT": "1"}
+    ws.run("queue", "baseline")
+    ws.run("worker", "--drain")
+    c = ws.chains()[3]
+    assert c["state"] == "failed" and c["stage"] == "eval" and "avg_at_k" in c["reason"]
+
+    # 4. an eval that writes neither result.json nor a FINAL line
+    ws.env = {}
+    ws.write_config(eval=f"{py} -c \"print('hello')\"")
+    ws.run("queue", "baseline")
+    ws.run("worker", "--drain")
+    c = ws.chains()[4]
+    assert c["state"] == "failed" and "no FINAL line" in c["reason"]
+    assert ws.sql("select count(*) from score") == [(0,)]
+
+    # requeue a failed chain: a fresh chain pointing at it, same seed
+    ws.write_config()
+    new = ws.json("requeue", "4")
+    assert new["chain_id"] == 5 and new["seed"] == 3  # chain 4 was repeat 3: seed 0 + 3
+    assert ws.sql("select requeued_from, state from chain where id = 5") == [(4, "queued")]
+    ws.run("worker", "--drain")
+    assert ws.state(5) == "succeeded"
+    assert ws.run("requeue", "5", check=False).returncode == 0  # a succeeded one may run again
+    assert ws.run("requeue", "6", check=False).returncode == 2  # queued: refused
+
+
+def test_external_scripts_setup(ws):
+    """Issue 2 item 9: a user's own train/eval scripts, score from the FINAL line, training
+    statistics and progress from the Hugging Face Trainer dict lines in the log."""
+    workspace = ws.root / "workspace"
+    workspace.mkdir()
+    train_sh = workspace / "train_capped.sh"
+    train_sh.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        set -euo pipefail
+        export FAKE_CHECKPOINT="$OUT_DIR/capped_seed$SEED/checkpoint-100"
+        export FAKE_NO_FILES=1
+        exec {sys.executable} {FAKE_TRAIN}
+    """))
+    eval_sh = workspace / "dev_eval.sh"
+    eval_sh.write_text(textwrap.dedent(f"""\
+        #!/bin/bash
+        set -euo pipefail
+        {sys.executable} {FAKE_EVAL} "$1" --final-only
+    """))
+    ws.write_config(
+        train=f"SEED={{seed}} OUT_DIR={{stage_dir}} bash {train_sh}",
+        eval=f"bash {eval_sh} {{checkpoint}}",
+        checkpoint="{stage_dir}/capped_seed{seed}/checkpoint-100",
+    )
+    ws.run("queue", "baseline", "--seed", "42")
+    ws.run("worker", "--drain")
+    c = ws.chains()[1]
+    assert c["state"] == "succeeded", c
+    ckpt = ws.sql("select checkpoint from stage where chain_id = 1 and name = 'train'")[0][0]
+    assert ckpt.endswith("runs/1/train/capped_seed42/checkpoint-100")
+    k, avg, n, correct, samples, problems, source = ws.sql(
+        "select k, avg_at_k, n_problems, n_correct, n_samples, problems, source from score")[0]
+    assert (k, n, samples, source, problems) == (4, 6, 24, "final-line", None)
+    assert abs(avg - c["score"]) < 1e-9 and abs(avg - round(100 * correct / samples, 2)) < 1e-9
+    steps, loss, rollout, curve, src = ws.sql(
+        "select steps, final_loss, rollout_seconds, curve, source from train_stats")[0]
+    assert (steps, loss, src) == (4, -0.0079, "log") and len(json.loads(curve)) == 4
+    assert abs(rollout - (0.51 + 0.52 + 0.53 + 0.54) / 4) < 1e-9
+    progress = json.loads(ws.sql("select progress from stage where name = 'train'")[0][0])
+    assert progress["source"] == "log" and progress["text"] == "step 4/6"  # tiny profile: 6 steps
