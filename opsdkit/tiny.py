@@ -1,0 +1,294 @@
+"""The `tiny` profile's world, built offline: a real small problem rather than noise.
+
+- generated arithmetic problems with worked solutions, long traces and integer answers
+  (a training set with `math` (one step) and `arith` (two steps) sources, and a benchmark);
+- a byte-level BPE tokenizer trained on that text, with a Qwen3-style chat template;
+- a tiny Qwen3-architecture model given a short supervised warm start, so it solves some
+  problems and OPSD has something to improve.
+
+Everything is deterministic and cached under the user's cache dir (`OPSDCTL_CACHE_DIR`,
+else `$XDG_CACHE_HOME/opsdctl`, else `~/.cache/opsdctl`), built once under a file lock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TINY_VERSION = 1
+N_TRAIN = 3000
+N_BENCH = 30
+VOCAB_SIZE = 320
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+# Model shape: Qwen3 architecture, a few hundred thousand parameters.
+TINY_SHAPE = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=1024)
+WARM_START_STEPS = 240
+WARM_START_BATCH = 32
+WARM_START_LR = 3e-3
+
+# A Qwen3-like chat template: thinking off inserts an empty think block, as Qwen3 does.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\n\n</think>\n\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinyAssets:
+    root: Path
+    model_dir: Path  # model + tokenizer, loadable with from_pretrained
+    train_file: Path  # jsonl: problem, solution, trace, source, num_tokens, answer
+    bench_file: Path  # jsonl: id, problem, answer
+
+
+def cache_root() -> Path:
+    base = os.environ.get("OPSDCTL_CACHE_DIR")
+    if base:
+        return Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "opsdctl"
+
+
+def resolve(location: str, cache_dir: Path | None = None) -> str:
+    """Map `tiny://model|train|bench` to local paths (building them if needed); pass others through."""
+    if not location.startswith("tiny://"):
+        return location
+    what = location[len("tiny://"):]
+    assets = ensure_tiny_assets(cache_dir)
+    paths = {"model": assets.model_dir, "train": assets.train_file, "bench": assets.bench_file}
+    if what not in paths:
+        raise ValueError(f"{location}: unknown tiny asset; use tiny://model, tiny://train or tiny://bench")
+    return str(paths[what])
+
+
+# --- data ---------------------------------------------------------------------------------
+
+
+def _op(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b if op == "-" else a * b
+
+
+def _carry_words(a: int, op: str, b: int) -> str:
+    """A long, step-by-step account of one operation (the `trace` column)."""
+    r = _op(a, op, b)
+    if op == "*":
+        return f"{a} * {b}: {a} added {b} times gives {r}."
+    ones = f"ones {a % 10} {op} {b % 10}"
+    tens = f"tens {a // 10} {op} {b // 10}"
+    return f"{a} {op} {b}: {ones}, {tens}, so {a} {op} {b} = {r}."
+
+
+def make_problem(rng: random.Random, source: str) -> dict:
+    if source == "math":
+        op = rng.choice("+-")
+        a, b = rng.randint(2, 19), rng.randint(1, 9)
+        ans = _op(a, op, b)
+        problem = f"What is {a} {op} {b}?"
+        solution = f"{a} {op} {b} = {ans}. The answer is \\boxed{{{ans}}}."
+        trace = f"We need {a} {op} {b}. {_carry_words(a, op, b)} So the final answer is \\boxed{{{ans}}}."
+    else:
+        op1, op2 = rng.choice("+-"), rng.choice("+-")
+        a, b, c = rng.randint(2, 19), rng.randint(1, 9), rng.randint(1, 9)
+        mid = _op(a, op1, b)
+        ans = _op(mid, op2, c)
+        problem = f"Compute {a} {op1} {b} {op2} {c}."
+        solution = f"{a} {op1} {b} = {mid}. {mid} {op2} {c} = {ans}. The answer is \\boxed{{{ans}}}."
+        trace = (f"First {_carry_words(a, op1, b)} Then {_carry_words(mid, op2, c)} "
+                 f"So the final answer is \\boxed{{{ans}}}.")
+    return {"problem": problem, "solution": solution, "trace": trace, "source": source, "answer": str(ans)}
+
+
+def make_rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    return [make_problem(rng, "math" if rng.random() < 0.4 else "arith") for _ in range(n)]
+
+
+def make_benchmark(n: int = N_BENCH, seed: int = 2024) -> list[dict]:
+    rows = make_rows(n, seed)
+    return [{"id": f"tiny-{i + 1:03d}", "problem": r["problem"], "answer": r["answer"]} for i, r in enumerate(rows)]
+
+
+# --- tokenizer ----------------------------------------------------------------------------
+
+
+def train_tokenizer(texts: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    # Digits one by one: arithmetic is learnable when numbers are spelled digit by digit.
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   padding_side="left", model_max_length=TINY_SHAPE["max_position_embeddings"])
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+# --- model --------------------------------------------------------------------------------
+
+
+def tiny_config(tokenizer):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=len(tokenizer), tie_word_embeddings=True, rope_theta=10000.0,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=None, **TINY_SHAPE)
+
+
+def _sft_examples(rows: list[dict], tokenizer) -> list[tuple[list[int], int]]:
+    """(token ids, prompt length) pairs: student prompts with and without thinking, and teacher
+    prompts holding the solution, so the base model both solves and reads references."""
+    from opsdkit.prompts import chat_prompt, student_text, teacher_text
+
+    out = []
+    for i, r in enumerate(rows):
+        kind = i % 3
+        if kind == 0:
+            prompt = chat_prompt(tokenizer, student_text(r["problem"]), thinking=False)
+            target = r["solution"]
+        elif kind == 1:
+            prompt = chat_prompt(tokenizer, student_text(r["problem"]), thinking=True)
+            target = f"{r['solution'].rsplit(' The answer', 1)[0]}\n</think>\n\nThe answer is \\boxed{{{r['answer']}}}."
+        else:
+            prompt = chat_prompt(tokenizer, teacher_text(r["problem"], solution=r["solution"]), thinking=False)
+            target = r["solution"]
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        t = tokenizer(target + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        out.append((p + t, len(p)))
+    return out
+
+
+def warm_start(model, tokenizer, rows: list[dict], *, steps: int = WARM_START_STEPS, seed: int = 0,
+               log=print) -> list[float]:
+    """A short supervised warm start (loss on the answer tokens only). Returns the loss curve."""
+    import torch
+
+    torch.manual_seed(seed)
+    examples = _sft_examples(rows, tokenizer)
+    rng = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=WARM_START_LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / steps))
+    pad = tokenizer.pad_token_id
+    model.train()
+    losses = []
+    for step in range(steps):
+        batch = rng.sample(examples, WARM_START_BATCH)
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for j, (ids, plen) in enumerate(batch):  # right padding is fine for teacher forcing
+            input_ids[j, : len(ids)] = torch.tensor(ids)
+            labels[j, plen: len(ids)] = torch.tensor(ids[plen:])
+            mask[j, : len(ids)] = 1
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if log and (step + 1) % 40 == 0:
+            log(f"tiny warm start: step {step + 1}/{steps} loss {sum(losses[-40:]) / 40:.3f}")
+    model.eval()
+    return losses
+
+
+# --- build and cache ----------------------------------------------------------------------
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def build_tiny_assets(dest: Path, *, log=print) -> None:
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    t0 = time.time()
+    dest.mkdir(parents=True, exist_ok=True)
+    train_rows = make_rows(N_TRAIN, seed=1)
+    bench = make_benchmark()
+    tokenizer = train_tokenizer([r[k] for r in train_rows for k in ("problem", "solution", "trace")]
+                                + ["Please reason step by step", "reference solution"])
+    for r in train_rows:
+        r["num_tokens"] = len(tokenizer(r["trace"], add_special_tokens=False)["input_ids"])
+    _write_jsonl(dest / "train.jsonl", train_rows)
+    _write_jsonl(dest / "bench.jsonl", bench)
+    torch.manual_seed(0)
+    with torch.random.fork_rng():
+        model = Qwen3ForCausalLM(tiny_config(tokenizer))
+        n_threads = torch.get_num_threads()
+        losses = warm_start(model, tokenizer, train_rows, log=log)
+        torch.set_num_threads(n_threads)
+    model_dir = dest / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    info = {"version": TINY_VERSION, "parameters": sum(p.numel() for p in model.parameters()),
+            "warm_start_final_loss": sum(losses[-20:]) / 20, "seconds": round(time.time() - t0, 1)}
+    (dest / "info.json").write_text(json.dumps(info, indent=1))
+    if log:
+        log(f"tiny assets built in {info['seconds']} s ({info['parameters']} parameters) at {dest}")
+
+
+def ensure_tiny_assets(cache_dir: Path | None = None, *, log=print) -> TinyAssets:
+    """Return the cached tiny assets, building them once (safe across concurrent processes)."""
+    from filelock import FileLock
+
+    root = Path(cache_dir) if cache_dir else cache_root()
+    final = root / f"tiny-v{TINY_VERSION}"
+    assets = TinyAssets(final, final / "model", final / "train.jsonl", final / "bench.jsonl")
+    if (final / "info.json").exists():
+        return assets
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / f"tiny-v{TINY_VERSION}.lock")):
+        if (final / "info.json").exists():
+            return assets
+        tmp = Path(tempfile.mkdtemp(prefix=f".tiny-v{TINY_VERSION}-", dir=root))
+        try:
+            build_tiny_assets(tmp, log=log)
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return assets
+
+
+def build_untrained_tiny(dest: Path, *, seed: int = 0) -> Path:
+    """A tiny model of the same shape and tokenizer with random weights and no warm start
+    (seconds to build): for unit tests that need a real model, not a skilled one."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+
+    dest = Path(dest)
+    rows = make_rows(400, seed=1)
+    tokenizer = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", "trace")])
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(tiny_config(tokenizer))
+    model.save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
