@@ -159,8 +159,13 @@ def worker(
     def report(msg: str) -> None:
         con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(msg)}")
 
-    ran = Worker(cfg, store, drain=drain, report=report).run()
+    w = Worker(cfg, store, drain=drain, report=report)
+    ran = w.run()
     report(f"worker exiting: {ran} chain{'s' if ran != 1 else ''} run")
+    if w.stop:  # stopped by a signal: the conventional 128 + signal number
+        import signal
+
+        raise typer.Exit(128 + signal.Signals[w.stop.reason].value)
 
 
 # --- status -------------------------------------------------------------------------------

@@ -235,6 +235,8 @@ class LocalExecutor:
         how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
         seconds = time.monotonic() - started
         rc = proc.returncode
+        if how == "exited" and self._current_state(chain.id) != State.RUNNING:
+            how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
         leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll())

@@ -5,7 +5,8 @@ writes result.json (schema 1, per-problem counts) or, with --final-only (or FINA
 prints the `FINAL avg@k accuracy: ...` line, like a user's dev_eval.sh. The score depends on the
 seed and on OPSD_CLIP_MODE so comparisons have something to rank.
   FAKE_PROBLEMS (default 6), FAKE_K (default 4), FAKE_EVAL_SECONDS (default 0.01 per problem),
-  FAKE_CHILD=1 (a sleeping child, pid in <out>/child.pid), FAKE_HANG=1 (sleep forever after start),
+  FAKE_CHILD=1 (a sleeping child, pid in <out>/child.pid; FAKE_IGNORE_TERM=1: it ignores SIGTERM),
+  FAKE_HANG=1 (sleep forever after start),
   FAKE_BAD_RESULT=1 (write a malformed result.json).
 Usage: fake_eval.py CHECKPOINT [--output-dir DIR] [--final-only]
 """
@@ -33,7 +34,8 @@ with open(os.path.join(args.checkpoint, "adapter_config.json")) as f:
 
 if os.environ.get("FAKE_CHILD") == "1" and args.output_dir:
     os.makedirs(args.output_dir, exist_ok=True)
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if os.environ.get("FAKE_IGNORE_TERM") == "1" else ""
+    child = subprocess.Popen([sys.executable, "-c", f"import signal, time; {ignore}time.sleep(600)"])
     with open(os.path.join(args.output_dir, "child.pid"), "w") as f:
         f.write(str(child.pid))
 if os.environ.get("FAKE_HANG") == "1":

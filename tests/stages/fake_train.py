@@ -4,7 +4,8 @@ Prints Hugging Face Trainer dict lines and a vLLM rollout line per step, appends
 writes metrics.jsonl + train_result.json (unless FAKE_TRAIN_NO_FILES=1), and leaves a checkpoint
 directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_STEPS (default 4), FAKE_STEP_SECONDS (default 0.01), FAKE_FAIL=1 (exit 3 after step 1),
-  FAKE_CHILD=1 (start a sleeping child process first, writing its pid to <out>/child.pid),
+  FAKE_CHILD=1 (start a sleeping child process first, writing its pid to <out>/child.pid;
+  with FAKE_IGNORE_TERM=1 the child ignores SIGTERM, so only the KILL after the grace stops it),
   FAKE_CHECKPOINT (directory to create instead of <out>/checkpoint-final),
   FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
@@ -31,7 +32,8 @@ lr = float(os.environ.get("OPSD_LEARNING_RATE", "5e-6"))
 clip = os.environ.get("OPSD_CLIP_MODE", "entry")
 
 if os.environ.get("FAKE_CHILD") == "1":
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if os.environ.get("FAKE_IGNORE_TERM") == "1" else ""
+    child = subprocess.Popen([sys.executable, "-c", f"import signal, time; {ignore}time.sleep(600)"])
     with open(os.path.join(out, "child.pid"), "w") as f:
         f.write(str(child.pid))
 

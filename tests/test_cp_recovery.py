@@ -1,0 +1,117 @@
+"""Worker crashes and signals: SIGKILL mid-stage then a new worker (orphans stopped, chain
+interrupted and re-queued, nothing left running); SIGTERM (interrupted, not re-queued);
+one worker per store."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import psutil
+from conftest import pid_alive, wait_for
+
+LONG_TRAIN = {"FAKE_STEPS": "2000", "FAKE_STEP_SECONDS": "0.05", "FAKE_CHILD": "1"}
+
+
+def _train_pids(ws, chain_id: int):
+    rows = ws.sql("select pid, token from stage where chain_id = ? and name = 'train'", chain_id)
+    child = ws.runs / str(chain_id) / "train" / "child.pid"
+    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
+        return None
+    return rows[0][0], int(child.read_text()), rows[0][1]
+
+
+def _token_processes(token: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("OPSDCTL_STAGE_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def test_sigkill_worker_then_new_worker_recovers(ws):
+    ws.run("queue", "baseline")
+    worker = ws.popen("worker", env=LONG_TRAIN)
+    try:
+        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        wait_for(lambda: (ws.runs / "1" / "train" / "progress.jsonl").is_file(), 30, what="training progress")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    # The stage outlives its worker (own session): exactly the orphan that holds GPU memory.
+    assert pid_alive(leader) and pid_alive(child)
+    assert ws.state(1) == "running"
+    st = ws.status()
+    assert st["worker"]["state"] == "dead"
+    assert "re-queues" in st["chains"][0]["note"]
+
+    out = ws.run("worker", "--drain")
+    assert "interrupted" in out.stdout and "re-queued as chain 2" in out.stdout
+    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    chains = ws.chains()
+    assert chains[1]["state"] == "interrupted"
+    reason = chains[1]["reason"]
+    assert f"worker (pid {worker.pid}) died during train" in reason
+    # sh (the leader, when it does not exec), the trainer and its child
+    assert int(re.search(r"stopped (\d+) orphaned stage processes", reason).group(1)) >= 2
+    assert chains[2]["state"] == "succeeded" and chains[2]["requeued_from"] == 1
+    assert chains[2]["seed"] == chains[1]["seed"]
+    assert ws.sql("select count(*) from chain where state = 'running'") == [(0,)]
+    assert ws.sql("select state from stage where chain_id = 1") == [("interrupted",)]
+
+
+def test_worker_found_dead_with_its_stage_gone(ws):
+    """The group is already gone: no kill, still interrupted + re-queued."""
+    ws.run("queue", "baseline")
+    worker = ws.popen("worker", env=LONG_TRAIN)
+    try:
+        leader, child, _ = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    os.killpg(leader, signal.SIGKILL)  # the machine "lost" the whole stage (its group id is the leader's pid)
+    wait_for(lambda: not pid_alive(leader) and not pid_alive(child), 10, what="the stage to die")
+    ws.run("worker", "--drain")
+    chains = ws.chains()
+    assert chains[1]["state"] == "interrupted" and "stage processes were gone" in chains[1]["reason"]
+    assert chains[2]["state"] == "succeeded" and chains[2]["requeued_from"] == 1
+
+
+def test_one_worker_per_store_and_sigterm_interrupts(ws):
+    ws.run("queue", "baseline")
+    worker = ws.popen("worker", env=LONG_TRAIN)
+    try:
+        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        second = ws.run("worker", "--drain", check=False)
+        assert second.returncode == 3
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"pid {worker.pid}" in lines[0] and "another worker" in lines[0]
+        assert ws.state(1) == "running"  # the refused worker touched nothing
+
+        worker.send_signal(signal.SIGTERM)
+        rc = worker.wait(timeout=60)
+        output = worker.stdout.read()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert rc == 128 + signal.SIGTERM, output
+    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    chains = ws.chains()
+    assert set(chains) == {1}  # not re-queued: the user stopped it
+    assert chains[1]["state"] == "interrupted" and "SIGTERM" in chains[1]["reason"]
+    assert ws.status()["worker"]["state"] == "stopped"
+    # a later worker does not run it again ...
+    ws.run("worker", "--drain")
+    assert set(ws.chains()) == {1}
+    # ... unless asked
+    ws.run("requeue", "1")
+    ws.run("worker", "--drain")
+    assert ws.chains()[2]["state"] == "succeeded"
