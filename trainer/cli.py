@@ -1,0 +1,211 @@
+"""Command line -> one validated TrainConfig, before anything heavy is imported or loaded.
+
+Knobs are validated by opsdctl.knobs (the single source of truth), again here, so a recipe
+written by hand is refused exactly as opsdctl would refuse it: one line on stderr, exit 2.
+
+Hyper-parameters: --recipe JSON (opsdctl's resolved recipe) or --recipe-env (the official
+KEY=VALUE file); keys a recipe.env leaves out take the released defaults.
+Method knobs, per key, first found wins: --recipe JSON [method] > --method-defaults TOML
+[method] > trainer/method_defaults.toml (if present: the code's defaults for an official
+re-run) > opsdctl.knobs.METHOD_KNOBS defaults. OPSD_* environment variables are deliberately not
+read: the official re-training does not set them.
+Budget knobs come from the profile (--model, --dataset, --max-steps ... override it for tests
+and benchmarks), never from a recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from opsdctl import knobs
+from opsdctl.errors import EXIT_USER_ERROR, UserError
+from opsdctl.profiles import PROFILES, Profile, get_profile, with_overrides
+
+CODE_METHOD_DEFAULTS = Path(__file__).with_name("method_defaults.toml")
+
+
+@dataclass
+class TrainConfig:
+    profile: Profile
+    hparams: dict
+    method: dict
+    seed: int
+    output_dir: Path
+    recipe_name: str = "unnamed"
+    recipe_hash: str | None = None
+    sources: dict = field(default_factory=dict)  # knob -> where its value came from
+    rollout_backend: str = "auto"  # auto | hf | vllm
+    loss_chunk_size: int = 512
+    columns: dict = field(default_factory=dict)  # role -> explicit column name
+    notes: list = field(default_factory=list)  # lines for the log
+
+    @property
+    def max_completion_length(self) -> int:
+        cap = self.profile.completion_length_cap
+        n = self.hparams["max_completion_length"]
+        return min(n, cap) if cap else n
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["output_dir"] = str(self.output_dir)
+        d["effective_max_completion_length"] = self.max_completion_length
+        return d
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's default prints the whole usage)
+        raise UserError(f"python -m trainer: {message}; see python -m trainer --help")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m trainer", description="On-Policy Self-Distillation trainer (LoRA).")
+    p.add_argument("--profile", required=True, help=f"fixed setting: {', '.join(PROFILES)}")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--recipe", type=Path, help="resolved recipe JSON written by opsdctl")
+    src.add_argument("--recipe-env", type=Path, help="official recipe.env (whitelisted KEY=VALUE lines)")
+    p.add_argument("--method-defaults", type=Path, help="[method] TOML (opsdctl export-recipe --method-defaults)")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--output-dir", type=Path, required=True)
+    g = p.add_argument_group("profile overrides (tests, benchmarks)")
+    g.add_argument("--model")
+    g.add_argument("--dataset")
+    g.add_argument("--max-steps", type=int)
+    g.add_argument("--per-device-batch", type=int)
+    g.add_argument("--grad-accum", type=int)
+    g.add_argument("--save-steps", type=int)
+    g.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--rollout-backend", choices=("auto", "hf", "vllm"), default="auto")
+    p.add_argument("--loss-chunk-size", type=int, default=512, help="completion positions per loss chunk")
+    for role in ("problem", "solution", "trace", "source", "length"):
+        p.add_argument(f"--{role}-column", help=f"dataset column holding the {role}")
+    return p
+
+
+def read_json_recipe(path: Path) -> tuple[dict, dict, dict]:
+    """(hparams, method, meta) of opsdctl's resolved recipe JSON."""
+    where = str(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{where}: recipe file not found; pass the {{recipe_json}} file opsdctl wrote") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{where}:{exc.lineno}: not valid JSON ({exc.msg}); pass opsdctl's resolved recipe") from None
+    if not isinstance(data, dict) or not isinstance(data.get("hparams"), dict):
+        raise UserError(f"{where}: no \"hparams\" table; expected {{\"name\", \"hash\", \"hparams\": {{...}}, \"method\": {{...}}}}")
+    method = data.get("method") or {}
+    if not isinstance(method, dict):
+        raise UserError(f"{where}: \"method\" must be a table of method knobs")
+    hparams = knobs.check_hparams(data["hparams"], f"{where}: hparams")
+    method = knobs.check_method(method, f"{where}: method")
+    meta = {"name": data.get("name") or path.stem, "hash": data.get("hash")}
+    return hparams, method, meta
+
+
+def read_method_toml(path: Path) -> dict:
+    import tomllib
+
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{where}: method defaults file not found; write it with "
+                        "opsdctl export-recipe --method-defaults PATH") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{where}: not valid TOML ({' '.join(str(exc).split())})") from None
+    extra = [k for k in data if k != "method"]
+    if extra:
+        raise UserError(f"{where}: {extra[0]}: only a [method] table belongs in a method-defaults file; remove it")
+    table = data.get("method", {})
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: method must be a [method] table")
+    return knobs.check_method(table, f"{where}: [method]")
+
+
+def _positive(name: str, value, lo_open: float = 0.0, hi: float | None = None):
+    if value is None:
+        return
+    if value <= lo_open or (hi is not None and value > hi):
+        rule = f"> {lo_open:g}" + (f" and <= {hi:g}" if hi is not None else "")
+        raise UserError(f"--{name} {value}: must be {rule}")
+
+
+def resolve(argv: list[str] | None = None) -> TrainConfig:
+    args = parser().parse_args(argv)
+    profile = get_profile(args.profile, "--profile")
+    for name in ("max-steps", "per-device-batch", "grad-accum", "save-steps", "loss-chunk-size"):
+        _positive(name, getattr(args, name.replace("-", "_")))
+    _positive("gpu-memory-utilization", args.gpu_memory_utilization, 0.0, 1.0)
+    profile = with_overrides(profile, model=args.model, dataset=args.dataset, max_steps=args.max_steps,
+                             per_device_train_batch_size=args.per_device_batch,
+                             gradient_accumulation_steps=args.grad_accum, save_steps=args.save_steps,
+                             gpu_memory_utilization=args.gpu_memory_utilization)
+    sources: dict[str, str] = {}
+    notes: list[str] = []
+    meta = {"name": None, "hash": None}
+    if args.recipe is not None:
+        given, json_method, meta = read_json_recipe(args.recipe)
+        origin = str(args.recipe)
+    else:
+        where = str(args.recipe_env)
+        try:
+            text = args.recipe_env.read_text()
+        except FileNotFoundError:
+            raise UserError(f"{where}: recipe.env not found; write it with opsdctl export-recipe") from None
+        given, json_method = knobs.parse_recipe_env(text, where), {}
+        meta["name"] = args.recipe_env.stem
+        origin = where
+    hparams = knobs.default_hparams()
+    hparams.update(given)
+    for k in hparams:
+        sources[k] = origin if k in given else "released default"
+    missing = [k for k in knobs.HPARAMS if k not in given]
+    if missing:
+        notes.append(f"{origin}: {len(missing)} keys unset, released defaults used: {', '.join(missing)}")
+    knobs.check_invariants(hparams, origin)
+
+    method = knobs.default_method()
+    for k in method:
+        sources[k] = "code default (opsdctl.knobs)"
+    layers = []
+    if CODE_METHOD_DEFAULTS.exists():
+        layers.append((str(CODE_METHOD_DEFAULTS), read_method_toml(CODE_METHOD_DEFAULTS)))
+    if args.method_defaults is not None:
+        layers.append((str(args.method_defaults), read_method_toml(args.method_defaults)))
+    layers.append((origin, json_method))
+    for where, table in layers:  # lowest precedence first
+        for k, v in table.items():
+            method[k] = v
+            sources[k] = where
+
+    cfg = TrainConfig(profile=profile, hparams=hparams, method=method, seed=args.seed,
+                      output_dir=args.output_dir, recipe_name=meta["name"] or "unnamed",
+                      recipe_hash=meta["hash"], sources=sources, rollout_backend=args.rollout_backend,
+                      loss_chunk_size=args.loss_chunk_size,
+                      columns={r: c for r, c in (("problem", args.problem_column),
+                                                 ("solution", args.solution_column),
+                                                 ("trace", args.trace_column), ("source", args.source_column),
+                                                 ("num_tokens", args.length_column)) if c},
+                      notes=notes)
+    if cfg.max_completion_length != hparams["max_completion_length"]:
+        notes.append(f"profile {profile.name}: max_completion_length {hparams['max_completion_length']} capped "
+                     f"to {cfg.max_completion_length} (completion_length_cap)")
+    if hparams["lr_scheduler_type"] == "constant" and hparams["warmup_ratio"] > 0:
+        notes.append("lr_scheduler_type=constant ignores warmup_ratio (as transformers does); "
+                     "use constant_with_warmup to warm up")
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = resolve(argv)
+        from trainer.train import run  # heavy imports only after the inputs are known good
+
+        run(cfg)
+    except UserError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        return EXIT_USER_ERROR
+    return 0

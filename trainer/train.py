@@ -1,0 +1,277 @@
+"""The OPSD training loop (accelerate for processes and devices; PEFT LoRA; AdamW).
+
+One optimizer step, on every process:
+1. take this process's rows of the global batch (per-device batch x gradient accumulation);
+2. on-policy step (probability lmbda, seeded per step, the same on every process): the student
+   samples completions through the rollout backend; otherwise the dataset solution is the
+   completion. reason_first: the model first writes a rationale for each reference solution;
+3. for each micro-batch: teacher hidden states (no grad) and student hidden states at the
+   completion positions, then the chunked loss, normalised by the step's completion tokens
+   (all processes), backward;
+4. gradients of the LoRA weights averaged over processes, clipped (max_grad_norm), AdamW step,
+   scheduler step, EMA teacher update;
+5. rank 0 writes metrics/progress/HF-style lines, and checkpoints at save_steps.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass
+
+import torch
+
+from trainer import checkpoint, data, prompting
+from trainer.batch import build
+from trainer.cli import TrainConfig
+from trainer.loss import LossSpec, chunked_loss
+from trainer.metrics import RunLog, peak_memory_mib
+from trainer.model import backbone_and_head, completion_hidden, lora_config, trainable_parameters, wrap_with_lora
+from trainer.optim import clip_gradients, lr_curve, make_optimizer, make_scheduler
+from trainer.rollout import HFGenerateBackend, SamplingSpec, choose_backend
+from trainer.teacher import add_ema_adapter, as_teacher, ema_update, teacher_mode
+
+MAX_PROMPT_TOKENS = 4096  # vLLM max_model_len headroom for prompts (student and rationale)
+
+
+def is_on_policy(seed: int, step: int, lmbda: float) -> bool:
+    """Whether optimizer step `step` (1-based) trains on the student's own samples."""
+    if lmbda >= 1.0:
+        return True
+    if lmbda <= 0.0:
+        return False
+    return random.Random(f"opsd-lmbda-{seed}-{step}").random() < lmbda
+
+
+def rollout_seed(seed: int, step: int, process_index: int, salt: int = 0) -> int:
+    return (seed * 1_000_003 + step * 7919 + process_index * 104_729 + salt) % (2**31 - 1)
+
+
+@dataclass
+class StepBatch:
+    rows: list  # data.Row per example, this process
+    student: list[list[int]]  # prompt ids
+    teacher: list[list[int]]
+    completions: list[list[int]]
+
+
+class OPSDTrainer:
+    def __init__(self, cfg: TrainConfig, *, backend=None, accelerator=None, log: RunLog | None = None):
+        from accelerate import Accelerator
+
+        self.cfg = cfg
+        self.hp = cfg.hparams
+        self.method = cfg.method
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.device = self.acc.device
+        self.P = self.acc.num_processes
+        self.rank = self.acc.process_index
+        prof = cfg.profile
+        self.B = prof.per_device_train_batch_size
+        self.GA = prof.gradient_accumulation_steps
+        self.max_steps = prof.max_steps
+        self.log = log or RunLog(cfg.output_dir, self.max_steps, enabled=self.acc.is_main_process)
+        for note in cfg.notes:
+            self.log.info(note)
+
+        # data first: a bad dataset or selection fails before any model loads
+        self.selection = data.load_selection(prof.dataset, self.method["data_select"], cfg.columns)
+        self.log.info(f"data {prof.dataset}: {self.selection.note}; columns "
+                      + ", ".join(f"{r}={c}" for r, c in self.selection.columns.items() if c))
+        self.stream = data.RowStream(self.selection.rows, cfg.seed)
+
+        from opsdkit.modeling import load_model, load_tokenizer, stop_token_ids
+
+        cuda = self.device.type == "cuda"
+        self.tokenizer = load_tokenizer(prof.model, padding_side="left")
+        base = load_model(prof.model, dtype=torch.bfloat16 if cuda else torch.float32, device=self.device)
+        self.stop_ids = stop_token_ids(self.tokenizer, base)
+        self.pad_id = self.tokenizer.pad_token_id
+        self.eos_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if not isinstance(self.eos_id, int) or self.eos_id == self.tokenizer.unk_token_id:
+            self.eos_id = self.tokenizer.eos_token_id
+        self.model = wrap_with_lora(base, self.hp, cfg.seed, gradient_checkpointing=cuda)
+        self.teacher = teacher_mode(self.hp)
+        if self.teacher == "ema":
+            add_ema_adapter(self.model, lora_config(self.hp))
+        self.model.train()
+        self.params = trainable_parameters(self.model)
+        self.optimizer = make_optimizer(self.params, self.hp)
+        self.scheduler = make_scheduler(self.optimizer, self.hp, self.max_steps)
+        self.loss_spec = LossSpec.from_knobs(self.hp, self.method)
+        self.max_new = cfg.max_completion_length
+        self.sampling = SamplingSpec.from_knobs(self.hp, self.max_new)
+        self.backend = backend or self._make_backend()
+        self.log.info(f"teacher={self.teacher} rollout={self.backend.name} processes={self.P} "
+                      f"batch={self.B}x{self.GA}x{self.P} steps={self.max_steps} "
+                      f"max_completion_length={self.max_new} trainable={sum(p.numel() for p in self.params)}")
+
+    def _make_backend(self):
+        kind = choose_backend(self.cfg.rollout_backend)
+        if kind == "vllm":
+            from opsdkit.tiny import resolve
+            from trainer.rollout import VLLMColocatedBackend
+
+            return VLLMColocatedBackend(resolve(self.cfg.profile.model),
+                                        gpu_memory_utilization=self.cfg.profile.gpu_memory_utilization,
+                                        max_model_len=MAX_PROMPT_TOKENS + self.max_new, stop_ids=self.stop_ids,
+                                        seed=self.cfg.seed, process_index=self.rank)
+        return HFGenerateBackend(self.model, self.stop_ids, self.pad_id, batch_size=self.B)
+
+    # --- one step ---------------------------------------------------------------------------
+
+    def _my_rows(self) -> list[list]:
+        g = self.stream.take(self.B * self.GA * self.P)
+        return [g[(m * self.P + self.rank) * self.B: (m * self.P + self.rank + 1) * self.B] for m in range(self.GA)]
+
+    def _generate(self, prompts: list[list[int]], spec: SamplingSpec) -> tuple[list[list[int]], float]:
+        t0 = time.perf_counter()
+        out = self.backend.generate(prompts, spec)
+        dt = time.perf_counter() - t0
+        tokens = sum(len(c) for c in out)
+        self.log.info(f"{self.backend.name} generation done - elapsed time: {dt:.2f}s, prompts: {len(prompts)}, "
+                      f"total tokens: {tokens}, avg length: {tokens / max(1, len(out)):.1f}, "
+                      f"speed: {tokens / max(dt, 1e-9):.1f} tok/s")
+        return out, dt
+
+    def prepare(self, step: int, micro_rows: list[list], on_policy: bool) -> tuple[list[StepBatch], float]:
+        """Prompts and completions of every micro-batch of a step; returns the rollout seconds."""
+        tok, hp, method = self.tokenizer, self.hp, self.method
+        flat = [r for rows in micro_rows for r in rows]
+        student = prompting.encode(tok, [prompting.student_prompt(tok, r, hp, method) for r in flat])
+        rollout_s = 0.0
+        if on_policy or hp["reason_first"]:
+            t0 = time.perf_counter()
+            self.backend.sync_weights(self.model)
+            rollout_s += time.perf_counter() - t0
+        if on_policy:
+            spec = self.sampling.with_seed(rollout_seed(self.cfg.seed, step, self.rank))
+            completions, dt = self._generate(student, spec)
+            rollout_s += dt
+        else:
+            sols = prompting.encode(tok, [r.solution.strip() for r in flat])
+            completions = [(s + [self.eos_id])[: self.max_new] for s in sols]
+        rationales = [None] * len(flat)
+        if hp["reason_first"]:
+            spec = self.sampling.with_seed(rollout_seed(self.cfg.seed, step, self.rank, salt=1))
+            spec = SamplingSpec(spec.temperature, spec.top_p, spec.top_k,
+                                min(prompting.RATIONALE_MAX_TOKENS, self.max_new), seed=spec.seed)
+            ids, dt = self._generate(prompting.encode(tok, [prompting.rationale_prompt(tok, r) for r in flat]), spec)
+            rollout_s += dt
+            rationales = [tok.decode(x, skip_special_tokens=True).strip() for x in ids]
+        teacher = prompting.encode(tok, [prompting.teacher_prompt(tok, r, hp, method, rationale=q)
+                                         for r, q in zip(flat, rationales)])
+        out, i = [], 0
+        for rows in micro_rows:
+            j = i + len(rows)
+            out.append(StepBatch(rows, student[i:j], teacher[i:j], completions[i:j]))
+            i = j
+        return out, rollout_s
+
+    def micro_loss(self, mb: StepBatch, normalizer: float):
+        s_batch = build(mb.student, mb.completions, self.pad_id).to(self.device)
+        t_batch = build(mb.teacher, mb.completions, self.pad_id).to(self.device)
+        with as_teacher(self.model, self.teacher):
+            h_t = completion_hidden(self.model, t_batch)
+        h_s = completion_hidden(self.model, s_batch)
+        _, head = backbone_and_head(self.model)
+        tokens = s_batch.completion_ids[s_batch.completion_mask]
+        return chunked_loss(h_s, h_t, head, tokens, self.loss_spec, normalizer=normalizer,
+                            chunk_size=self.cfg.loss_chunk_size)
+
+    def _sum(self, values: list[float]) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        if self.P > 1:
+            t = self.acc.reduce(t, reduction="sum")
+        return t.tolist()
+
+    def _average_gradients(self) -> None:
+        if self.P == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1).float() for g in grads])
+        torch.distributed.all_reduce(flat)
+        flat /= self.P
+        i = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[i: i + n].view_as(p).to(p.dtype)
+            i += n
+
+    def train_step(self, step: int) -> dict:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        t0 = time.perf_counter()
+        on_policy = is_on_policy(self.cfg.seed, step, self.hp["lmbda"])
+        batches, rollout_s = self.prepare(step, self._my_rows(), on_policy)
+        n_local = sum(len(c) for mb in batches for c in mb.completions)
+        (n_global,) = self._sum([n_local])
+        normalizer = max(1.0, n_global / self.P)  # grads are averaged over processes afterwards
+        self.model.train()
+        loss_sum = kl_sum = clipped = 0.0
+        for mb in batches:
+            out = self.micro_loss(mb, normalizer)
+            out.loss.backward()
+            loss_sum += out.loss_sum
+            kl_sum += out.kl_sum
+            clipped += out.clipped
+        self._average_gradients()
+        grad_norm, grad_norm_clipped = clip_gradients(self.params, self.hp["max_grad_norm"])
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.teacher == "ema":
+            ema_update(self.model, self.hp["ema_decay"])
+        loss_sum, kl_sum, clipped, rows = self._sum([loss_sum, kl_sum, clipped,
+                                                     sum(len(mb.completions) for mb in batches)])
+        step_s = time.perf_counter() - t0
+        n = max(1.0, n_global)
+        return {
+            "step": step, "loss": loss_sum / n, "grad_norm": grad_norm, "grad_norm_clipped": grad_norm_clipped,
+            "learning_rate": lr, "kl": kl_sum / n, "frac_clipped": clipped / n,
+            "completion_length": n_global / max(1.0, rows), "rollout_seconds": rollout_s,
+            "step_seconds": step_s, "tokens_per_second": n_global / step_s if step_s > 0 else 0.0,
+            "peak_memory_mib": peak_memory_mib(self.device), "on_policy": on_policy,
+        }
+
+    # --- the run --------------------------------------------------------------------------
+
+    def save(self, name: str, step: int) -> None:
+        if self.acc.is_main_process:
+            checkpoint.save_adapter(self.model, self.cfg.output_dir, name,
+                                    info={"step": step, "recipe": self.cfg.recipe_name, "hash": self.cfg.recipe_hash,
+                                          "seed": self.cfg.seed, "base_model": self.cfg.profile.model})
+        self.acc.wait_for_everyone()
+
+    def train(self) -> dict:
+        cfg = self.cfg
+        if self.acc.is_main_process:
+            cfg.output_dir.mkdir(parents=True, exist_ok=True)
+            (cfg.output_dir / "train_config.json").write_text(json.dumps(
+                {**cfg.to_dict(), "lr_curve_head": lr_curve(self.hp, self.max_steps)[:5],
+                 "rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
+                 "data_note": self.selection.note}, indent=1, default=str) + "\n")
+        t0 = time.perf_counter()
+        saved = set()
+        for step in range(1, self.max_steps + 1):
+            record = self.train_step(step)
+            self.log.step(record, self.stream.epoch)
+            if step % cfg.profile.save_steps == 0 or step == self.max_steps:
+                self.save(f"checkpoint-{step}", step)
+                saved.add(step)
+        self.save("checkpoint-final", self.max_steps)
+        runtime = time.perf_counter() - t0
+        extra = {"rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
+                 "data_select": self.method["data_select"], "max_completion_length": self.max_new,
+                 "teacher": self.teacher, "rollout_backend": self.backend.name, "num_processes": self.P,
+                 "recipe": cfg.recipe_name, "recipe_hash": cfg.recipe_hash, "seed": cfg.seed,
+                 "checkpoints": [f"checkpoint-{s}" for s in sorted(saved)] + ["checkpoint-final"]}
+        result = self.log.finish(runtime=runtime, samples=self.stream.consumed, epoch=self.stream.epoch, extra=extra)
+        self.backend.close()
+        return result
+
+
+def run(cfg: TrainConfig) -> dict:
+    return OPSDTrainer(cfg).train()
