@@ -76,6 +76,7 @@ def check_template(template: str, allowed: tuple[str, ...], where: str) -> None:
             raise UserError(
                 f"{where}: unknown placeholder {{{name}}}{hint}; known: "
                 + ", ".join("{" + p + "}" for p in allowed)
+                + "; write {{ and }} for literal braces"
             )
 
 

@@ -7,7 +7,8 @@ seed and on OPSD_CLIP_MODE so comparisons have something to rank.
   FAKE_PROBLEMS (default 6), FAKE_K (default 4), FAKE_EVAL_SECONDS (default 0.01 per problem),
   FAKE_CHILD=1 (a sleeping child, pid in <out>/child.pid; FAKE_IGNORE_TERM=1: it ignores SIGTERM),
   FAKE_HANG=1 (sleep forever after start),
-  FAKE_BAD_RESULT=1 (write a malformed result.json).
+  FAKE_BAD_RESULT=1 (write a malformed result.json),
+  FAKE_LOOK=1 (at half the problems, a progress.jsonl record with per-problem counts, as at a look k).
 Usage: fake_eval.py CHECKPOINT [--output-dir DIR] [--final-only]
 """
 
@@ -52,6 +53,12 @@ for i in range(n):
     p_true = min(1.0, 0.3 + 0.1 * (i % 4) + bonus)
     correct = sum(rng.random() < p_true for _ in range(k))
     problems.append({"id": f"P-{i + 1}", "correct": correct, "samples": k, "mean_tokens": 100.0 + i})
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        with open(os.path.join(args.output_dir, "progress.jsonl"), "a") as prog:
+            prog.write(json.dumps({"done": i + 1, "total": n}) + "\n")
+            if os.environ.get("FAKE_LOOK") == "1" and i + 1 == n // 2:
+                prog.write(json.dumps({"done": i + 1, "total": n, "look_k": k, "problems": problems}) + "\n")
     pct = int(100 * (i + 1) / n)
     print(f"\rProcessed prompts: {pct:3d}%|{'#' * (pct // 10):<10}| {i + 1}/{n} [00:0{i}<00:01, 1.00it/s]",
           end="", flush=True)
