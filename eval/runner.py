@@ -1,0 +1,322 @@
+"""The parent process of an evaluation: plan, start workers, collect, record, summarise.
+
+The parent never imports torch for the HF backend (workers do); it owns the output dir:
+every sample a worker finishes is appended to samples.jsonl at once, so a crash loses only
+the samples in flight, and a re-run skips what is there. Micro-batches are fed lazily to one
+shared queue (a worker never idles while work remains); which worker computes a batch does
+not change its numbers (plan.py).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from eval import plan as planmod
+from eval import records
+from eval.benchmark import Problem
+from eval.settings import EvalSettings
+
+PROGRESS_EVERY_S = 0.25  # progress.jsonl: at most 4 lines a second
+BAR_EVERY_S = 0.5  # the human progress bar on stderr (tty); 5 s when it goes to a log
+MERGED_DIR = "merged-model"
+JOIN_S = 10.0
+
+
+@dataclass
+class RunOptions:
+    output_dir: Path
+    devices: list[str]  # CUDA_VISIBLE_DEVICES value per device; [] = CPU
+    workers_per_device: int = 1  # on the CPU: the number of workers
+    threads: int = 1  # torch threads per worker (fixed, so numbers do not depend on the worker count)
+    dispatch: str = "dynamic"  # "dynamic" (shared queue) | "round-robin" (fixed shards; benchmarks)
+    ignore_eos: bool = False  # benchmarks: force lengths
+    item_max_new: Optional[Callable[[str, int], int]] = None  # benchmarks: per-item length
+    quiet: bool = False
+    log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
+
+
+class EvalFailed(RuntimeError):
+    """A worker died or raised; what was finished is kept in samples.jsonl."""
+
+
+def _worker_plan(opts: RunOptions) -> list[str]:
+    if not opts.devices:
+        return ["cpu"] * opts.workers_per_device
+    return [d for d in opts.devices for _ in range(opts.workers_per_device)]
+
+
+def _prepare_vllm_model(settings: EvalSettings, out: Path, log) -> str:
+    """vLLM loads weights from disk: merge the adapter once (fp32 math, out of place) into a
+    model dir inside the output dir; the engines all read it."""
+    if not settings.adapter:
+        from opsdkit.tiny import resolve
+
+        return resolve(settings.model)
+    from opsdkit.modeling import load_model, load_tokenizer, merge_adapter_into
+
+    import torch
+
+    dest = out / MERGED_DIR
+    shutil.rmtree(dest, ignore_errors=True)
+    log(f"merging adapter {settings.adapter} into {settings.model} -> {dest}")
+    model = load_model(settings.model, dtype=getattr(torch, settings.dtype))
+    merge_adapter_into(model, settings.adapter)
+    model.save_pretrained(dest)
+    load_tokenizer(settings.model).save_pretrained(dest)
+    del model
+    return str(dest)
+
+
+class _Bar:
+    def __init__(self, total: int, start_done: int, quiet: bool):
+        self.total, self.start_done, self.quiet = total, start_done, quiet
+        self.tty = sys.stderr.isatty()
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def show(self, done: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.quiet or (not force and now - self.last < (BAR_EVERY_S if self.tty else 5.0)):
+            return
+        self.last = now
+        el = now - self.t0
+        rate = (done - self.start_done) / el if el > 0 else 0.0
+        left = (self.total - done) / rate if rate > 0 else 0.0
+        pct = int(100 * done / self.total) if self.total else 100
+        bar = "#" * (pct // 10)
+        fmt = lambda s: f"{int(s) // 60:02d}:{int(s) % 60:02d}"  # noqa: E731
+        line = f"Processed prompts: {pct:3d}%|{bar:<10}| {done}/{self.total} [{fmt(el)}<{fmt(left)}, {rate:.2f}it/s]"
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty and not self.quiet:
+            print(file=sys.stderr, flush=True)
+
+
+def run(settings: EvalSettings, problems: list[Problem], opts: RunOptions) -> dict:
+    """Evaluate (or resume) into opts.output_dir; returns the result document (also written)."""
+    t_start = time.time()
+    out = Path(opts.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings_file = out / "settings.json"
+    if not settings_file.exists():
+        records.write_json_atomic(settings_file, settings.to_dict())
+    problems = problems[: settings.num_problems]
+    ids = [p.id for p in problems]
+    k = settings.k
+    samples_file, progress_file = out / "samples.jsonl", out / "progress.jsonl"
+
+    recs, _ = records.read_samples(samples_file)
+    done = records.done_map(recs, set(ids), k)
+    resumed = len(done)
+    total = len(ids) * k
+    index = {pid: i for i, pid in enumerate(ids)}
+
+    all_batches = planmod.make_batches(ids, k, settings.seed, settings.batch_size)
+    todo = [b for b in all_batches if any((b.problem_id, s) not in done for s in b.samples)]
+    dispatcher = planmod.Dispatcher(todo, proxy=[float(len(p.problem)) for p in problems])
+    for (pid, _s), r in done.items():
+        if isinstance(r.get("n_tokens"), (int, float)):
+            dispatcher.record(index[pid], int(r["n_tokens"]))
+
+    looks_pending = [lk for lk in planmod.look_points(k) if lk not in records.looks_written(progress_file)]
+    below = {lk: [sum(1 for s in range(lk) if (pid, s) in done) for pid in ids] for lk in looks_pending}
+
+    def write_looks(done_now: int) -> None:
+        for lk in list(looks_pending):
+            if all(c >= lk for c in below[lk]):
+                probs = records.summarize(ids, done, k=k, below=lk)
+                records.append_line(progress_file, {
+                    "done": done_now, "total": total, "look_k": lk,
+                    "problems": [{"id": p["id"], "correct": p["correct"], "samples": p["samples"]} for p in probs]})
+                looks_pending.remove(lk)
+
+    worker_stats: dict[int, dict] = {}
+    merged_dir: Optional[Path] = None
+    bar = _Bar(total, resumed, opts.quiet)
+    timing: dict = {}
+    if todo:
+        opts.log(f"eval: {len(ids)} problems x {k} samples, {resumed} already in {samples_file.name}, "
+                 f"{len(todo)} micro-batches to run on {len(_worker_plan(opts))} worker(s) ({settings.backend})")
+        log_file = records.SampleLog(samples_file)
+        model_path = settings.model
+        try:
+            if settings.backend == "vllm":
+                model_path = _prepare_vllm_model(settings, out, opts.log)
+                merged_dir = out / MERGED_DIR if settings.adapter else None
+            records.append_line(progress_file, {"done": len(done), "total": total})
+            write_looks(len(done))
+            timing = _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file,
+                              progress_file, total, write_looks, worker_stats, bar)
+        finally:
+            log_file.close()
+            bar.close()
+            if merged_dir is not None:
+                shutil.rmtree(merged_dir, ignore_errors=True)
+    else:
+        write_looks(len(done))
+
+    missing = total - sum(1 for pid in ids for s in range(k) if (pid, s) in done)
+    if missing:
+        raise EvalFailed(f"{missing} samples missing after the run; rerun the same command to resume")
+    probs = records.summarize(ids, done, k=k)
+    records.append_line(progress_file, {"done": total, "total": total})
+    busy = [w["busy_seconds"] for w in worker_stats.values()]
+    seconds = round(time.time() - t_start, 2)
+    doc = {
+        "schema": records.SCHEMA,
+        "k": k,
+        "avg_at_k": round(records.avg_at_k(probs), 6),
+        "n_problems": len(probs),
+        "problems": probs,
+        "partial": settings.partial,
+        "seconds": seconds,
+        "n_correct": sum(p["correct"] for p in probs),
+        "n_samples": sum(p["samples"] for p in probs),
+        "model": settings.model,
+        "adapter": settings.adapter,
+        "benchmark": settings.benchmark,
+        "settings": settings.to_dict(),
+        "resumed_samples": resumed,
+        "dispatch": opts.dispatch,
+        "workers": [worker_stats[w] for w in sorted(worker_stats)],
+        "imbalance": round(max(busy) / (sum(busy) / len(busy)), 4) if busy and sum(busy) > 0 else None,
+        "generation_seconds": timing.get("generation_seconds"),
+        "samples_per_second": timing.get("samples_per_second"),
+    }
+    records.write_json_atomic(out / "result.json", doc)
+    return doc
+
+
+def _on_term(*_):
+    raise SystemExit(143)
+
+
+def _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file, progress_file,
+             total, write_looks, worker_stats, bar) -> dict:
+    """Run the workers until every batch is done; returns generation timing."""
+    from eval.worker import worker_main
+
+    ctx = mp.get_context("spawn")
+    devices = _worker_plan(opts)
+    n = len(devices)
+    spec = {
+        "backend": settings.backend, "model": model_path, "dtype": settings.dtype,
+        "adapter": settings.adapter if settings.backend == "hf" else None,
+        "sampling": settings.sampling(), "threads": opts.threads, "ignore_eos": opts.ignore_eos,
+        "backend_options": settings.backend_options,
+        "rows_per_batch": max(len(b.samples) for b in dispatcher.batches),
+        "problems": [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in problems],
+    }
+    results = ctx.Queue()
+    shared = ctx.Queue() if opts.dispatch == "dynamic" else None
+    own = [ctx.Queue() for _ in range(n)] if shared is None else None
+
+    def task_of(b: planmod.Batch) -> dict:
+        max_new = [opts.item_max_new(b.problem_id, s) for s in b.samples] if opts.item_max_new else None
+        return {"bid": b.bid, "problem": b.problem, "samples": list(b.samples), "seeds": list(b.seeds),
+                "max_new": max_new}
+
+    procs = []
+    for wid, dev in enumerate(devices):
+        p = ctx.Process(target=worker_main, name=f"eval-worker-{wid}",
+                        args=(wid, {**spec, "device": dev}, shared if shared is not None else own[wid], results,
+                              os.getpid()))
+        p.start()
+        procs.append(p)
+
+    # SIGTERM (opsdctl cancel, timeouts): unwind through `finally` so workers are stopped.
+    old_term = signal.signal(signal.SIGTERM, _on_term)
+    outstanding = 0
+    exited: set[int] = set()
+    slots = 1 if settings.backend == "hf" else max(1, settings.backend_options.get("max_num_seqs", 64)
+                                                   // spec["rows_per_batch"])
+    busy_cap = n * (slots + 1)  # in flight + one queued per worker
+    last_progress = 0.0
+    first_ready = None
+    n_new = 0
+    try:
+        if own is not None:  # round-robin: fixed shards, decided up front
+            shards = planmod.round_robin(list(dispatcher.batches), n)
+            for wid, shard in enumerate(shards):
+                for b in shard:
+                    own[wid].put(task_of(b))
+                own[wid].put(None)
+            dispatcher.pending.clear()
+        sent_stop = own is not None
+        while len(exited) < n:
+            if shared is not None:
+                while outstanding < busy_cap and (b := dispatcher.next()) is not None:
+                    shared.put(task_of(b))
+                    outstanding += 1
+                if not dispatcher.pending and not sent_stop:
+                    for _ in range(n):
+                        shared.put(None)
+                    sent_stop = True
+            try:
+                msg = results.get(timeout=0.5)
+            except queue.Empty:
+                for wid, p in enumerate(procs):
+                    if wid not in exited and not p.is_alive():
+                        raise EvalFailed(f"worker {wid} ({devices[wid]}) died with exit code {p.exitcode}; "
+                                         f"finished samples are kept, rerun the same command to resume")
+                continue
+            kind, wid = msg[0], msg[1]
+            if kind == "sample":
+                rec = {key: msg[2][key] for key in records.SAMPLE_KEYS}
+                key = (rec["id"], rec["sample"])
+                if key in done:  # recomputed with its batch on resume: keep the first copy
+                    continue
+                rec["worker"] = wid
+                log_file.append(rec)
+                n_new += 1
+                done[key] = rec
+                p = index[rec["id"]]
+                dispatcher.record(p, rec["n_tokens"])
+                for lk, counts in below.items():
+                    if rec["sample"] < lk:
+                        counts[p] += 1
+                write_looks(len(done))
+                now = time.monotonic()
+                if now - last_progress >= PROGRESS_EVERY_S and len(done) < total:  # the last one: run()
+                    records.append_line(progress_file, {"done": len(done), "total": total})
+                    last_progress = now
+                bar.show(len(done), force=len(done) == total)
+            elif kind == "batch":
+                outstanding -= 1
+            elif kind == "ready":
+                first_ready = first_ready or time.monotonic()
+                worker_stats[wid] = {"worker": wid, **msg[2]}
+            elif kind == "exit":
+                exited.add(wid)
+                worker_stats.setdefault(wid, {"worker": wid}).update(msg[2])
+            elif kind == "error":
+                raise EvalFailed(f"worker {wid} ({devices[wid]}) failed:\n{msg[2]}")
+        gen = time.monotonic() - (first_ready or time.monotonic())
+        return {"generation_seconds": round(gen, 3), "samples_per_second": round(n_new / gen, 4) if gen > 0 else None}
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        for p in procs:
+            p.join(timeout=JOIN_S if len(exited) == n else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=JOIN_S)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        for q in [results, shared, *(own or [])]:
+            if q is not None:
+                q.cancel_join_thread()
+                q.close()
+
