@@ -245,6 +245,15 @@ class OPSDTrainer:
                                           "seed": self.cfg.seed, "base_model": self.cfg.profile.model})
         self.acc.wait_for_everyone()
 
+    def replicas_in_sync(self) -> bool:
+        """Every process holds the same adapter (they start seeded alike and apply averaged grads)."""
+        if self.P == 1:
+            return True
+        mine = torch.stack([sum(p.detach().double().sum() for p in self.params),
+                            sum(p.detach().double().abs().sum() for p in self.params)]).to(self.device)
+        every = self.acc.gather(mine[None]).view(self.P, 2)
+        return bool(torch.allclose(every, every[0:1].expand_as(every), rtol=1e-9, atol=0.0))
+
     def train(self) -> dict:
         cfg = self.cfg
         if self.acc.is_main_process:
@@ -263,7 +272,10 @@ class OPSDTrainer:
                 saved.add(step)
         self.save("checkpoint-final", self.max_steps)
         runtime = time.perf_counter() - t0
-        extra = {"rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
+        in_sync = self.replicas_in_sync()
+        if not in_sync:
+            self.log.info("warning: the processes' adapters differ; gradients were not averaged alike")
+        extra = {"replicas_in_sync": in_sync, "rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
                  "data_select": self.method["data_select"], "max_completion_length": self.max_new,
                  "teacher": self.teacher, "rollout_backend": self.backend.name, "num_processes": self.P,
                  "recipe": cfg.recipe_name, "recipe_hash": cfg.recipe_hash, "seed": cfg.seed,
