@@ -37,6 +37,7 @@ PROGRESS_S = 0.5  # how often its progress files are read
 STATE_CHECK_S = 1.0  # how often the store is asked whether the chain was cancelled
 PROGRESS_WRITE_S = 2.0  # how often progress is written to the store (when it changed)
 HEARTBEAT_S = 10.0
+REPORT_S = 30.0  # how often the worker prints a running stage's progress (when it changed)
 
 
 class StopRequest:
@@ -114,6 +115,7 @@ class LocalExecutor:
         self.worker_run_id = worker_run_id
         self.host = socket.gethostname()
         self._last_heartbeat = 0.0
+        self._live: Optional[procs.StageIdentity] = None  # the stage process group running now
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -135,13 +137,30 @@ class LocalExecutor:
             return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
 
         checkpoint: Optional[str] = None
-        for stage in stages.STAGES:
-            outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
-            if not outcome.ok:
-                if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
-                    return self._current_state(chain_id)
-                return self._end(chain_id, outcome.end, outcome.reason)
-            checkpoint = outcome.checkpoint or checkpoint
+        try:
+            for stage in stages.STAGES:
+                outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
+                if not outcome.ok:
+                    if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
+                        return self._current_state(chain_id)
+                    return self._end(chain_id, outcome.end, outcome.reason)
+                checkpoint = outcome.checkpoint or checkpoint
+        except BaseException as exc:
+            # A bug or a store failure in the worker: stop the stage (orphans hold GPU memory),
+            # record what we can, and let the error surface. If even that fails, the chain stays
+            # `running` and the next worker start interrupts and re-queues it.
+            if self._live is not None:
+                try:
+                    procs.stop_stage(self._live, self._grace())
+                except Exception:
+                    pass
+            try:
+                self._end(chain_id, State.INTERRUPTED, f"worker error: {type(exc).__name__}: {exc}"[:500])
+            except Exception:
+                pass
+            raise
+        finally:
+            self._live = None
         return self._current_state(chain_id)
 
     def _prepare_run_dir(self, chain: Chain, variant: Variant) -> Path:
@@ -225,6 +244,7 @@ class LocalExecutor:
             self._finish_stage(stage_id, StageState.FAILED, None, time.monotonic() - started, f"could not start: {exc}")
             return StageOutcome(False, State.FAILED, f"{stage} could not start: {exc}")
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
+        self._live = ident
         with self.store.write() as s:
             row = s.get(Stage, stage_id)
             row.pid, row.pgid, row.create_time = proc.pid, proc.pid, ident.create_time
@@ -240,6 +260,7 @@ class LocalExecutor:
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
         leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll())
+        self._live = None
         if how == "exited" and leftover.found:
             self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
         try:
@@ -324,6 +345,8 @@ class LocalExecutor:
         deadline = started + timeout_min * 60.0 if timeout_min else None
         next_progress = next_state = next_write = 0.0
         next_pids = 0.0
+        next_report = started + REPORT_S
+        reported = None
         while True:
             if proc.poll() is not None:
                 self._read_progress(info, stage, stage_dir, log_path, adapter, watch)
@@ -354,6 +377,13 @@ class LocalExecutor:
             if now >= next_write:
                 self._write_progress(stage_id, watch)
                 next_write = now + PROGRESS_WRITE_S
+            if now >= next_report:
+                next_report = now + REPORT_S
+                p = results.progress_from_record(watch.last_progress) if watch.last_progress else None
+                text = p.text() if p else "running"
+                if text != reported:
+                    reported = text
+                    self.report(f"chain {info.chain_id}: {stage} {text} ({_fmt_s(now - started)})")
             self._heartbeat()
             time.sleep(POLL_S)
 
@@ -505,6 +535,12 @@ def _score_row(chain_id: int, result: results.EvalResult, stage_seconds: Optiona
         seconds=result.seconds if result.seconds is not None else (round(stage_seconds, 3) if stage_seconds else None),
         source=result.source,
     )
+
+
+def _fmt_s(seconds: float) -> str:
+    from opsdctl.budget import fmt_duration
+
+    return fmt_duration(seconds)
 
 
 def _exit_words(rc: int) -> str:

@@ -71,6 +71,40 @@ class Workspace:
             )
         return proc
 
+    def cli(self, *args, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+        """The same `opsdctl.cli.main` entry point, in this process (no interpreter start-up):
+        for the many small calls around the subprocess ones that matter."""
+        import contextlib
+        import io
+
+        from opsdctl import cli
+
+        out, err = io.StringIO(), io.StringIO()
+        saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+        os.environ.clear()
+        os.environ.update(clean_env({**self.env, **(env or {})}))
+        os.chdir(self.root)
+        sys.argv = ["opsdctl", *map(str, args)]
+        cli._state["config"] = None
+        code = 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                cli.main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved_env)
+            os.chdir(saved_cwd)
+            sys.argv = saved_argv
+        proc = subprocess.CompletedProcess(["opsdctl", *map(str, args)], code, out.getvalue(), err.getvalue())
+        if check and code != 0:
+            raise AssertionError(f"opsdctl {' '.join(map(str, args))} exited {code}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def cli_json(self, *args, **kw):
+        return json.loads(self.cli(*args, "--json", **kw).stdout)
+
     def popen(self, *args, env: dict | None = None) -> subprocess.Popen:
         return subprocess.Popen(
             [*opsdctl_argv(), *map(str, args)], cwd=self.root, env=clean_env({**self.env, **(env or {})}),
@@ -81,7 +115,7 @@ class Workspace:
         return json.loads(self.run(*args, "--json", **kw).stdout)
 
     def status(self, *args) -> dict:
-        return self.json("status", "--all", *args)
+        return self.cli_json("status", "--all", *args)
 
     def chains(self) -> dict[int, dict]:
         return {c["chain_id"]: c for c in self.status()["chains"]}

@@ -19,7 +19,7 @@ def _stage_pids(ws, chain_id: int, stage: str):
 
 
 def test_cancel_queued_and_finished(ws):
-    ws.run("queue", "baseline", "--repeats", "2")
+    ws.cli("queue", "baseline", "--repeats", "2")
     out = ws.run("cancel", "1")
     assert "cancelled" in out.stdout
     assert ws.state(1) == "cancelled"
@@ -27,10 +27,10 @@ def test_cancel_queued_and_finished(ws):
     ws.run("worker", "--drain")
     assert ws.state(1) == "cancelled" and ws.state(2) == "succeeded"
     assert ws.sql("select count(*) from stage where chain_id = 1") == [(0,)]  # it never ran
-    again = ws.run("cancel", "2", check=False)
+    again = ws.cli("cancel", "2", check=False)
     assert again.returncode == 2 and "already succeeded" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
-    missing = ws.run("cancel", "99", check=False)
+    missing = ws.cli("cancel", "99", check=False)
     assert missing.returncode == 2 and "no such chain" in missing.stderr
     # transitions are recorded, in order
     assert ws.sql("select from_state, to_state from transition where chain_id = 2 order by id") == [
@@ -41,7 +41,7 @@ def test_cancel_running_kills_the_group(ws):
     # The eval hangs; its child ignores SIGTERM, so only the KILL after the 2 s grace ends it.
     bystander = psutil.Popen(["sleep", "60"], start_new_session=True)  # not ours: must survive
     try:
-        ws.run("queue", "baseline", "--repeats", "2")
+        ws.cli("queue", "baseline", "--repeats", "2")
         worker = ws.popen("worker", "--drain", env={"FAKE_HANG": "1", "FAKE_CHILD": "1", "FAKE_IGNORE_TERM": "1"})
         try:
             leader, child = wait_for(lambda: _stage_pids(ws, 1, "eval"), 60, what="the eval stage and its child")
@@ -55,7 +55,7 @@ def test_cancel_running_kills_the_group(ws):
             wait_for(lambda: ws.sql("select state from stage where chain_id = 1 and name = 'eval'") == [("cancelled",)],
                      30, what="the worker to record the cancelled stage")
             leader2, child2 = wait_for(lambda: _stage_pids(ws, 2, "eval"), 60, what="chain 2's eval")
-            ws.run("cancel", "2", "--grace", "0")
+            ws.cli("cancel", "2", "--grace", "0")  # in-process: the same code, no start-up cost
             assert not pid_alive(leader2) and not pid_alive(child2)
             assert worker.wait(timeout=60) == 0, worker.stdout.read()
         finally:

@@ -52,9 +52,9 @@ def test_status_starts_fast(ws):
     time ~2x, hence the bound. Importing torch alone costs several seconds, so it still trips."""
     import resource
 
-    ws.run("status")  # create the store and warm the bytecode cache
+    ws.cli("status")  # create the store
     costs = []
-    for _ in range(3):
+    for _ in range(2):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         ws.run("status")
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -71,21 +71,20 @@ def test_init_budget_recipes_logs(ws, tmp_path):
     assert 'profile = "qwen3-1.7b"' in text and "accelerate.commands.launch" in text
     assert sorted(p.name for p in (fresh / "recipes").glob("*.toml")) == [
         "baseline.toml", "cosine.toml", "hard-data.toml", "teacher-trace.toml", "token-clip.toml"]
-    again = subprocess.run([*opsdctl_argv(), "init", "--dir", fresh], capture_output=True, text=True, env=clean_env())
+    again = ws.cli("init", "--dir", fresh, check=False)
     assert again.returncode == 2 and "already exists" in again.stderr
-    bad = subprocess.run([*opsdctl_argv(), "init", "--dir", tmp_path / "x", "--profile", "huge"],
-                         capture_output=True, text=True, env=clean_env())
+    bad = ws.cli("init", "--dir", tmp_path / "x", "--profile", "huge", check=False)
     assert bad.returncode == 2 and "unknown profile" in bad.stderr and not (tmp_path / "x").exists()
 
-    b = ws.json("budget")
+    b = ws.cli_json("budget")
     assert b["kind"] == "none" and b["seconds_left"] is None
-    recipes = {r["name"]: r for r in ws.json("recipes")}
+    recipes = {r["name"]: r for r in ws.cli_json("recipes")}
     assert recipes["token-clip"]["changes"] == {"clip_mode": "token"} and recipes["token-clip"]["error"] is None
 
-    ws.run("queue", "baseline")
-    missing = ws.run("logs", "1", check=False)
+    ws.cli("queue", "baseline")
+    missing = ws.cli("logs", "1", check=False)
     assert missing.returncode == 2 and "has not started" in missing.stderr
     ws.run("worker", "--drain")
-    assert "FINAL avg@4 accuracy" in ws.run("logs", "1").stdout
-    train = ws.run("logs", "1", "--stage", "train", "-n", "0").stdout
+    assert "FINAL avg@4 accuracy" in ws.cli("logs", "1").stdout
+    train = ws.cli("logs", "1", "--stage", "train", "-n", "0").stdout
     assert train.startswith("recipe baseline v1") and "'train_loss'" in train

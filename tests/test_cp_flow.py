@@ -19,7 +19,7 @@ def test_queue_worker_status_export(ws, tmp_path):
     assert [(q["variant"], q["seed"], q["repeat"]) for q in queued] == [
         ("baseline", 7, 0), ("baseline", 8, 1), ("token-clip", 7, 0), ("token-clip", 8, 1)]
     # queueing the same content again reuses the variant and continues the repeats
-    again = ws.json("queue", "baseline", "--priority", "5")
+    again = ws.cli_json("queue", "baseline", "--priority", "5")
     assert again == [{"chain_id": 5, "variant": "baseline", "seed": 2, "repeat": 2}]  # seed = S + repeat
     assert ws.sql("select count(*) from variant") == [(2,)]
 
@@ -78,7 +78,7 @@ def test_queue_worker_status_export(ws, tmp_path):
     assert stage[5].endswith("runs/3/train/checkpoint-final")
     assert json.loads(stage[6])["text"] == "step 4/4"
     eval_progress = json.loads(ws.sql("select progress from stage where chain_id = 3 and name = 'eval'")[0][0])
-    assert eval_progress["text"] == "6/6 prompts"
+    assert eval_progress["text"] == "6/6 items" and eval_progress["source"] == "progress.jsonl"
 
     # human status renders
     human = ws.run("status").stdout
@@ -96,17 +96,17 @@ def test_queue_worker_status_export(ws, tmp_path):
     assert [l.split("=")[0] for l in body] == list(knobs.HPARAMS)
     assert "fixed_teacher=true" in body and "use_ema_teacher=false" in body
     assert knobs.parse_recipe_env(text, "x") == recipe["hparams"]
-    ws.run("export-recipe", "token-clip", "-o", out_env, "--method-defaults", defaults)
+    ws.cli("export-recipe", "token-clip", "-o", out_env, "--method-defaults", defaults)
     import tomllib
 
     method = tomllib.loads(defaults.read_text())["method"]
     assert method == recipe["method"] and set(method) == set(knobs.METHOD_KNOBS)
     # the baseline needs no warning: all its method knobs are the released defaults
-    res = ws.run("export-recipe", "baseline")
+    res = ws.cli("export-recipe", "baseline")
     assert res.stderr.strip() == "" and "learning_rate=5e-06" in res.stdout
 
     # listings have --json
-    variants = ws.json("variants")
+    variants = ws.cli_json("variants")
     assert {v["variant"]: v["succeeded"] for v in variants} == {"baseline": 3, "token-clip": 2}
     assert variants[1]["changes"] == {"clip_mode": "token"}
 
@@ -119,7 +119,7 @@ def test_versions_reuse_force_and_export_refusal(ws):
         [hparams]
         learning_rate = 3e-6
     """)
-    first = ws.json("queue", "mine")
+    first = ws.cli_json("queue", "mine")
     assert first[0]["variant"] == "mine"
     ws.recipe("mine", """
         name = "mine"
@@ -128,7 +128,7 @@ def test_versions_reuse_force_and_export_refusal(ws):
         [hparams]
         learning_rate = 3e-6
     """)
-    assert ws.json("queue", "mine")[0]["variant"] == "mine"  # same hash: reused
+    assert ws.cli_json("queue", "mine")[0]["variant"] == "mine"  # same hash: reused
     ws.recipe("mine", """
         name = "mine"
         extends = "baseline"
@@ -136,68 +136,53 @@ def test_versions_reuse_force_and_export_refusal(ws):
         learning_rate = 2e-6
     """)
     before = ws.counts()
-    refused = ws.run("queue", "mine", check=False)
+    refused = ws.cli("queue", "mine", check=False)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--force" in refused.stderr and "learning_rate" in refused.stderr
     assert ws.counts() == before
-    forced = ws.json("queue", "mine", "--force")
+    forced = ws.cli_json("queue", "mine", "--force")
     assert forced[0]["variant"] == "mine@v2"
     assert ws.sql("select name, version from variant where name = 'mine' order by version") == [("mine", 1), ("mine", 2)]
 
     # export: no succeeded chain -> refused unless --force; NAME@vN picks a version
-    refused = ws.run("export-recipe", "mine", check=False)
+    refused = ws.cli("export-recipe", "mine", check=False)
     assert refused.returncode == 2 and "no succeeded chain" in refused.stderr
-    assert "learning_rate=2e-06" in ws.run("export-recipe", "mine", "--force").stdout
-    assert "learning_rate=3e-06" in ws.run("export-recipe", "mine@v1", "--force").stdout
-    assert ws.run("export-recipe", "mine@v9", "--force", check=False).returncode == 2
-    assert ws.run("export-recipe", "nosuch", check=False).returncode == 2
+    assert "learning_rate=2e-06" in ws.cli("export-recipe", "mine", "--force").stdout
+    assert "learning_rate=3e-06" in ws.cli("export-recipe", "mine@v1", "--force").stdout
+    assert ws.cli("export-recipe", "mine@v9", "--force", check=False).returncode == 2
+    assert ws.cli("export-recipe", "nosuch", check=False).returncode == 2
 
 
 def test_stage_failures_carry_reasons(ws):
-    py = sys.executable
-    # 1. a train that exits 3: failed, with the exit code and the log's last line
-    ws.env = {"FAKE_FAIL": "1"}
-    ws.run("queue", "baseline")
-    ws.run("worker", "--drain")
-    c = ws.chains()[1]
-    assert c["state"] == "failed" and c["stage"] == "train"
-    assert "exited with code 3" in c["reason"] and "CUDA out of memory (emulated)" in c["reason"]
-    assert ws.sql("select count(*) from stage where chain_id = 1") == [(1,)]  # eval never started
-
-    # 2. a train that exits 0 without the checkpoint the config names
-    ws.env = {}
-    ws.write_config(checkpoint="{stage_dir}/nowhere")
-    ws.run("queue", "baseline")
-    ws.run("worker", "--drain")
-    c = ws.chains()[2]
-    assert c["state"] == "failed" and "no checkpoint" in c["reason"] and "nowhere" in c["reason"]
-
-    # 3. a malformed result.json
-    ws.write_config()
-    ws.env = {"FAKE_BAD_RESULT": "1"}
-    ws.run("queue", "baseline")
-    ws.run("worker", "--drain")
-    c = ws.chains()[3]
-    assert c["state"] == "failed" and c["stage"] == "eval" and "avg_at_k" in c["reason"]
-
-    # 4. an eval that writes neither result.json nor a FINAL line
-    ws.env = {}
-    ws.write_config(eval=f"{py} -c \"print('hello')\"")
-    ws.run("queue", "baseline")
-    ws.run("worker", "--drain")
-    c = ws.chains()[4]
-    assert c["state"] == "failed" and "no FINAL line" in c["reason"]
+    """One worker run over four chains that each fail differently (the emulators read the
+    recipe's extra method knob `fake_mode`, so this also shows extra_method_knobs at work)."""
+    ws.write_config(default_config(extra='extra_method_knobs = ["fake_mode"]'))
+    for mode in ("fail", "nockpt", "badresult", "silent"):
+        ws.recipe(mode, f'name = "{mode}"\nextends = "baseline"\n[method]\nfake_mode = "{mode}"\n')
+    ws.cli("queue", "fail", "nockpt", "badresult", "silent")
+    ws.run("worker", "--drain")  # the real thing, in its own process
+    c = ws.chains()
+    # a train that exits 3: failed, with the exit code and the log's last line; eval never started
+    assert c[1]["state"] == "failed" and c[1]["stage"] == "train"
+    assert "exited with code 3" in c[1]["reason"] and "CUDA out of memory (emulated)" in c[1]["reason"]
+    assert ws.sql("select count(*) from stage where chain_id = 1") == [(1,)]
+    # a train that exits 0 without the checkpoint the config names
+    assert c[2]["state"] == "failed" and "no checkpoint" in c[2]["reason"] and "checkpoint-final" in c[2]["reason"]
+    # a malformed result.json
+    assert c[3]["state"] == "failed" and c[3]["stage"] == "eval" and "avg_at_k" in c[3]["reason"]
+    # an eval that writes neither result.json nor a FINAL line
+    assert c[4]["state"] == "failed" and "no FINAL line" in c[4]["reason"]
     assert ws.sql("select count(*) from score") == [(0,)]
+    assert ws.sql("select count(*) from train_stats") == [(4,)]  # statistics are kept for failed runs too
 
-    # requeue a failed chain: a fresh chain pointing at it, same seed
-    ws.write_config()
-    new = ws.json("requeue", "4")
-    assert new["chain_id"] == 5 and new["seed"] == 3  # chain 4 was repeat 3: seed 0 + 3
-    assert ws.sql("select requeued_from, state from chain where id = 5") == [(4, "queued")]
-    ws.run("worker", "--drain")
-    assert ws.state(5) == "succeeded"
-    assert ws.run("requeue", "5", check=False).returncode == 0  # a succeeded one may run again
-    assert ws.run("requeue", "6", check=False).returncode == 2  # queued: refused
+    # requeue a failed chain: a fresh chain pointing at it, same seed and snapshot
+    ws.write_config(default_config(extra='extra_method_knobs = ["fake_mode"]'))
+    new = ws.cli_json("requeue", "4")
+    assert new == {"chain_id": 5, "variant": "silent", "seed": 0, "repeat": 0}
+    assert ws.sql("select requeued_from, state, snapshot_id from chain where id = 5") == [(4, "queued", 1)]
+    assert ws.cli("requeue", "5", check=False).returncode == 2  # queued: refused
+    ws.cli("cancel", "5")
+    assert ws.cli("requeue", "5").returncode == 0  # cancelled: fine
 
 
 def test_external_scripts_setup(ws):
@@ -224,7 +209,7 @@ def test_external_scripts_setup(ws):
         eval=f"bash {eval_sh} {{checkpoint}}",
         checkpoint="{stage_dir}/capped_seed{seed}/checkpoint-100",
     )
-    ws.run("queue", "baseline", "--seed", "42")
+    ws.cli("queue", "baseline", "--seed", "42")
     ws.run("worker", "--drain")
     c = ws.chains()[1]
     assert c["state"] == "succeeded", c

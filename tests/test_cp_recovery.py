@@ -34,7 +34,7 @@ def _token_processes(token: str) -> list[int]:
 
 
 def test_sigkill_worker_then_new_worker_recovers(ws):
-    ws.run("queue", "baseline")
+    ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
         leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
@@ -68,7 +68,7 @@ def test_sigkill_worker_then_new_worker_recovers(ws):
 
 def test_worker_found_dead_with_its_stage_gone(ws):
     """The group is already gone: no kill, still interrupted + re-queued."""
-    ws.run("queue", "baseline")
+    ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
         leader, child, _ = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
@@ -86,10 +86,16 @@ def test_worker_found_dead_with_its_stage_gone(ws):
 
 
 def test_one_worker_per_store_and_sigterm_interrupts(ws):
-    ws.run("queue", "baseline")
+    ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
         leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        # status shows the running chain: stage, elapsed, progress from progress.jsonl
+        running = wait_for(lambda: [c for c in ws.status()["chains"] if c["state"] == "running" and c.get("progress")],
+                           30, interval=0.3, what="progress in status")[0]
+        assert running["stage"] == "train" and running["progress"]["text"].startswith("step ")
+        assert running["progress"]["text"].endswith("/2000") and running["stage_elapsed_seconds"] >= 0
+        assert ws.status()["worker"]["state"] == "running"
         second = ws.run("worker", "--drain", check=False)
         assert second.returncode == 3
         lines = second.stderr.strip().splitlines()
@@ -109,9 +115,9 @@ def test_one_worker_per_store_and_sigterm_interrupts(ws):
     assert chains[1]["state"] == "interrupted" and "SIGTERM" in chains[1]["reason"]
     assert ws.status()["worker"]["state"] == "stopped"
     # a later worker does not run it again ...
-    ws.run("worker", "--drain")
+    ws.cli("worker", "--drain")
     assert set(ws.chains()) == {1}
     # ... unless asked
-    ws.run("requeue", "1")
-    ws.run("worker", "--drain")
+    ws.cli("requeue", "1")
+    ws.cli("worker", "--drain")
     assert ws.chains()[2]["state"] == "succeeded"

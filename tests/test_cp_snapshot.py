@@ -42,7 +42,7 @@ def test_git_snapshot_isolation(ws):
     before = _status(ws)
 
     ws.run("queue", "baseline")
-    ws.run("queue", "token-clip")  # same code: same snapshot
+    ws.cli("queue", "token-clip")  # same code: same snapshot
     assert _status(ws) == before
     (ws.root / "version.py").write_text('VERSION = "edited after queueing"\n')
     ws.run("worker", "--drain")
@@ -66,8 +66,8 @@ def test_git_snapshot_isolation(ws):
     assert git(ws.root, "show", f"{commit}:version.py") == 'VERSION = "uncommitted"\n'
 
     # a new queue after the edit gets the new code
-    ws.run("queue", "baseline", "--repeats", "1")
-    ws.run("worker", "--drain")
+    ws.cli("queue", "baseline", "--repeats", "1")
+    ws.cli("worker", "--drain")
     assert "VERSION edited after queueing" in (ws.runs / "3" / "train.log").read_text()
     assert ws.sql("select count(*) from code_snapshot") == [(2,)]
 
@@ -75,7 +75,7 @@ def test_git_snapshot_isolation(ws):
 def test_copy_snapshot_outside_git(ws):
     _setup_code(ws)
     assert subprocess.run(["git", "rev-parse"], cwd=ws.root, capture_output=True).returncode != 0
-    ws.run("queue", "baseline")
+    ws.cli("queue", "baseline")
     (ws.root / "version.py").write_text('VERSION = "edited"\n')
     ws.run("worker", "--drain")
     assert "VERSION queued" in (ws.runs / "1" / "train.log").read_text()
@@ -88,8 +88,8 @@ def test_copy_snapshot_outside_git(ws):
 def test_snapshot_off_runs_live_code(ws):
     (ws.root / "version.py").write_text('VERSION = "queued"\n')
     ws.write_config(default_config(train=TRAIN, snapshot=False))
-    ws.run("queue", "baseline")
+    ws.cli("queue", "baseline")
     (ws.root / "version.py").write_text('VERSION = "live"\n')
-    ws.run("worker", "--drain")
+    ws.cli("worker", "--drain")
     assert "VERSION live" in (ws.runs / "1" / "train.log").read_text()
     assert ws.sql("select kind from code_snapshot") == [("live",)]

@@ -9,6 +9,8 @@ seed and on OPSD_CLIP_MODE so comparisons have something to rank.
   FAKE_HANG=1 (sleep forever after start),
   FAKE_BAD_RESULT=1 (write a malformed result.json),
   FAKE_LOOK=1 (at half the problems, a progress.jsonl record with per-problem counts, as at a look k).
+The recipe's extra method knob `fake_mode` (OPSD_FAKE_MODE): "badresult" (as FAKE_BAD_RESULT=1),
+"silent" (neither result.json nor a FINAL line).
 Usage: fake_eval.py CHECKPOINT [--output-dir DIR] [--final-only]
 """
 
@@ -26,6 +28,10 @@ p.add_argument("--output-dir")
 p.add_argument("--final-only", action="store_true")
 args = p.parse_args()
 final_only = args.final_only or os.environ.get("FINAL_ONLY") == "1"
+mode = os.environ.get("OPSD_FAKE_MODE", "")
+if mode == "silent":
+    print("evaluated, but forgot to say how it went")
+    sys.exit(0)
 
 if not os.path.isdir(args.checkpoint):
     print(f"no checkpoint at {args.checkpoint}", file=sys.stderr)
@@ -69,7 +75,7 @@ if args.output_dir and not final_only:
     os.makedirs(args.output_dir, exist_ok=True)
     doc = {"schema": 1, "k": k, "avg_at_k": avg, "n_problems": n, "problems": problems, "partial": False,
            "seconds": 0.5}
-    if os.environ.get("FAKE_BAD_RESULT") == "1":
+    if os.environ.get("FAKE_BAD_RESULT") == "1" or mode == "badresult":
         doc["avg_at_k"] = "high"
     with open(os.path.join(args.output_dir, "result.json"), "w") as f:
         json.dump(doc, f)

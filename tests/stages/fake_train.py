@@ -8,6 +8,8 @@ directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   with FAKE_IGNORE_TERM=1 the child ignores SIGTERM, so only the KILL after the grace stops it),
   FAKE_CHECKPOINT (directory to create instead of <out>/checkpoint-final),
   FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests).
+The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
+  "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
 """
 
@@ -30,6 +32,7 @@ steps = int(os.environ.get("FAKE_STEPS", "4"))
 step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0.01"))
 lr = float(os.environ.get("OPSD_LEARNING_RATE", "5e-6"))
 clip = os.environ.get("OPSD_CLIP_MODE", "entry")
+mode = os.environ.get("OPSD_FAKE_MODE", "")
 
 if os.environ.get("FAKE_CHILD") == "1":
     ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if os.environ.get("FAKE_IGNORE_TERM") == "1" else ""
@@ -57,12 +60,14 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
             met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25,
                                   "rollout_seconds": 0.5, "step_seconds": step_s, "peak_mem_mib": 1000 + step}) + "\n")
             met.flush()
-        if step == 1 and os.environ.get("FAKE_FAIL") == "1":
+        if step == 1 and (os.environ.get("FAKE_FAIL") == "1" or mode == "fail"):
             print("Traceback (most recent call last):\nRuntimeError: CUDA out of memory (emulated)", flush=True)
             sys.exit(3)
 
 print(repr({"train_runtime": round(steps * step_s, 3), "train_samples_per_second": 3.5,
             "train_steps_per_second": 0.11, "train_loss": -0.0079, "epoch": 0.27}), flush=True)
+if mode == "nockpt":
+    sys.exit(0)
 ckpt = os.environ.get("FAKE_CHECKPOINT") or os.path.join(out, "checkpoint-final")
 os.makedirs(ckpt, exist_ok=True)
 with open(os.path.join(ckpt, "adapter_config.json"), "w") as f:
