@@ -146,3 +146,22 @@ def test_two_processes_gloo(tmp_path, untrained_tiny_model, data_file):  # noqa:
     assert (out / "checkpoint-final" / "adapter_model.safetensors").exists()
     # global batch 1 x 2 x 2 = 4 rows per step, over 40 rows: epoch 0.2 after 2 steps
     assert lines[-1]["epoch"] == 0.2
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_mode(tmp_path):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_trainer
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "bench.json"
+    n = torch.get_num_threads()
+    try:
+        assert bench_trainer.main(["--smoke", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(n)
+    res = json.loads(out.read_text())
+    assert res["device"] == "cpu-smoke" and len(res["steps"]) == 1 and res["loss_only"]["same_loss"]
+    assert res["steps"][0]["completion_length"] == 12  # forced full length
+    assert res["micro_step"]["naive"]["seconds"] > 0 and res["micro_step"]["chunked"]["seconds"] > 0
