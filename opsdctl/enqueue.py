@@ -71,10 +71,18 @@ def queue_recipes(
     for r in recipes:
         if names.count(r.name) > 1 and len({x.hash for x in recipes if x.name == r.name}) > 1:
             raise UserError(f"queue: two different recipes are both named {r.name!r}; rename one")
-    # 2. Freeze the code (outside the store transaction: git can take a moment).
-    frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
-    # 3. One transaction: variants, snapshot row, chains.
+    # 2. A name already recorded with other content is refused before any work (checked again,
+    #    race-free, inside the write transaction).
     store: Store = store_factory()
+    if not force:
+        with store.read() as session:
+            for recipe in recipes:
+                versions = variants_named(session, recipe.name)
+                if versions and all(v.hash != recipe.hash for v in versions):
+                    _refuse_changed(versions[-1], recipe)
+    # 3. Freeze the code (outside the store transaction: git can take a moment).
+    frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+    # 4. One transaction: variants, snapshot row, chains.
     notes: list[str] = []
     out: list[QueuedChain] = []
     with store.write() as session:
@@ -137,13 +145,7 @@ def _register_variant(session, recipe: Recipe, force: bool, notes: list[str]) ->
         if v.hash == recipe.hash:
             return v  # same content: reuse
     if versions and not force:
-        latest = versions[-1]
-        changed = _diff_keys(latest, recipe)
-        raise UserError(
-            f"{recipe.path}: variant {latest.label} is already recorded with different content "
-            f"({changed}); rename the recipe, or pass --force to record it as "
-            f"{variant_label(recipe.name, latest.version + 1)}"
-        )
+        _refuse_changed(versions[-1], recipe)
     version = versions[-1].version + 1 if versions else 1
     variant = Variant(
         name=recipe.name,
@@ -166,6 +168,14 @@ def _register_variant(session, recipe: Recipe, force: bool, notes: list[str]) ->
     if twin is not None:
         notes.append(f"{variant.label}: same knobs as variant {twin.label}")
     return variant
+
+
+def _refuse_changed(latest: Variant, recipe: Recipe) -> None:
+    raise UserError(
+        f"{recipe.path}: variant {latest.label} is already recorded with different content "
+        f"({_diff_keys(latest, recipe)}); rename the recipe, or pass --force to record it as "
+        f"{variant_label(recipe.name, latest.version + 1)}"
+    )
 
 
 def _diff_keys(old: Variant, recipe: Recipe) -> str:

@@ -233,6 +233,10 @@ class LocalExecutor:
             s.add(row)
             s.flush()
             stage_id = row.id
+        if self.stop_request:  # a signal arrived between the claim and the start
+            reason = f"worker stopped ({self.stop_request.reason}) before {stage}"
+            self._finish_stage(stage_id, StageState.INTERRUPTED, None, 0.0, reason)
+            return StageOutcome(False, State.INTERRUPTED, reason)
         env = stages.stage_env(
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir,

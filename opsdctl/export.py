@@ -53,7 +53,7 @@ def export_recipe(store: Store, ref: str, force: bool = False) -> Export:
         f"succeeded chains: {succeeded}" + (" (exported with --force)" if succeeded == 0 else ""),
     ]
     if variant.description:
-        header.append(variant.description)
+        header.append(" ".join(variant.description.split()))  # one comment line, whatever it held
     text = knobs.format_recipe_env(variant.hparams, header)
     defaults = knobs.default_method()
     off = {k: v for k, v in variant.method.items() if defaults.get(k, object()) != v}

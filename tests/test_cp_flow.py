@@ -225,3 +225,17 @@ def test_external_scripts_setup(ws):
     assert abs(rollout - (0.51 + 0.52 + 0.53 + 0.54) / 4) < 1e-9
     progress = json.loads(ws.sql("select progress from stage where name = 'train'")[0][0])
     assert progress["source"] == "log" and progress["text"] == "step 4/6"  # tiny profile: 6 steps
+
+
+def test_stage_timeout(ws):
+    text = default_config().replace("[stages.eval]\n", "[stages.eval]\ntimeout_minutes = 0.02\n")
+    ws.write_config(text)
+    ws.env = {"FAKE_HANG": "1", "FAKE_CHILD": "1"}
+    ws.cli("queue", "baseline")
+    ws.cli("worker", "--drain")
+    c = ws.chains()[1]
+    assert c["state"] == "failed" and "eval timed out after 0.02 min" in c["reason"]
+    child = int((ws.runs / "1" / "eval" / "child.pid").read_text())
+    from conftest import pid_alive
+
+    assert not pid_alive(child)

@@ -121,3 +121,21 @@ def test_one_worker_per_store_and_sigterm_interrupts(ws):
     ws.cli("requeue", "1")
     ws.cli("worker", "--drain")
     assert ws.chains()[2]["state"] == "succeeded"
+
+
+def test_cancel_with_the_worker_dead_stops_the_orphans(ws):
+    ws.cli("queue", "baseline")
+    worker = ws.popen("worker", env=LONG_TRAIN)
+    try:
+        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    out = ws.cli("cancel", "1")
+    assert "cancelled" in out.stdout
+    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    assert ws.sql("select state from stage where chain_id = 1") == [("cancelled",)]
+    ws.cli("worker", "--drain")  # nothing to recover, nothing re-queued
+    assert ws.sql("select id, state from chain") == [(1, "cancelled")]
