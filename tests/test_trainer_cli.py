@@ -114,3 +114,15 @@ def test_tiny_profile_caps_max_completion_length(tmp_path):
     big = cli.resolve(["--profile", "qwen3-1.7b", "--seed", "1", "--output-dir", str(tmp_path),
                        "--recipe", str(recipe_json(tmp_path / "r.json", {"max_completion_length": 4096}))])
     assert big.max_completion_length == 4096
+
+
+def test_reads_the_recipe_json_opsdctl_writes(tmp_path):
+    from opsdctl.recipes import recipe_json as opsdctl_recipe_json
+
+    hp = {**knobs.default_hparams(), "lora_r": 32, "beta": 0.5}
+    doc = opsdctl_recipe_json("token-clip", 2, "d", hp, {**knobs.default_method(), "clip_mode": "token"})
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps(doc))
+    cfg = cli.resolve(args(tmp_path, "--recipe", path))
+    assert cfg.hparams == hp and cfg.method["clip_mode"] == "token"
+    assert (cfg.recipe_name, cfg.recipe_hash) == ("token-clip", doc["hash"])

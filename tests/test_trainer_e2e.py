@@ -86,8 +86,7 @@ def test_end_to_end_subprocess(tmp_path, untrained_tiny_model, data_file):  # no
     assert progress[-1] == {"step": 3, "max_steps": 3}
 
     lines = hf_lines(proc.stdout)
-    assert [set(d) for d in lines[:3]] == [{"loss", "grad_norm", "learning_rate", "on_policy_loss", "kl",
-                                            "frac_clipped", "epoch"}] * 3
+    assert [set(d) for d in lines[:3]] == [{"loss", "grad_norm", "learning_rate", "on_policy_loss", "epoch"}] * 3
     assert {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss",
             "epoch"} == set(lines[-1])
     assert "generation done - elapsed time:" in proc.stdout

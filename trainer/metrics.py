@@ -60,11 +60,12 @@ class RunLog:
         self._append("metrics.jsonl", {k: record.get(k) for k in STEP_FIELDS})
         self._append("progress.jsonl", {"step": record["step"], "max_steps": self.max_steps})
         kind = "on_policy_loss" if record["on_policy"] else "off_policy_loss"
+        # exactly the keys of the released trainer's lines; the rest goes on the next line
         print(hf_line({"loss": round(record["loss"], 4), "grad_norm": round(record["grad_norm"], 4),
                        "learning_rate": record["learning_rate"], kind: round(record["loss"], 4),
-                       "kl": round(record["kl"], 4), "frac_clipped": round(record["frac_clipped"], 4),
                        "epoch": round(epoch, 2)}), flush=True)
-        print(f"step {record['step']}/{self.max_steps}: rollout {record['rollout_seconds']:.2f}s, "
+        print(f"step {record['step']}/{self.max_steps}: kl {record['kl']:.4g}, clipped {record['frac_clipped']:.3f}, "
+              f"rollout {record['rollout_seconds']:.2f}s, "
               f"step {record['step_seconds']:.2f}s, {record['tokens_per_second']:.1f} tok/s, "
               f"completion length {record['completion_length']:.1f}, peak {record['peak_memory_mib']:.0f} MiB",
               flush=True)

@@ -27,10 +27,8 @@ def wrap_with_lora(model, hparams: dict, seed: int, gradient_checkpointing: bool
         p.requires_grad_(False)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        peft_model = get_peft_model(model, lora_config(hparams))
-    return peft_model
+    torch.manual_seed(seed)  # every device's generator: LoRA init may run on the GPU
+    return get_peft_model(model, lora_config(hparams))
 
 
 def trainable_parameters(peft_model) -> list[torch.nn.Parameter]:
