@@ -105,7 +105,8 @@ class Chain(SQLModel, table=True):
     snapshot_id: Optional[int] = Field(default=None, foreign_key="code_snapshot.id")
     code_dir: str = ""
     requeued_from: Optional[int] = Field(default=None, foreign_key="chain.id")
-    worker_pid: Optional[int] = None
+    worker_pid: Optional[int] = None  # the worker that claimed it ...
+    worker_host: Optional[str] = None  # ... and where it runs
     queued_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     started_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
     finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)

@@ -183,7 +183,7 @@ class TrainSummary:
 
 # Accepted spellings in metrics.jsonl / train_result.json (first match wins).
 ALIASES = {
-    "step": ("step", "global_step"),
+    "step": ("step", "global_step", "steps"),
     "loss": ("loss", "train_loss"),
     "kl": ("kl", "mean_kl", "kl_mean", "kl_ts", "mean_token_kl"),
     "clip": ("frac_clipped", "fraction_clipped", "clip_frac", "clipped_frac", "clip_fraction"),

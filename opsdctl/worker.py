@@ -114,7 +114,11 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None]) -> list[Re
                 row.state = StageState.INTERRUPTED.value
                 row.finished_at = utcnow()
                 row.reason = "its worker died" + (f"; {rep.summary()}" if rep.found else "")
+    here = socket.gethostname()
     for chain in stale_chains:
+        if chain.worker_host and chain.worker_host != here:
+            report(f"chain {chain.id}: runs under a worker on {chain.worker_host}; left to that host")
+            continue
         n = stopped_by_chain.get(chain.id, 0)
         where = f" during {chain.stage}" if chain.stage else ""
         pid = f" (pid {chain.worker_pid})" if chain.worker_pid else ""
@@ -281,7 +285,7 @@ class Worker:
             with self.store.write() as s:
                 claimed = transition(
                     s, info.chain_id, State.QUEUED, State.RUNNING,
-                    started_at=utcnow(), worker_pid=os.getpid(), stage=None,
+                    started_at=utcnow(), worker_pid=os.getpid(), worker_host=socket.gethostname(), stage=None,
                 )
             if claimed:
                 return info.chain_id, None

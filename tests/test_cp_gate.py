@@ -58,8 +58,9 @@ def _setup(ws, **kw):
 
 
 def test_gate_seam(ws, monkeypatch):
-    monkeypatch.setenv("FAKE_LOOK", "1")
-    monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.3")
+    monkeypatch.setenv("FAKE_LOOK", "1")  # a look record after 4 of 8 problems ...
+    monkeypatch.setenv("FAKE_PROBLEMS", "8")
+    monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.4")  # ... then 1.6 s more: time enough to be stopped
     cfg, store = _setup(ws)
     queue_recipes(cfg, lambda: store, ["baseline", "cosine", "token-clip"])
     gate = ScriptedGate()
@@ -86,7 +87,7 @@ def test_gate_seam(ws, monkeypatch):
     assert ws.sql("select reason, stage from chain where id = 3") == [("futile at k=4", "eval")]
     assert ws.sql("select state, reason from stage where chain_id = 3 and name = 'eval'") == [("stopped", "futile at k=4")]
     k, partial, source, n = ws.sql("select k, partial, source, n_problems from score where chain_id = 3")[0]
-    assert (k, partial, source, n) == (4, 1, "progress", 3)
+    assert (k, partial, source, n) == (4, 1, "progress", 4)
     assert not (ws.runs / "3" / "eval" / "result.json").exists()  # it was stopped before the end
 
 
