@@ -1,0 +1,174 @@
+"""The HF backend's decode loop and the LoRA path: greedy matches `generate`, left padding
+with position ids changes nothing, rows are seeded independently, an adapter is merged
+(equal to PEFT's own merge) without touching the base file, and it changes the samples."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fixtures_tiny import one_thread, tiny_assets, untrained_tiny_model  # noqa: F401  (pytest fixtures)
+
+REPO = Path(__file__).resolve().parent.parent
+PROBLEMS = [{"id": "a", "problem": "What is 12 + 7?", "answer": "19"},
+            {"id": "b", "problem": "Compute 15 - 4 + 8.", "answer": "19"}]
+
+
+def spec(model, *, temperature=1.0, max_new=24, adapter=None, presence_penalty=0.0):
+    return dict(backend="hf", model=str(model), dtype="float32", device="cpu", adapter=adapter, threads=1,
+                sampling=dict(temperature=temperature, top_p=0.95, top_k=0, min_p=0.0,
+                              presence_penalty=presence_penalty, max_new_tokens=max_new, thinking=True, seed=0),
+                problems=PROBLEMS)
+
+
+def drain(backend, task) -> dict[int, dict]:
+    backend.submit(task)
+    rows = []
+    while backend.busy():
+        rows += backend.step()
+    return {r["sample"]: r for r in rows}
+
+
+def task(problem=0, samples=(0, 1, 2), seeds=(11, 12, 13), max_new=None):
+    return {"bid": f"t{problem}", "problem": problem, "samples": list(samples), "seeds": list(seeds),
+            "max_new": max_new}
+
+
+@pytest.fixture(scope="module")
+def tiny_backend(tiny_assets):  # noqa: F811
+    from eval.backends import HFBackend
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield HFBackend(spec(tiny_assets.model_dir, temperature=0.0))
+    torch.set_num_threads(n)
+
+
+def test_greedy_matches_generate(tiny_backend):
+    b = tiny_backend
+    got = drain(b, task(problem=1))
+    ids = b.prompt_ids(1)
+    ref = b.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                           max_new_tokens=24, do_sample=False, eos_token_id=sorted(b.stop_ids),
+                           pad_token_id=b.pad_id)[0, len(ids):].tolist()
+    if ref and ref[-1] in b.stop_ids:
+        ref = ref[:-1]
+    assert got[0]["text"] == b.tokenizer.decode(ref, skip_special_tokens=True)
+    assert got[0]["n_tokens"] == len(ref) > 0
+    assert got[0]["text"] == got[1]["text"] == got[2]["text"]
+
+
+def test_left_padding_and_position_ids(tiny_backend):
+    """Two prompts of different lengths in one batch decode as each does alone."""
+    from eval.backends import _HFBatch
+
+    b = tiny_backend
+    p0, p1 = b.prompt_ids(0), b.prompt_ids(1)
+    assert len(p0) != len(p1)
+    alone = [drain(b, task(problem=i, samples=(0,), seeds=(1,)))[0]["text"] for i in (0, 1)]
+    b.batch = _HFBatch(task(samples=(0, 1), seeds=(1, 2)), [p0, p1], [24, 24],
+                       [torch.Generator().manual_seed(s) for s in (1, 2)])
+    rows = []
+    while b.busy():
+        rows += b.step()
+    assert [r["text"] for r in sorted(rows, key=lambda r: r["sample"])] == alone
+
+
+def test_rows_are_seeded_and_lengths_capped(tiny_assets, one_thread):  # noqa: F811
+    from eval.backends import HFBackend
+
+    b = HFBackend(spec(tiny_assets.model_dir, temperature=1.0, presence_penalty=0.5))
+    first = drain(b, task(seeds=(11, 12, 13), max_new=[24, 5, 24]))
+    again = drain(b, task(seeds=(11, 12, 13), max_new=[24, 5, 24]))
+    assert {s: r["text"] for s, r in first.items()} == {s: r["text"] for s, r in again.items()}
+    assert first[1]["n_tokens"] <= 5
+    other = drain(b, task(seeds=(21, 22, 23), max_new=[24, 5, 24]))
+    assert [other[s]["text"] for s in range(3)] != [first[s]["text"] for s in range(3)]
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(untrained_tiny_model, tmp_path_factory):  # noqa: F811
+    """A LoRA adapter on the untrained tiny model with non-zero B (PEFT starts B at zero)."""
+    from peft import LoraConfig, get_peft_model
+
+    from opsdkit.modeling import load_model
+
+    torch.manual_seed(3)
+    model = get_peft_model(load_model(str(untrained_tiny_model)),
+                           LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.5)
+    out = tmp_path_factory.mktemp("adapter") / "checkpoint-final"
+    model.save_pretrained(out)
+    return out
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_adapter_merge_equals_peft_merge(untrained_tiny_model, adapter_dir, tmp_path, one_thread):  # noqa: F811
+    from peft import PeftModel
+
+    from eval.backends import HFBackend
+    from opsdkit.modeling import load_model
+
+    weights = untrained_tiny_model / "model.safetensors"
+    before = (_sha(weights), os.stat(weights).st_mtime_ns)
+    ours = HFBackend(spec(untrained_tiny_model, adapter=str(adapter_dir)))
+    assert (_sha(weights), os.stat(weights).st_mtime_ns) == before  # base file untouched
+    peft_merged = PeftModel.from_pretrained(load_model(str(untrained_tiny_model)), str(adapter_dir)).merge_and_unload()
+    base = HFBackend(spec(untrained_tiny_model))
+    x = torch.tensor([ours.prompt_ids(0)])
+    with torch.no_grad():
+        got, want, plain = (m(input_ids=x).logits for m in (ours.model, peft_merged, base.model))
+    assert torch.allclose(got, want, atol=1e-5)
+    assert not torch.allclose(got, plain, atol=1e-2)
+
+
+def _in_process(model, adapter, k, max_new) -> dict:
+    """The samples a run would draw, computed here with the same micro-batches and seeds."""
+    from eval import plan
+    from eval.backends import HFBackend
+
+    backend = HFBackend(spec(model, adapter=adapter, max_new=max_new))
+    out = {}
+    for b in plan.make_batches([p["id"] for p in PROBLEMS], k, seed=0):
+        rows = drain(backend, {"bid": b.bid, "problem": b.problem, "samples": list(b.samples),
+                               "seeds": list(b.seeds), "max_new": None})
+        out.update({(b.problem_id, s): r["text"] for s, r in rows.items()})
+    return out
+
+
+def test_adapter_changes_the_samples_end_to_end(untrained_tiny_model, adapter_dir, tmp_path, one_thread):  # noqa: F811
+    from test_eval_e2e import env
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))
+    weights = untrained_tiny_model / "model.safetensors"
+    before = _sha(weights)
+    out = tmp_path / "lora"
+    proc = subprocess.run([sys.executable, "-m", "eval", "--model", str(untrained_tiny_model), "--benchmark",
+                           str(bench), "--k", "2", "--max-new-tokens", "12", "--gpus", "", "--quiet",
+                           "--output-dir", str(out), "--adapter", str(adapter_dir)],
+                          cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    recs = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    lora = {(r["id"], r["sample"]): r["text"] for r in recs}
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["adapter"] == str(adapter_dir.resolve()) and settings["adapter_sha256"]
+    assert json.loads((out / "result.json").read_text())["adapter"] == str(adapter_dir.resolve())
+    assert _sha(weights) == before  # the base file was only read
+    # The worker process drew exactly what this process draws with the merged adapter...
+    assert lora == _in_process(untrained_tiny_model, str(adapter_dir), k=2, max_new=12)
+    # ...and the base model draws something else.
+    assert lora != _in_process(untrained_tiny_model, None, k=2, max_new=12)

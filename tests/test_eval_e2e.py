@@ -1,0 +1,217 @@
+"""`python -m eval` as a real subprocess on the tiny profile (CPU): every output consistent with
+the others, resume after SIGKILL, 1 vs 2 workers, settings mismatch refused, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eval import plan
+from eval.grading import grade
+from opsdctl.results import FINAL_RE, parse_result_json, partial_from_progress
+
+from fixtures_tiny import tiny_assets  # noqa: F401  (pytest fixture)
+
+REPO = Path(__file__).resolve().parent.parent
+N_PROBLEMS = 8
+K = 4  # the tiny profile's k: looks at 1 and 2
+ARGS = ["--profile", "tiny", "--gpus", "", "--num-problems", str(N_PROBLEMS)]
+SAMPLE_FIELDS = ("seed", "text", "n_tokens", "finish_reason", "extracted", "correct")
+
+
+def env() -> dict:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("OPSD_", "OPSDCTL_", "CUDA_VISIBLE"))}
+    e.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+             HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    if "OPSDCTL_CACHE_DIR" in os.environ:
+        e["OPSDCTL_CACHE_DIR"] = os.environ["OPSDCTL_CACHE_DIR"]
+    return e
+
+
+def run_eval(*args, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eval", *map(str, args)], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def samples(out: Path) -> dict[tuple[str, int], dict]:
+    recs = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    keyed = {(r["id"], r["sample"]): r for r in recs}
+    assert len(keyed) == len(recs), "duplicated samples"
+    return keyed
+
+
+def per_sample(out: Path) -> dict:
+    return {key: tuple(r[f] for f in SAMPLE_FIELDS) for key, r in samples(out).items()}
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_assets, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("eval") / "ref"
+    proc = run_eval(*ARGS, "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc, tiny_assets
+
+
+def test_outputs_are_consistent(reference):
+    out, proc, assets = reference
+    result = json.loads((out / "result.json").read_text())
+    # The stage contract's own validator accepts it.
+    parsed = parse_result_json((out / "result.json").read_text())
+    assert parsed.k == K and parsed.n_problems == N_PROBLEMS and parsed.partial is True  # 8 of 30 problems
+    assert result["schema"] == 1 and 0.0 <= result["avg_at_k"] <= 1.0
+
+    # samples.jsonl: every item once, seeds from the plan, grades reproducible here.
+    gold = {json.loads(line)["id"]: json.loads(line)["answer"] for line in assets.bench_file.read_text().splitlines()}
+    recs = samples(out)
+    ids = [p["id"] for p in result["problems"]]
+    assert set(recs) == {(pid, s) for pid in ids for s in range(K)}
+    for (pid, s), r in recs.items():
+        assert r["seed"] == plan.item_seed(0, pid, s)
+        g = grade(r["text"], gold[pid])
+        assert (g.extracted, g.correct) == (r["extracted"], r["correct"])
+        assert r["finish_reason"] in ("stop", "length") and 0 < r["n_tokens"] <= 48
+    assert sum(r["correct"] for r in recs.values()) > 0, "the warm-started tiny model solves some problems"
+
+    # result.json agrees with samples.jsonl.
+    for p in result["problems"]:
+        mine = [recs[(p["id"], s)] for s in range(K)]
+        assert p["samples"] == K and p["correct"] == sum(r["correct"] for r in mine)
+        assert p["mean_tokens"] == pytest.approx(sum(r["n_tokens"] for r in mine) / K, abs=0.01)
+        assert sum(p["finish_reasons"].values()) == K
+    avg = sum(p["correct"] / p["samples"] for p in result["problems"]) / N_PROBLEMS
+    assert result["avg_at_k"] == pytest.approx(avg, abs=1e-6)
+
+    # The FINAL line is the last stdout line, exactly in the contract's format.
+    last = proc.stdout.strip().splitlines()[-1]
+    n_correct = sum(p["correct"] for p in result["problems"])
+    assert last == (f"FINAL avg@{K} accuracy: {100 * avg:.2f}% "
+                    f"({n_correct}/{N_PROBLEMS * K} solutions correct on {N_PROBLEMS} problems)")
+    assert FINAL_RE.fullmatch(last)
+    assert "Processed prompts:" in proc.stderr
+
+    # progress.jsonl: monotone, ends at total, one look record per look point with exact counts.
+    prog = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    dones = [r["done"] for r in prog]
+    assert dones == sorted(dones) and prog[-1] == {"done": N_PROBLEMS * K, "total": N_PROBLEMS * K}
+    looks = [r for r in prog if "look_k" in r]
+    assert [r["look_k"] for r in looks] == plan.look_points(K) == [1, 2]
+    for look in looks:
+        assert [p["id"] for p in look["problems"]] == ids
+        for p in look["problems"]:
+            assert p["samples"] == look["look_k"]
+            assert p["correct"] == sum(recs[(p["id"], s)]["correct"] for s in range(look["look_k"]))
+        assert partial_from_progress(look).k == look["look_k"]
+
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["k"] == K and settings["temperature"] == 1.0 and settings["top_p"] == 0.95
+    assert settings["backend"] == "hf" and settings["thinking"] is True and settings["adapter"] is None
+
+
+def test_two_workers_give_identical_samples(reference, tmp_path):
+    out = tmp_path / "two"
+    proc = run_eval(*ARGS, "--workers", "2", "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert per_sample(out) == per_sample(reference[0])
+    workers = json.loads((out / "result.json").read_text())["workers"]
+    assert len(workers) == 2 and sum(w["items"] for w in workers) == N_PROBLEMS * K
+    assert proc.stdout.strip().splitlines()[-1] == reference[1].stdout.strip().splitlines()[-1]
+
+
+def test_resume_after_sigkill(reference, tmp_path):
+    import psutil
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "eval", *ARGS, "--output-dir", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    path = out / "samples.jsonl"
+    deadline = time.monotonic() + 240
+    children = []
+    while time.monotonic() < deadline:
+        children = children or psutil.Process(proc.pid).children(recursive=True)
+        if path.exists() and path.read_text().count("\n") >= 3:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = path.read_text().count("\n")
+    assert 3 <= written < N_PROBLEMS * K, "the kill should land mid-run"
+    # No orphan: the workers follow their parent.
+    gone, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, f"orphaned workers: {alive}"
+    with open(path, "a") as f:  # and a line torn by a crash mid-write
+        f.write('{"id": "tiny-001", "sample": 3, "seed": 1, "text": "tor')
+
+    again = run_eval(*ARGS, "--output-dir", out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert per_sample(out) == per_sample(reference[0])  # identical, nothing duplicated
+    assert all(line.endswith("}") for line in path.read_text().splitlines())
+    result = json.loads((out / "result.json").read_text())
+    assert result["resumed_samples"] == written
+    assert again.stdout.strip().splitlines()[-1] == reference[1].stdout.strip().splitlines()[-1]
+    looks = [json.loads(line).get("look_k") for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert sorted(x for x in looks if x) == [1, 2]  # each look written once over both runs
+
+    # Resuming a finished dir recomputes nothing and gives the same answer.
+    done = run_eval(*ARGS, "--output-dir", out)
+    assert done.returncode == 0 and done.stdout == again.stdout
+    assert path.read_text().count("\n") == N_PROBLEMS * K
+
+
+def _snapshot(d: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+@pytest.mark.parametrize("change,word", [
+    (["--temperature", "0.7"], "temperature"),
+    (["--k", "2"], "k="),
+    (["--seed", "1"], "seed"),
+    (["--thinking", "off"], "thinking"),
+])
+def test_resume_with_other_settings_is_refused(reference, tmp_path, change, word):
+    out = tmp_path / "copy"
+    shutil.copytree(reference[0], out)
+    before = _snapshot(out)
+    proc = run_eval(*ARGS, "--output-dir", out, *change, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and word in lines[0] and "--output-dir" in lines[0], proc.stderr
+    assert _snapshot(out) == before and proc.stdout == ""
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--profile", "nope"], "unknown profile"),
+    (["--adapter", "/no/such/adapter"], "--adapter"),
+    (["--gpus", "x"], "--gpus"),
+    (["--num-problems", "999"], "has only"),
+    (["--top-p", "0"], "--top-p"),
+    (["--k", "0"], "--k"),
+    (["--benchmark", "/no/such.jsonl"], "no such file"),
+    (["--backend", "vllm"], "--backend vllm"),
+    (["--thinking", "maybe"], "thinking"),
+    (["--frobnicate"], "unrecognized"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tiny_assets, tmp_path, capsys, args, word):  # noqa: F811
+    from eval.cli import main
+
+    out = tmp_path / "never"
+    rc = main(["--profile", "tiny", "--gpus", "", "--output-dir", str(out), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and word in err[0], err
+    assert not out.exists()
+
+
+def test_without_profile_model_and_benchmark_are_required(tmp_path, capsys):
+    from eval.cli import main
+
+    rc = main(["--output-dir", str(tmp_path / "x"), "--gpus", ""])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--model" in err[0]
