@@ -348,8 +348,63 @@ def budget(
     _console().print(f"budget: {_escape(view.text())}")
 
 
-# `opsdctl compare` and `opsdctl show` (the statistics over scored runs) are registered here
-# by the lead: they read store.scored_runs() and the [baseline] config.
+@app.command()
+def compare(
+    variants: Optional[List[str]] = typer.Argument(None, metavar="[VARIANT]...",
+                                                   help="Variants to compare [default: every scored one]."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", "-b", help="Baseline variant [default: [baseline] variant]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG", help="Also draw the runs, means and 95% CIs to this PNG."),
+) -> None:
+    """Rank candidates against the baseline and the run-to-run noise floor.
+
+    One shared run-to-run sigma (pooled, with the published reference as prior), t intervals,
+    P(beat baseline), Bonferroni-corrected verdicts, and how many more runs would settle each
+    question. Partial evaluations are listed apart, never pooled.
+    """
+    from opsdctl.scores import compare_doc
+
+    cfg = _config()
+    report = compare_doc(cfg, _store(cfg), variants, baseline, chain_minutes=_chain_minutes(cfg))
+    if plot is not None:
+        from opsdctl.plots import plot_compare
+
+        plot_compare(report, plot)
+    if as_json:
+        _print_json(report)
+        return
+    from opsdctl.compare import render_compare
+
+    con = _console()
+    render_compare(report, con)
+    if plot is not None:
+        con.print(f"plot: {_escape(str(plot))}")
+
+
+def _chain_minutes(cfg) -> Optional[float]:
+    """Expected minutes of one train -> eval chain, for "do the runs needed fit" advice."""
+    from opsdctl.profiles import get_profile
+
+    profile = get_profile(cfg.profile)
+    return profile.train_minutes + profile.eval_minutes
+
+
+@app.command()
+def show(
+    variant: str = typer.Argument(..., metavar="VARIANT", help="NAME (latest version) or NAME@vN."),
+    as_json: bool = typer.Option(False, "--json", help="Print the variant and its runs as JSON."),
+) -> None:
+    """One variant: its recipe and every run, with per-problem counts and training statistics."""
+    from opsdctl.scores import show_doc
+
+    cfg = _config()
+    doc = show_doc(_store(cfg), variant)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.render import render_show
+
+    render_show(_console(), doc)
 
 
 def main() -> None:

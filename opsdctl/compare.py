@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from opsdctl import stats
+from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
 
 
 @dataclass(frozen=True)
@@ -55,16 +56,6 @@ class RunRecord:
     counts: tuple[int, ...] | None  # per-problem correct counts (None: external FINAL line only)
     problem_ids: tuple[str, ...] | None  # aligned with counts
     partial: bool  # the evaluator said partial
-
-
-@dataclass(frozen=True)
-class Reference:
-    """The published baseline of the config: `[baseline] reference = {mean, sd, n}`."""
-
-    mean: float
-    sd: float
-    n: int
-    prior: bool = True  # use (sd, n - 1) as the prior on the run-to-run sigma
 
 
 def _f(x) -> float | None:

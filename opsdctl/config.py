@@ -208,10 +208,12 @@ class StageConfig:
 
 @dataclass(frozen=True)
 class Reference:
+    """The published baseline: `[baseline] reference = {mean, sd, n}` (points)."""
+
     mean: float
     sd: float
     n: int
-    prior: bool = True
+    prior: bool = True  # use (sd, n - 1) as the prior on the run-to-run sigma
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from opsdctl.states import State
 from opsdctl.store import Store, all_variants, chains_of_variant, get_chain, score_of, stage_of, stages_of
 
 
-def _changes(hparams: dict, method: dict) -> dict:
+def recipe_changes(hparams: dict, method: dict) -> dict:
     """Knobs that differ from the released recipe (knobs.py defaults)."""
     dh, dm = knobs.default_hparams(), knobs.default_method()
     out = {k: v for k, v in hparams.items() if dh.get(k) != v}
@@ -35,7 +35,7 @@ def list_variants(store: Store) -> list[dict]:
                 "variant": v.label,
                 "hash": v.hash,
                 "description": v.description,
-                "changes": _changes(v.hparams, v.method),
+                "changes": recipe_changes(v.hparams, v.method),
                 "chains": len(chains),
                 "succeeded": sum(c.state == State.SUCCEEDED.value for c in chains),
                 "queued": sum(c.state == State.QUEUED.value for c in chains),
@@ -63,7 +63,7 @@ def list_recipes(cfg: Config) -> list[dict]:
             try:
                 r = load_recipe(str(path), cfg.recipes_dir, cfg.extra_method_knobs)
                 row.update(name=r.name, hash=r.hash, description=r.description,
-                           extends=[p.stem for p in r.lineage[1:]], changes=_changes(r.hparams, r.method), error=None)
+                           extends=[p.stem for p in r.lineage[1:]], changes=recipe_changes(r.hparams, r.method), error=None)
             except UserError as exc:
                 row.update(name=path.stem, hash=None, description="", extends=[], changes={}, error=str(exc))
             rows.append(row)

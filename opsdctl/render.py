@@ -136,3 +136,31 @@ def render_recipes(con: Console, rows: list[dict]) -> None:
         t.add_row(name, escape(" -> ".join(r["extends"])), escape(_changes_text(r["changes"])), r["hash"][:12],
                   escape(r["description"]))
     con.print(t)
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render_show(con: Console, doc: dict) -> None:
+    from opsdctl.listing import recipe_changes
+
+    con.print(f"[bold]{escape(doc['variant'])}[/bold]  {doc['hash'][:12]}  {escape(doc['description'] or '')}")
+    con.print(f"changes: {escape(_changes_text(recipe_changes(doc['hparams'], doc['method'])))}")
+    if not doc["runs"]:
+        con.print("[dim]no chains yet[/dim]")
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped", "per-problem correct"):
+        t.add_column(col, overflow="fold")
+    for r in doc["runs"]:
+        tr = r["train"] or {}
+        kn = f"{r['k']} x {r['n_problems']}" if r["k"] else "-"
+        if r["partial"]:
+            kn += " [yellow]partial[/yellow]"
+        counts = " ".join(str(p["correct"]) for p in r["problems"]) if r["problems"] else "-"
+        state = _state(r["state"]) + (f" [dim]({escape(r['reason'])})[/dim]" if r["reason"] else "")
+        t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,
+                  _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
+                  _num(tr.get("frac_clipped"), "{:.1%}"), counts)
+    con.print(t)

@@ -1,0 +1,73 @@
+"""`opsdctl compare` and `opsdctl show` over a real store filled by real (emulated) stages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture
+def scored(ws):
+    ws.cli("queue", "baseline", "token-clip", "cosine", "--repeats", "2", "--seed", "3")
+    ws.run("worker", "--drain")
+    return ws
+
+
+def test_compare_json_ranks_candidates_against_the_baseline(scored, tmp_path):
+    png = tmp_path / "cmp.png"
+    report = scored.cli_json("compare", "--plot", str(png))
+    assert set(report) >= {"baseline", "noise", "variants"}
+    assert report["baseline"]["name"] == "baseline" and report["baseline"]["source"] == "runs"
+    assert report["baseline"]["n"] == 2
+    names = [v["name"] for v in report["variants"]]
+    assert sorted(names) == ["cosine", "token-clip"]
+    for v in report["variants"]:
+        assert {"name", "n", "mean", "sd", "se", "delta", "ci_low", "ci_high", "p_beat", "verdict",
+                "runs_needed", "partial"} <= set(v)
+        assert v["n"] == 2 and v["verdict"] in ("better", "worse", "undecided")
+    ps = [v["p_beat"] for v in report["variants"]]
+    assert ps == sorted(ps, reverse=True)
+    # scores in the report are the scores in the store
+    rows = scored.sql("select avg_at_k from score join chain on chain.id = score.chain_id "
+                      "join variant on variant.id = chain.variant_id where variant.name = 'token-clip'")
+    tc = next(v for v in report["variants"] if v["name"] == "token-clip")
+    assert tc["mean"] == pytest.approx(sum(r[0] for r in rows) / len(rows))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_subset_keeps_the_baseline_and_renders(scored):
+    report = scored.cli_json("compare", "cosine")
+    assert [v["name"] for v in report["variants"]] == ["cosine"]
+    assert report["baseline"]["n"] == 2
+    text = scored.cli("compare").stdout
+    assert "baseline" in text and "token-clip" in text and "Bonferroni" in text
+
+
+def test_compare_with_reference_only(ws):
+    ws.write_config(extra="")
+    cfg = (ws.root / "opsdctl.toml").read_text().replace(
+        '[baseline]\nvariant = "baseline"', '[baseline]\nvariant = "baseline"\nreference = { mean = 54.22, sd = 1.48, n = 5 }')
+    (ws.root / "opsdctl.toml").write_text(cfg)
+    ws.cli("queue", "token-clip")
+    ws.run("worker", "--drain")
+    report = ws.cli_json("compare")
+    assert report["baseline"]["source"] == "reference" and report["baseline"]["mean"] == 54.22
+    assert report["noise"]["nu"] == 4  # the prior alone: n - 1
+
+
+def test_show_lists_runs_with_per_problem_counts(scored):
+    doc = scored.cli_json("show", "token-clip")
+    assert doc["variant"] == "token-clip" and doc["method"]["clip_mode"] == "token"
+    assert len(doc["runs"]) == 2
+    run = doc["runs"][0]
+    assert run["state"] == "succeeded" and len(run["problems"]) == 6
+    assert run["train"]["final_loss"] is not None
+    text = scored.cli("show", "token-clip").stdout
+    assert "per-problem correct" in text and "clip_mode=token" in text
+
+
+def test_show_unknown_variant_is_one_line(scored):
+    out = scored.cli("show", "nope", check=False)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "nope" in out.stderr
