@@ -143,8 +143,10 @@ def test_two_processes_gloo(tmp_path, untrained_tiny_model, data_file):  # noqa:
     lines = hf_lines(proc.stdout)
     assert len([d for d in lines if "loss" in d]) == 2  # rank 0 alone logs
     assert (out / "checkpoint-final" / "adapter_model.safetensors").exists()
-    # global batch 1 x 2 x 2 = 4 rows per step, over 40 rows: epoch 0.2 after 2 steps
-    assert lines[-1]["epoch"] == 0.2
+    # the profile's global batch (1 x 2 x 1 process) is kept: accumulation 2 -> 1 with 2 processes,
+    # so 2 rows per step over 40 rows: epoch 0.1 after 2 steps
+    assert (result["gradient_accumulation_steps"], result["global_batch"]) == (1, 2)
+    assert lines[-1]["epoch"] == 0.1
 
 
 @pytest.mark.slow

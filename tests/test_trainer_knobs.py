@@ -380,3 +380,13 @@ def test_gradient_accumulation_matches_one_big_batch(make):
     assert math.isclose(r1["loss"], r2["loss"], rel_tol=1e-3) and math.isclose(r1["grad_norm"], r2["grad_norm"], rel_tol=1e-4)
     for n in p1:  # Adam's first step is ~lr * sign(g): allow 0.2% of lr where g is ~0
         torch.testing.assert_close(p1[n], p2[n], rtol=1e-4, atol=2e-6)
+
+
+def test_global_batch_is_kept_when_processes_differ():
+    from trainer.train import accumulation_for
+
+    prof = get_profile("qwen3-1.7b")  # 4 per device x 2 accumulation x 4 processes = 32
+    notes = []
+    assert accumulation_for(prof, 4, notes.append) == 2 and notes == []
+    assert accumulation_for(prof, 2, notes.append) == 4 and accumulation_for(prof, 8, notes.append) == 1
+    assert accumulation_for(prof, 3, notes.append) == 2 and "warning" in notes[-1]

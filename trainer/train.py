@@ -44,6 +44,23 @@ def is_on_policy(seed: int, step: int, lmbda: float) -> bool:
     return random.Random(f"opsd-lmbda-{seed}-{step}").random() < lmbda
 
 
+def accumulation_for(profile, processes: int, log=print) -> int:
+    """Gradient accumulation that keeps the profile's global batch (per-device batch x accumulation
+    x num_processes, a budget knob) when the run has a different number of processes."""
+    ga = profile.gradient_accumulation_steps
+    if processes == profile.num_processes:
+        return ga
+    total = ga * profile.num_processes
+    if total % processes == 0:
+        log(f"{processes} processes instead of the profile's {profile.num_processes}: gradient accumulation "
+            f"{ga} -> {total // processes} keeps the global batch at {profile.per_device_train_batch_size * total}")
+        return total // processes
+    log(f"warning: {processes} processes instead of the profile's {profile.num_processes}: the global batch "
+        f"changes from {profile.per_device_train_batch_size * total} to "
+        f"{profile.per_device_train_batch_size * ga * processes}")
+    return ga
+
+
 def rollout_seed(seed: int, step: int, process_index: int, salt: int = 0) -> int:
     return (seed * 1_000_003 + step * 7919 + process_index * 104_729 + salt) % (2**31 - 1)
 
@@ -69,11 +86,11 @@ class OPSDTrainer:
         self.rank = self.acc.process_index
         prof = cfg.profile
         self.B = prof.per_device_train_batch_size
-        self.GA = prof.gradient_accumulation_steps
         self.max_steps = prof.max_steps
         self.log = log or RunLog(cfg.output_dir, self.max_steps, enabled=self.acc.is_main_process)
         for note in cfg.notes:
             self.log.info(note)
+        self.GA = accumulation_for(prof, self.P, self.log.info)
 
         # data first: a bad dataset or selection fails before any model loads
         self.selection = data.load_selection(prof.dataset, self.method["data_select"], cfg.columns)
@@ -278,6 +295,7 @@ class OPSDTrainer:
         extra = {"replicas_in_sync": in_sync, "rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
                  "data_select": self.method["data_select"], "max_completion_length": self.max_new,
                  "teacher": self.teacher, "rollout_backend": self.backend.name, "num_processes": self.P,
+                 "gradient_accumulation_steps": self.GA, "global_batch": self.B * self.GA * self.P,
                  "recipe": cfg.recipe_name, "recipe_hash": cfg.recipe_hash, "seed": cfg.seed,
                  "checkpoints": [f"checkpoint-{s}" for s in sorted(saved)] + ["checkpoint-final"]}
         result = self.log.finish(runtime=runtime, samples=self.stream.consumed, epoch=self.stream.epoch, extra=extra)
