@@ -118,7 +118,7 @@ def make_trainer(model_dir: str, data: str, out: Path, batch: int, completion: i
     prof = with_overrides(get_profile("qwen3-1.7b"), model=model_dir, dataset=data, max_steps=steps,
                           per_device_train_batch_size=batch, gradient_accumulation_steps=1, save_steps=10**6)
     cfg = TrainConfig(profile=prof, hparams=hp, method=knobs.default_method(), seed=0, output_dir=out,
-                      rollout_backend="hf")
+                      rollout_backend="hf", keep_global_batch=False)  # one process, accumulation 1
     tr = OPSDTrainer(cfg)
     # force full-length rollouts: a random model would stop anywhere
     tr.sampling = dataclasses.replace(tr.sampling, min_new_tokens=completion)

@@ -107,8 +107,11 @@ def test_bad_method_defaults_and_budget_overrides(tmp_path):
 
 
 def test_tiny_profile_caps_max_completion_length(tmp_path):
-    cfg = cli.resolve(args(tmp_path, "--recipe", recipe_json(tmp_path / "r.json", {"max_completion_length": 1024})))
-    assert cfg.max_completion_length == 48 and any("capped" in n for n in cfg.notes)
+    from opsdctl.profiles import get_profile
+
+    cap = get_profile("tiny").completion_length_cap
+    cfg = cli.resolve(args(tmp_path, "--recipe", recipe_json(tmp_path / "r.json", {"max_completion_length": 4096})))
+    assert cfg.max_completion_length == cap < 4096 and any("capped" in n for n in cfg.notes)
     cfg = cli.resolve(args(tmp_path, "--recipe", recipe_json(tmp_path / "r.json", {"max_completion_length": 7})))
     assert cfg.max_completion_length == 7
     big = cli.resolve(["--profile", "qwen3-1.7b", "--seed", "1", "--output-dir", str(tmp_path),

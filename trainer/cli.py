@@ -40,6 +40,8 @@ class TrainConfig:
     sources: dict = field(default_factory=dict)  # knob -> where its value came from
     rollout_backend: str = "auto"  # auto | hf | vllm
     loss_chunk_size: int = 512
+    # keep the profile's global batch if the process count differs (off once batch/accumulation are overridden)
+    keep_global_batch: bool = True
     columns: dict = field(default_factory=dict)  # role -> explicit column name
     notes: list = field(default_factory=list)  # lines for the log
 
@@ -185,6 +187,7 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
                       output_dir=args.output_dir, recipe_name=meta["name"] or "unnamed",
                       recipe_hash=meta["hash"], sources=sources, rollout_backend=args.rollout_backend,
                       loss_chunk_size=args.loss_chunk_size,
+                      keep_global_batch=args.per_device_batch is None and args.grad_accum is None,
                       columns={r: c for r, c in (("problem", args.problem_column),
                                                  ("solution", args.solution_column),
                                                  ("trace", args.trace_column), ("source", args.source_column),

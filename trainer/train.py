@@ -90,7 +90,8 @@ class OPSDTrainer:
         self.log = log or RunLog(cfg.output_dir, self.max_steps, enabled=self.acc.is_main_process)
         for note in cfg.notes:
             self.log.info(note)
-        self.GA = accumulation_for(prof, self.P, self.log.info)
+        self.GA = (accumulation_for(prof, self.P, self.log.info) if cfg.keep_global_batch
+                   else prof.gradient_accumulation_steps)
 
         # data first: a bad dataset or selection fails before any model loads
         self.selection = data.load_selection(prof.dataset, self.method["data_select"], cfg.columns)
