@@ -164,3 +164,32 @@ def test_loss_spec_reads_every_loss_knob():
     spec = LossSpec.from_knobs(hp, {**knobs.default_method(), "clip_mode": "token"})
     assert spec == LossSpec(beta=0.25, temperature=0.9, jsd_token_clip=0.1, clip_mode="token", top_k_loss=7,
                             use_tinker_loss=True)
+
+
+def saved_bytes(fn) -> int:
+    """Bytes of the tensors autograd keeps for backward while `fn` runs its forward."""
+    total = 0
+
+    def pack(t):
+        nonlocal total
+        total += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return total
+
+
+def test_chunked_loss_keeps_no_full_vocabulary_tensor_for_backward():
+    torch.manual_seed(0)
+    n, h, v = 256, 16, 2048
+    head = torch.nn.Linear(h, v, bias=False)
+    hs = torch.randn(n, h, requires_grad=True)
+    ht = torch.randn(n, h)
+    tokens = torch.randint(0, v, (n,))
+    spec = LossSpec(jsd_token_clip=0.05)
+    full = n * v * 4  # one fp32 (positions x vocabulary) tensor
+    naive = saved_bytes(lambda: naive_loss(head(hs), head(ht), tokens, spec))
+    chunked = saved_bytes(lambda: chunked_loss(hs, ht, head, tokens, spec, chunk_size=32))
+    assert naive > 3 * full  # logits, log-probs, probabilities... all positions at once
+    assert chunked < 0.1 * full  # only each chunk's hidden-state inputs; logits are recomputed per chunk
