@@ -93,6 +93,17 @@ class HFBackend(_Base):
         self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self.batch: _HFBatch | None = None
 
+    def warmup(self) -> None:
+        """Two decode steps on a throwaway row: nothing of it is kept."""
+        import torch
+
+        saved = self.batch
+        self.batch = _HFBatch({"bid": "warmup", "problem": 0, "samples": [0], "seeds": [0]},
+                              [self.prompt_ids(0)], [2], [torch.Generator(device=self.device).manual_seed(0)])
+        while self.batch is not None:
+            self.step()
+        self.batch = saved
+
     def free_slots(self) -> int:
         return 0 if self.batch else 1
 
@@ -209,6 +220,9 @@ class VLLMBackend(_Base):
         self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.stop_ids = self._stop_ids()
         self.running: dict[str, tuple[dict, int]] = {}  # request id -> (task, row)
+
+    def warmup(self) -> None:
+        pass  # the engine warms itself up (profiling run, CUDA graphs) when it starts
 
     def _stop_ids(self) -> list[int]:
         from opsdkit.modeling import stop_token_ids

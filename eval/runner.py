@@ -30,6 +30,7 @@ PROGRESS_EVERY_S = 0.25  # progress.jsonl: at most 4 lines a second
 BAR_EVERY_S = 0.5  # the human progress bar on stderr (tty); 5 s when it goes to a log
 MERGED_DIR = "merged-model"
 JOIN_S = 10.0
+LIVENESS_S = 2.0  # how often the parent checks that its workers are alive
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RunOptions:
     dispatch: str = "dynamic"  # "dynamic" (shared queue) | "round-robin" (fixed shards; benchmarks)
     ignore_eos: bool = False  # benchmarks: force lengths
     item_max_new: Optional[Callable[[str, int], int]] = None  # benchmarks: per-item length
+    start_together: bool = False  # benchmarks: hand out work only once every worker is loaded
     quiet: bool = False
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
@@ -148,6 +150,7 @@ def run(settings: EvalSettings, problems: list[Problem], opts: RunOptions) -> di
     if todo:
         opts.log(f"eval: {len(ids)} problems x {k} samples, {resumed} already in {samples_file.name}, "
                  f"{len(todo)} micro-batches to run on {len(_worker_plan(opts))} worker(s) ({settings.backend})")
+        (out / "result.json").unlink(missing_ok=True)  # a stale result must not outlive a failed resume
         log_file = records.SampleLog(samples_file)
         model_path = settings.model
         try:
@@ -245,17 +248,19 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
     last_progress = 0.0
     first_ready = None
     n_new = 0
+    last_check = time.monotonic()
     try:
-        if own is not None:  # round-robin: fixed shards, decided up front
-            shards = planmod.round_robin(list(dispatcher.batches), n)
-            for wid, shard in enumerate(shards):
-                for b in shard:
-                    own[wid].put(task_of(b))
-                own[wid].put(None)
-            dispatcher.pending.clear()
-        sent_stop = own is not None
+        sent_stop = False
         while len(exited) < n:
-            if shared is not None:
+            started = not opts.start_together or len(worker_stats) == n
+            if own is not None and started and not sent_stop:  # round-robin: fixed shards, decided up front
+                for wid, shard in enumerate(planmod.round_robin(list(dispatcher.batches), n)):
+                    for b in shard:
+                        own[wid].put(task_of(b))
+                    own[wid].put(None)
+                dispatcher.pending.clear()
+                sent_stop = True
+            if shared is not None and started:
                 while outstanding < busy_cap and (b := dispatcher.next()) is not None:
                     shared.put(task_of(b))
                     outstanding += 1
@@ -263,13 +268,16 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                     for _ in range(n):
                         shared.put(None)
                     sent_stop = True
+            if time.monotonic() - last_check > LIVENESS_S:
+                last_check = time.monotonic()
+                for wid, p in enumerate(procs):
+                    # A worker killed from outside (OOM, signal) sends nothing: notice it here.
+                    if wid not in exited and not p.is_alive() and results.empty():
+                        raise EvalFailed(f"worker {wid} ({devices[wid]}) died with exit code {p.exitcode}; "
+                                         f"finished samples are kept, rerun the same command to resume")
             try:
                 msg = results.get(timeout=0.5)
             except queue.Empty:
-                for wid, p in enumerate(procs):
-                    if wid not in exited and not p.is_alive():
-                        raise EvalFailed(f"worker {wid} ({devices[wid]}) died with exit code {p.exitcode}; "
-                                         f"finished samples are kept, rerun the same command to resume")
                 continue
             kind, wid = msg[0], msg[1]
             if kind == "sample":
@@ -295,8 +303,9 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
             elif kind == "batch":
                 outstanding -= 1
             elif kind == "ready":
-                first_ready = first_ready or time.monotonic()
                 worker_stats[wid] = {"worker": wid, **msg[2]}
+                if not opts.start_together or len(worker_stats) == n:
+                    first_ready = first_ready or time.monotonic()
             elif kind == "exit":
                 exited.add(wid)
                 worker_stats.setdefault(wid, {"worker": wid}).update(msg[2])

@@ -52,6 +52,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int) -> None:
 
         t_load = time.perf_counter()
         backend = make_backend({**spec, "device": "cuda:0" if device != "cpu" else "cpu"})
+        backend.warmup()  # one-off costs (lazy init, kernel selection) before we report ready
         results.put(("ready", wid, {"device": device, "load_seconds": round(time.perf_counter() - t_load, 2),
                                     "pid": os.getpid()}))
         answers = [p["answer"] for p in spec["problems"]]

@@ -172,3 +172,93 @@ def test_adapter_changes_the_samples_end_to_end(untrained_tiny_model, adapter_di
     assert lora == _in_process(untrained_tiny_model, str(adapter_dir), k=2, max_new=12)
     # ...and the base model draws something else.
     assert lora != _in_process(untrained_tiny_model, None, k=2, max_new=12)
+
+
+# --- vLLM: a stand-in engine (vLLM cannot run on a CPU machine) behind vLLM's own API ------
+
+
+class _FakeEngine:
+    def __init__(self):
+        self.requests = {}
+        self.model_config = type("MC", (), {"max_model_len": 256})()
+
+    def add_request(self, request_id, prompt, params):
+        assert set(prompt) == {"prompt_token_ids"} and request_id not in self.requests
+        self.requests[request_id] = (prompt["prompt_token_ids"], params)
+
+    def step(self):
+        outs = []
+        for rid, (prompt, params) in list(self.requests.items()):
+            n = min(params.max_tokens, 3 + params.seed % 5)  # "generation" depends on the seed only
+            comp = type("C", (), {"text": f"\\boxed{{{params.seed % 7}}}", "token_ids": list(range(n)),
+                                  "finish_reason": "length" if n == params.max_tokens else "stop"})()
+            outs.append(type("O", (), {"request_id": rid, "finished": True, "outputs": [comp]})())
+            del self.requests[rid]
+        return outs
+
+
+def test_vllm_backend_requests(monkeypatch, untrained_tiny_model):  # noqa: F811
+    import types
+
+    from eval.backends import VLLMBackend
+    from opsdkit.modeling import load_tokenizer
+
+    made = {}
+
+    class LLM:
+        def __init__(self, **kw):
+            made.update(kw)
+            self.llm_engine = _FakeEngine()
+
+        def get_tokenizer(self):
+            return load_tokenizer(str(untrained_tiny_model))
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    s = spec(untrained_tiny_model)
+    s.update(backend="vllm", dtype="bfloat16", rows_per_batch=2,
+             backend_options={"batch_invariant": True, "max_num_seqs": 4, "gpu_memory_utilization": 0.5})
+    b = VLLMBackend(s)
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "1" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert made["tensor_parallel_size"] == 1 and made["seed"] == 0 and made["max_num_seqs"] == 4
+    assert b.free_slots() == 2
+    b.submit({"bid": "a#0", "problem": 0, "samples": [0, 1], "seeds": [11, 12], "max_new": None})
+    assert b.free_slots() == 1 and b.busy()
+    params = [p for _, p in b.engine.requests.values()]
+    assert [p.seed for p in params] == [11, 12] and all(p.top_k == -1 and p.top_p == 0.95 for p in params)
+    assert all(p.max_tokens == 24 and p.temperature == 1.0 and p.stop_token_ids for p in params)
+    rows = b.step()
+    assert not b.busy()
+    assert {(r["sample"], r["seed"], r["n_tokens"], r["finish_reason"]) for r in rows} == {
+        (0, 11, 3 + 11 % 5, "stop"), (1, 12, 3 + 12 % 5, "stop")}
+    assert all(r["problem"] == 0 and r["bid"] == "a#0" for r in rows)
+    # Per-item lengths (benchmarks) are honoured, and capped by the context left after the prompt.
+    b.submit({"bid": "b#0", "problem": 1, "samples": [0, 1], "seeds": [1, 2], "max_new": [1000, 3]})
+    room = 256 - len(b.prompt_ids(1))
+    assert [p.max_tokens for _, p in b.engine.requests.values()] == [room, 3]
+
+
+def test_vllm_adapter_is_merged_once_into_the_output_dir(untrained_tiny_model, adapter_dir, tmp_path, one_thread):  # noqa: F811
+    from eval.runner import _prepare_vllm_model
+    from eval.settings import EvalSettings
+    from opsdkit.modeling import load_model, merge_adapter_into
+
+    weights = untrained_tiny_model / "model.safetensors"
+    before = _sha(weights)
+    st = EvalSettings(model=str(untrained_tiny_model), adapter=str(adapter_dir), adapter_sha256="x", benchmark="b",
+                      benchmark_hash="h", n_benchmark=2, num_problems=2, k=2, reference_k=2, temperature=1.0,
+                      top_p=1.0, top_k=0, min_p=0.0, presence_penalty=0.0, max_new_tokens=4, thinking=True, seed=0,
+                      backend="vllm", dtype="float32", batch_size=None)
+    path = _prepare_vllm_model(st, tmp_path, lambda m: None)
+    assert Path(path) == tmp_path / "merged-model" and (Path(path) / "tokenizer.json").exists()
+    assert _sha(weights) == before
+    merged = load_model(path)
+    ref = load_model(str(untrained_tiny_model))
+    merge_adapter_into(ref, str(adapter_dir))
+    for (n1, p1), (n2, p2) in zip(merged.state_dict().items(), ref.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2), n1
