@@ -100,7 +100,9 @@ def main() -> int:
     median = args.median_tokens or (12 if args.smoke else MEDIAN_TOKENS)
     cap = args.max_tokens or (64 if args.smoke else MAX_TOKENS)
     if n_gpus:
-        devices = [str(i) for i in range(n_gpus)]
+        from eval.cli import _devices
+
+        devices = _devices(None)  # CUDA_VISIBLE_DEVICES's ids when set, as the evaluator spells them
         per = args.workers_per_gpu or (4 if n_gpus == 1 else 1)
     else:
         devices, per = [], args.cpu_workers

@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="samples per problem (smaller than the protocol's = partial)")
     p.add_argument("--num-problems", type=int, help="evaluate only the first N problems (partial)")
     p.add_argument("--output-dir", required=True, help="results; re-running with the same dir resumes")
-    p.add_argument("--gpus", help="comma list of CUDA devices, one worker per device; '' = CPU "
-                                  "(default: CUDA_VISIBLE_DEVICES, else all GPUs, else CPU)")
+    p.add_argument("--gpus", help="comma list of CUDA device ids as CUDA_VISIBLE_DEVICES spells them, one worker "
+                                  "per device; '' = CPU (default: CUDA_VISIBLE_DEVICES, else all GPUs, else CPU)")
     p.add_argument("--workers", type=int, default=1, help="worker processes per GPU, or on the CPU (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
     p.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
@@ -85,6 +85,13 @@ def _devices(arg: str | None) -> list[str]:
             raise UserError(f"--gpus {arg}: {d!r} is not a CUDA device index or UUID; use e.g. --gpus 0,1 or --gpus ''")
     if len(set(out)) != len(out):
         raise UserError(f"--gpus {arg}: a device is listed twice; use --workers for several workers per GPU")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and out:
+        allowed = [d.strip() for d in visible.split(",") if d.strip()]
+        stray = [d for d in out if d not in allowed]
+        if stray:  # ids are physical, as CUDA_VISIBLE_DEVICES spells them: never reach past what we were given
+            raise UserError(f"--gpus {arg}: {','.join(stray)} not among CUDA_VISIBLE_DEVICES={visible}; "
+                            f"pass the ids as CUDA_VISIBLE_DEVICES spells them, or leave --gpus out")
     return out
 
 

@@ -85,7 +85,8 @@ def done_map(records: list[dict], wanted_ids: set[str], k: int) -> dict[tuple[st
 # --- progress.jsonl -----------------------------------------------------------------------
 
 
-def looks_written(path: Path) -> set[int]:
+def looks_written(path: Path) -> set[tuple[int, int]]:
+    """(look_k, number of problems) of the look records already in progress.jsonl."""
     out = set()
     if path.exists():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -93,8 +94,8 @@ def looks_written(path: Path) -> set[int]:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(rec, dict) and isinstance(rec.get("look_k"), int):
-                out.add(rec["look_k"])
+            if isinstance(rec, dict) and isinstance(rec.get("look_k"), int) and isinstance(rec.get("problems"), list):
+                out.add((rec["look_k"], len(rec["problems"])))
     return out
 
 

@@ -131,7 +131,9 @@ def run(settings: EvalSettings, problems: list[Problem], opts: RunOptions) -> di
         if isinstance(r.get("n_tokens"), (int, float)):
             dispatcher.record(index[pid], int(r["n_tokens"]))
 
-    looks_pending = [lk for lk in planmod.look_points(k) if lk not in records.looks_written(progress_file)]
+    # A look already recorded (before a crash) is not repeated; a resume over more problems looks again.
+    written = records.looks_written(progress_file)
+    looks_pending = [lk for lk in planmod.look_points(k) if (lk, len(ids)) not in written]
     below = {lk: [sum(1 for s in range(lk) if (pid, s) in done) for pid in ids] for lk in looks_pending}
 
     def write_looks(done_now: int) -> None:

@@ -187,6 +187,19 @@ def test_resume_with_other_settings_is_refused(reference, tmp_path, change, word
     assert _snapshot(out) == before and proc.stdout == ""
 
 
+def test_resume_over_fewer_problems_reuses_the_samples(reference, tmp_path):
+    """--num-problems is not part of a dir's identity: the first N problems' samples are reused."""
+    out = tmp_path / "fewer"
+    shutil.copytree(reference[0], out)
+    proc = run_eval("--profile", "tiny", "--gpus", "", "--num-problems", "3", "--output-dir", out)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["n_problems"] == 3 and result["resumed_samples"] == 3 * K and result["workers"] == []
+    assert result["problems"] == json.loads((reference[0] / "result.json").read_text())["problems"][:3]
+    looks = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert [len(r["problems"]) for r in looks if "look_k" in r] == [N_PROBLEMS, N_PROBLEMS, 3, 3]
+
+
 @pytest.mark.parametrize("args,word", [
     (["--profile", "nope"], "unknown profile"),
     (["--adapter", "/no/such/adapter"], "--adapter"),

@@ -156,6 +156,40 @@ def test_benchmark_columns_ids_and_hash(tmp_path):
         rows_to_problems([{"id": 1, "problem": "p", "answer": 1}, {"id": 1, "problem": "q", "answer": 2}], "x")
 
 
+def test_hub_dataset_columns_and_split(monkeypatch):
+    """A dataset id goes through datasets.load_dataset (stubbed here: no network in tests)."""
+    import datasets
+
+    rows = {"id": [60, 61], "problem": ["p1", "p2"], "solution": ["s", "s"], "answer": ["204", "025"],
+            "url": ["u", "u"], "year": ["2024", "2024"]}
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda name: datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows)}))
+    probs = load_benchmark("HuggingFaceH4/aime_2024")
+    assert [(p.id, p.answer) for p in probs] == [("60", "204"), ("61", "025")]
+    with pytest.raises(UserError, match="choose a split"):
+        load_benchmark("HuggingFaceH4/aime_2024:test")
+
+    def offline(name):
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(UserError, match="cannot load it"):
+        load_benchmark("someone/missing")
+
+
+def test_gpu_ids_are_physical_and_within_what_we_were_given(monkeypatch):
+    from eval.cli import _devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert _devices(None) == ["2", "3"] and _devices("3") == ["3"] and _devices("") == []
+    with pytest.raises(UserError, match="not among CUDA_VISIBLE_DEVICES=2,3"):
+        _devices("0,1")
+    with pytest.raises(UserError, match="listed twice"):
+        _devices("2,2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert _devices(None) == []
+
+
 # --- sampling -----------------------------------------------------------------------------
 
 
