@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="worker processes per GPU, or on the CPU (default 1)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per worker (default 1)")
     p.add_argument("--backend", choices=("auto", "hf", "vllm"), default="auto",
-                   help="auto = vllm on GPUs when installed, else hf")
+                   help="auto = vllm on GPUs when installed (hf for tiny://model), else hf")
     p.add_argument("--dtype", choices=("auto",) + DTYPES, default="auto",
                    help="auto = float32 on the CPU, bfloat16 on GPUs")
     p.add_argument("--batch-size", type=int, help="hf: rows per micro-batch (default: one round of one problem, k/3)")
@@ -125,10 +125,13 @@ def resolve(args) -> tuple:
 
     devices = _devices(args.gpus)
     backend = args.backend
+    model_arg = args.model or profile.model
     if backend == "auto":
         import importlib.util
 
-        backend = "vllm" if devices and importlib.util.find_spec("vllm") else "hf"
+        # The tiny model starts in a second with HF; a vLLM engine would take a minute to boot.
+        tiny = model_arg.startswith("tiny://")
+        backend = "vllm" if devices and not tiny and importlib.util.find_spec("vllm") else "hf"
     if backend == "vllm" and not devices:
         raise UserError("--backend vllm: no GPU to run on (--gpus is empty); use --backend hf on the CPU")
     if backend == "vllm":
@@ -138,7 +141,7 @@ def resolve(args) -> tuple:
             raise UserError("--backend vllm: vllm is not installed; pip install -e '.[gpu]' or use --backend hf")
     dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if devices else "float32")
 
-    model = check_model(args.model or profile.model)
+    model = check_model(model_arg)
     adapter, adapter_sha = check_adapter(args.adapter)
     bench_name = args.benchmark or profile.benchmark
     problems = load_benchmark(bench_name)

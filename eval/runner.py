@@ -9,7 +9,6 @@ not change its numbers (plan.py).
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import queue
@@ -291,11 +290,11 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                 log_file.append(rec)
                 n_new += 1
                 done[key] = rec
-                p = index[rec["id"]]
-                dispatcher.record(p, rec["n_tokens"])
+                pi = index[rec["id"]]
+                dispatcher.record(pi, rec["n_tokens"])
                 for lk, counts in below.items():
                     if rec["sample"] < lk:
-                        counts[p] += 1
+                        counts[pi] += 1
                 write_looks(len(done))
                 now = time.monotonic()
                 if now - last_progress >= PROGRESS_EVERY_S and len(done) < total:  # the last one: run()
