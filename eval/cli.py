@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     try:
         doc = run(settings, problems, opts)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except EvalFailed as exc:
         print(f"eval failed: {exc}", file=sys.stderr)
         return 1

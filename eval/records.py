@@ -32,25 +32,20 @@ def write_json_atomic(path: Path, doc) -> None:
 
 
 def read_samples(path: Path) -> tuple[list[dict], int]:
-    """(records, bytes of whole valid lines). A torn or corrupt tail is not counted."""
+    """(records, bytes up to the last newline). A torn last line (no newline: the writer died
+    mid-write) is ignored; a complete line that is not a sample record is skipped."""
     if not path.exists():
         return [], 0
     data = path.read_bytes()
-    records, good = [], 0
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        if end == -1:  # torn last line: written partly when the process died
-            break
-        line = data[pos:end]
+    good = data.rfind(b"\n") + 1
+    records = []
+    for line in data[:good].splitlines():
         try:
             rec = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            break  # only a crash mid-write makes a bad line; everything after it is suspect
+            continue
         if isinstance(rec, dict) and all(k in rec for k in ("id", "sample", "correct")):
             records.append(rec)
-        pos = end + 1
-        good = pos
     return records, good
 
 

@@ -24,6 +24,7 @@ from eval import plan as planmod
 from eval import records
 from eval.benchmark import Problem
 from eval.settings import EvalSettings
+from opsdctl.errors import UserError
 
 PROGRESS_EVERY_S = 0.25  # progress.jsonl: at most 4 lines a second
 BAR_EVERY_S = 0.5  # the human progress bar on stderr (tty); 5 s when it goes to a log
@@ -106,9 +107,24 @@ class _Bar:
 
 def run(settings: EvalSettings, problems: list[Problem], opts: RunOptions) -> dict:
     """Evaluate (or resume) into opts.output_dir; returns the result document (also written)."""
+    from filelock import FileLock, Timeout
+
     t_start = time.time()
     out = Path(opts.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out / ".eval.lock"))  # released by the kernel if we die
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UserError(f"--output-dir {out}: another evaluation is writing there now; wait for it to end "
+                        f"or choose another --output-dir") from None
+    try:
+        return _run(settings, problems, opts, out, t_start)
+    finally:
+        lock.release()
+
+
+def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out: Path, t_start: float) -> dict:
     settings_file = out / "settings.json"
     if not settings_file.exists():
         records.write_json_atomic(settings_file, settings.to_dict())

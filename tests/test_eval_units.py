@@ -107,6 +107,26 @@ def test_samples_log_ignores_and_cuts_a_torn_last_line(tmp_path):
     assert all(json.loads(line) for line in path.read_text().splitlines())
 
 
+def test_a_bad_complete_line_is_skipped_not_cut(tmp_path):
+    path = tmp_path / "samples.jsonl"
+    path.write_text(json.dumps(_rec("a", 0, True)) + "\nnot json\n" + json.dumps(_rec("a", 1, True)) + "\n")
+    size = path.stat().st_size
+    records.SampleLog(path).close()
+    assert path.stat().st_size == size
+    assert [r["sample"] for r in records.read_samples(path)[0]] == [0, 1]
+
+
+def test_one_writer_per_output_dir(tmp_path):
+    from filelock import FileLock
+
+    from eval.runner import RunOptions, run
+
+    (tmp_path / "out").mkdir()
+    with FileLock(str(tmp_path / "out" / ".eval.lock")):
+        with pytest.raises(UserError, match="another evaluation is writing there"):
+            run(None, [], RunOptions(output_dir=tmp_path / "out", devices=[]))
+
+
 def test_done_map_keeps_first_copy_and_only_this_runs_items():
     recs = [_rec("a", 0, True), _rec("a", 0, False), _rec("zz", 0, True), _rec("a", 7, True)]
     done = records.done_map(recs, {"a"}, k=4)
