@@ -8,7 +8,10 @@ TrainStats  what the train stage reported (loss, KL, clipping, timings, memory, 
 CodeSnapshot  the code state a chain runs (git tree or content-addressed copy).
 WorkerRun  one worker process's life (pid, heartbeat, budget clock), for `status`.
 Transition  every chain state change, with its reason: the audit trail.
-Meta     small key/value facts (schema version, budget clock start).
+Meta     small key/value facts (budget clock start).
+
+The schema is versioned by Alembic (opsdctl/migrations/): a change here needs a new revision
+there (`python -m opsdctl.migrations revision -m ...`); tests/test_store_migrations.py checks.
 
 No `from __future__ import annotations` here: SQLModel reads the annotations at class creation.
 """
@@ -19,8 +22,6 @@ from typing import Any, Optional
 from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
-
-SCHEMA_VERSION = 1
 
 
 def utcnow() -> datetime:
@@ -107,6 +108,7 @@ class Chain(SQLModel, table=True):
     requeued_from: Optional[int] = Field(default=None, foreign_key="chain.id")
     worker_pid: Optional[int] = None  # the worker that claimed it ...
     worker_host: Optional[str] = None  # ... and where it runs
+    node_id: Optional[str] = None  # the Ray node its stages run on (executor = "ray"), else None
     queued_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     started_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
     finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)

@@ -5,32 +5,45 @@ SQLite URLs do we add: WAL journal (readers never block the writer), a long busy
 `BEGIN IMMEDIATE` for every write transaction, so a write never has to upgrade a read lock
 (the upgrade is what fails with "database is locked" under concurrency; an immediate writer
 simply waits its turn). Twenty `opsdctl queue` processes and a worker can write at once.
+
+The schema is Alembic's (opsdctl/migrations/): opening a store upgrades it to the head revision,
+including a pre-migration SQLite runs.db, in place. Credentials come only from the URL or the
+environment (libpq's PGPASSWORD, PGPASSFILE, PGSERVICE...); messages show `safe_url()` and
+`redact()` every database error before it reaches the user.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
+from urllib.parse import quote, quote_plus
 
-from sqlalchemy import create_engine, event, func, select
+from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlmodel import Session, SQLModel
 
-from opsdctl import models
 from opsdctl.errors import UserError
 from opsdctl.models import Chain, CodeSnapshot, Meta, Score, Stage, TrainStats, Variant, WorkerRun
 from opsdctl.states import State
 
 SQLITE_BUSY_TIMEOUT_S = 120.0
+PG_CONNECT_TIMEOUT_S = 10  # unless the URL or PGCONNECT_TIMEOUT says otherwise
 
 
 class Store:
     def __init__(self, url: str):
         self.url = url
-        self.is_sqlite = url.startswith("sqlite")
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        self.is_sqlite = self.dialect == "sqlite"
         self.engine = _make_engine(url)
         self._writer = self.engine.execution_options(sqlite_immediate=True)
+
+    def __repr__(self) -> str:
+        return f"Store({self.safe_url()})"
 
     @property
     def sqlite_path(self) -> Optional[Path]:
@@ -42,6 +55,10 @@ class Store:
     def safe_url(self) -> str:
         """The URL without its password, for messages and status."""
         return make_url(self.url).render_as_string(hide_password=True)
+
+    def redact(self, message: str) -> str:
+        """`message` with the store's password (from the URL or PGPASSWORD) replaced by ***."""
+        return redact(message, self.url)
 
     @contextmanager
     def write(self) -> Iterator[Session]:
@@ -56,39 +73,87 @@ class Store:
             yield session
 
     def ensure_schema(self) -> None:
+        """Bring the schema to the migrations' head: one cheap query when it is there already;
+        otherwise upgrade it once, under a lock, whoever else opens the store at the same time."""
+        from opsdctl import migrations
+
+        if self.revision() == migrations.HEAD:
+            return
         path = self.sqlite_path
         if path is None:
-            SQLModel.metadata.create_all(self.engine)
-            return
-        if _sqlite_user_version(self.engine) == models.SCHEMA_VERSION:
+            self._upgrade()
             return
         from filelock import FileLock
 
         with FileLock(str(path) + ".init.lock", timeout=SQLITE_BUSY_TIMEOUT_S):
-            version = _sqlite_user_version(self.engine)
-            if version == models.SCHEMA_VERSION:
+            if self.revision() == migrations.HEAD:
                 return
-            if version not in (0, models.SCHEMA_VERSION):
-                raise UserError(
-                    f"{path}: store schema version {version} is not {models.SCHEMA_VERSION}; "
-                    "this opsdctl cannot read it (upgrade opsdctl or use another db)"
-                )
             raw = self.engine.raw_connection()  # outside any transaction: WAL cannot switch inside one
             try:
                 raw.driver_connection.execute("PRAGMA journal_mode=WAL")
             finally:
                 raw.close()
-            with self._writer.begin() as conn:
-                SQLModel.metadata.create_all(conn)
-                conn.exec_driver_sql(f"PRAGMA user_version = {models.SCHEMA_VERSION}")
+            self._upgrade()
+
+    def revision(self) -> Optional[str]:
+        """The store's Alembic revision; None for an empty or pre-migration database."""
+        from opsdctl.migrations import VERSION_TABLE
+
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalars().all()
+        except ProgrammingError:  # PostgreSQL: no such table
+            return None
+        except OperationalError as exc:
+            if self.is_sqlite and "no such table" in str(exc):
+                return None
+            raise
+        return rows[0] if len(rows) == 1 else None
+
+    def _upgrade(self) -> None:
+        from opsdctl import migrations
+        from opsdctl.locks import LOCK_CLASS, MIGRATION_KEY
+
+        with self._writer.begin() as conn:
+            if self.dialect == "postgresql":  # concurrent openers wait here, then find it done
+                conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
+                             {"c": LOCK_CLASS, "k": MIGRATION_KEY})
+            migrations.upgrade(conn, where=self.safe_url())
 
     def dispose(self) -> None:
         self.engine.dispose()
 
 
+def redact(message: str, url: Optional[str] = None) -> str:
+    secrets = set()
+    if url:
+        try:
+            password = make_url(url).password
+        except Exception:
+            password = None
+        if password:
+            secrets |= {str(password), quote_plus(str(password)), quote(str(password), safe="")}
+    env_pw = os.environ.get("PGPASSWORD")
+    if env_pw and len(env_pw) >= 4:
+        secrets.add(env_pw)
+    for secret in sorted(secrets, key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
 def _make_engine(url: str):
-    if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        connect_args = {}
+        if (parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query
+                and "PGCONNECT_TIMEOUT" not in os.environ):
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        try:
+            return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        except ImportError as exc:
+            safe = parsed.render_as_string(hide_password=True)
+            extra = " (pip install 'opsdctl[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
+            raise UserError(f"db = {safe}: its driver is not installed: {exc}{extra}") from None
     db = make_url(url).database
     if db and db != ":memory:":
         Path(db).parent.mkdir(parents=True, exist_ok=True)
@@ -112,15 +177,22 @@ def _make_engine(url: str):
     return engine
 
 
-def _sqlite_user_version(engine) -> int:
-    with engine.connect() as conn:
-        return int(conn.exec_driver_sql("PRAGMA user_version").scalar() or 0)
-
-
 def open_store(db_url: str) -> Store:
+    """The store at `db_url`, its schema at the migrations' head. Database errors (server down,
+    wrong password, ...) become one UserError line, without the password."""
     store = Store(db_url)
-    store.ensure_schema()
+    try:
+        store.ensure_schema()
+    except DBAPIError as exc:
+        store.dispose()
+        raise UserError(f"store {store.safe_url()}: {store.redact(db_error_text(exc))}") from None
     return store
+
+
+def db_error_text(exc: BaseException) -> str:
+    """The driver's own message of a database error, on one line (no SQL, no parameters)."""
+    orig = getattr(exc, "orig", None) or exc
+    return " ".join(str(orig).split()) or type(orig).__name__
 
 
 # --- queries ------------------------------------------------------------------------------

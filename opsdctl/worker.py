@@ -15,69 +15,26 @@ second signal skips the TERM grace period.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from opsdctl import procs
 from opsdctl.budget import CLOCK_KEY, budget_now
 from opsdctl.config import Config
 from opsdctl.enqueue import interrupt_and_requeue
-from opsdctl.errors import UserError
 from opsdctl.executor import LocalExecutor, StopRequest, chain_info
 from opsdctl.gate import Gate, Skip, Start, Wait, make_gate
+from opsdctl.locks import WorkerBusy, worker_lock, worker_lock_path  # noqa: F401  (re-exported)
 from opsdctl.models import Chain, Stage, Variant, WorkerRun, utcnow
 from opsdctl.states import State, StageState, transition
 from opsdctl.store import Store, chains_in_state, get_meta, queued_chains, running_stages, set_meta
 
 IDLE_LOG_S = 60.0
-
-
-class WorkerBusy(UserError):
-    """Another worker holds this store."""
-
-    exit_code = 3
-
-
-# --- one worker per store -----------------------------------------------------------------
-
-
-def worker_lock_path(cfg: Config, store: Store) -> Path:
-    db = store.sqlite_path
-    if db is not None:
-        return Path(str(db) + ".worker.lock")
-    # Other databases: a lock file per store URL under runs_dir (issue 8 may use an advisory lock).
-    import hashlib
-
-    return cfg.runs_dir / f".worker-{hashlib.sha256(store.url.encode()).hexdigest()[:16]}.lock"
-
-
-@contextmanager
-def worker_lock(cfg: Config, store: Store) -> Iterator[Path]:
-    """A non-blocking exclusive flock held for the worker's life; the file names the holder."""
-    path = worker_lock_path(cfg, store)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
-            raise WorkerBusy(
-                f"another worker (pid {holder.split()[0]}) already runs on this store ({path}); "
-                "stop it first, or use `opsdctl status` to see what it does"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-        yield path
-    finally:
-        os.close(fd)  # releases the lock
 
 
 # --- recovery -----------------------------------------------------------------------------

@@ -1,0 +1,5 @@
+import sys
+
+from opsdctl.migrations import main
+
+sys.exit(main())
