@@ -27,6 +27,9 @@ class Profile:
     save_steps: int
     # Caps a recipe's max_completion_length: only the tiny profile sets it (its answers are short).
     completion_length_cap: int | None
+    # Multiplies a recipe's learning_rate: only the tiny profile sets it, because a
+    # hundred-thousand-parameter model needs far larger steps than 1.7B to move in 6 steps.
+    learning_rate_scale: float
     gpu_memory_utilization: float  # vLLM colocated rollouts
     # The frozen evaluation protocol (domain.md).
     eval_k: int
@@ -59,6 +62,7 @@ PROFILES: dict[str, Profile] = {
         num_processes=4,
         save_steps=25,
         completion_length_cap=None,
+        learning_rate_scale=1.0,
         gpu_memory_utilization=0.6,
         eval_k=12,
         eval_num_problems=None,
@@ -84,6 +88,7 @@ PROFILES: dict[str, Profile] = {
         num_processes=1,
         save_steps=3,
         completion_length_cap=48,
+        learning_rate_scale=60.0,
         gpu_memory_utilization=0.3,
         eval_k=4,
         eval_num_problems=None,

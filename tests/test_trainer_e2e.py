@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from opsdctl import knobs
+from opsdctl.profiles import get_profile
 
 from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
 
@@ -81,7 +82,10 @@ def test_end_to_end_subprocess(tmp_path, untrained_tiny_model, data_file):  # no
     from trainer.optim import lr_curve
 
     hp = knobs.parse_recipe_env((tmp_path / "r.env").read_text(), "r.env")
-    assert [m["learning_rate"] for m in metrics] == pytest.approx(lr_curve({**knobs.default_hparams(), **hp}, 3))
+    # the effective rate: the recipe's, times the tiny profile's learning_rate_scale
+    hp = {**knobs.default_hparams(), **hp}
+    hp["learning_rate"] *= get_profile("tiny").learning_rate_scale
+    assert [m["learning_rate"] for m in metrics] == pytest.approx(lr_curve(hp, 3))
     progress = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
     assert progress[-1] == {"step": 3, "max_steps": 3}
 

@@ -51,6 +51,11 @@ class TrainConfig:
         n = self.hparams["max_completion_length"]
         return min(n, cap) if cap else n
 
+    @property
+    def optimizer_hparams(self) -> dict:
+        """The recipe's knobs as the optimizer sees them (the profile's learning_rate_scale applied)."""
+        return {**self.hparams, "learning_rate": self.hparams["learning_rate"] * self.profile.learning_rate_scale}
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["output_dir"] = str(self.output_dir)
@@ -196,6 +201,9 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
     if cfg.max_completion_length != hparams["max_completion_length"]:
         notes.append(f"profile {profile.name}: max_completion_length {hparams['max_completion_length']} capped "
                      f"to {cfg.max_completion_length} (completion_length_cap)")
+    if profile.learning_rate_scale != 1.0:
+        notes.append(f"profile {profile.name}: learning_rate {hparams['learning_rate']!r} scaled by "
+                     f"{profile.learning_rate_scale:g} (learning_rate_scale) -> {cfg.optimizer_hparams['learning_rate']!r}")
     if hparams["lr_scheduler_type"] == "constant" and hparams["warmup_ratio"] > 0:
         notes.append("lr_scheduler_type=constant ignores warmup_ratio (as transformers does); "
                      "use constant_with_warmup to warm up")

@@ -115,7 +115,7 @@ class OPSDTrainer:
             add_ema_adapter(self.model, lora_config(self.hp))
         self.model.train()
         self.params = trainable_parameters(self.model)
-        self.optimizer = make_optimizer(self.params, self.hp)
+        self.optimizer = make_optimizer(self.params, cfg.optimizer_hparams)
         self.scheduler = make_scheduler(self.optimizer, self.hp, self.max_steps)
         self.loss_spec = LossSpec.from_knobs(self.hp, self.method)
         self.max_new = cfg.max_completion_length
@@ -277,7 +277,7 @@ class OPSDTrainer:
         if self.acc.is_main_process:
             cfg.output_dir.mkdir(parents=True, exist_ok=True)
             (cfg.output_dir / "train_config.json").write_text(json.dumps(
-                {**cfg.to_dict(), "lr_curve_head": lr_curve(self.hp, self.max_steps)[:5],
+                {**cfg.to_dict(), "lr_curve_head": lr_curve(cfg.optimizer_hparams, self.max_steps)[:5],
                  "rows_total": self.selection.rows_total, "rows_selected": self.selection.rows_selected,
                  "data_note": self.selection.note}, indent=1, default=str) + "\n")
         t0 = time.perf_counter()
