@@ -142,17 +142,34 @@ def queue(
 @app.command()
 def worker(
     drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
+    policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
+                                         help="Run order [default: [planner] policy]. adaptive: first runs of new "
+                                              "variants, then repeats that can settle a verdict in the time left."),
+    futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
+                                            help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
+    auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
+                                               help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
 ) -> None:
     """Run queued chains, one at a time, on the configured GPUs (one worker per store).
 
-    Ctrl-C (or SIGTERM) stops the running stage's process group and marks its chain
-    interrupted; press it twice to skip the grace period. `opsdctl requeue ID` runs it again.
+    Before each chain and stage the planner checks that it fits in the time left (duration
+    estimates from history) and that the GPUs are free (NVML); a chain that cannot finish is
+    skipped with the reason. Ctrl-C (or SIGTERM) stops the running stage's process group and
+    marks its chain interrupted; press it twice to skip the grace period.
     """
     import datetime as dt
 
     from opsdctl.worker import Worker
 
     cfg = _config()
+    if policy is not None and policy not in ("fifo", "adaptive"):
+        from opsdctl.errors import UserError
+
+        raise UserError(f"--policy {policy}: must be fifo or adaptive")
+    if policy is not None or futility is not None or auto_repeat is not None:
+        from opsdctl.planner import with_overrides
+
+        cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat)
     store = _store(cfg)
     con = _console()
 
@@ -203,16 +220,19 @@ def cancel(
     Only the stage's own process group (and processes carrying its token) is signalled.
     """
     from opsdctl.cancel import cancel_chain
+    from opsdctl.executors import cancel_stopper
 
     cfg = _config()
     store = _store(cfg)
     con = _console()
+    grace = cfg.kill_grace_seconds if grace is None else grace
+    remote_stop = cancel_stopper(cfg, store, grace, chain_ids)  # executor = "ray": through the chain's actor
     failed = None
     with con.status("cancelling...") as spinner:
         for cid in chain_ids:
             try:
-                res = cancel_chain(store, cid, cfg.kill_grace_seconds if grace is None else grace,
-                                   on_wait=lambda text: spinner.update(_escape(text)))
+                res = cancel_chain(store, cid, grace, on_wait=lambda text: spinner.update(_escape(text)),
+                                   remote_stop=remote_stop)
             except Exception as exc:
                 from opsdctl.errors import UserError
 
@@ -365,7 +385,8 @@ def compare(
     from opsdctl.scores import compare_doc
 
     cfg = _config()
-    report = compare_doc(cfg, _store(cfg), variants, baseline, chain_minutes=_chain_minutes(cfg))
+    store = _store(cfg)
+    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store))
     if plot is not None:
         from opsdctl.plots import plot_compare
 
@@ -381,12 +402,86 @@ def compare(
         con.print(f"plot: {_escape(str(plot))}")
 
 
-def _chain_minutes(cfg) -> Optional[float]:
-    """Expected minutes of one train -> eval chain, for "do the runs needed fit" advice."""
-    from opsdctl.profiles import get_profile
+def _chain_minutes(cfg, store) -> Optional[float]:
+    """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
+    the planner's high-quantile estimate from the store's history (the figure admission uses),
+    falling back to [planner] train_minutes/eval_minutes or the profile's defaults."""
+    from opsdctl.durations import estimator_for
+    from opsdctl.store import variants_named
 
-    profile = get_profile(cfg.profile)
-    return profile.train_minutes + profile.eval_minutes
+    hparams = {}
+    if cfg.baseline_variant:
+        with store.read() as s:
+            versions = variants_named(s, cfg.baseline_variant.split("@")[0])
+            hparams = dict(versions[-1].hparams) if versions else {}
+    train, evaluate = estimator_for(cfg, store).chain(cfg.profile, hparams)
+    return (train.high_s + evaluate.high_s) / 60.0
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print the inventory as JSON.")) -> None:
+    """The GPUs (NVML), their free memory and the processes holding them (pid, name, MiB).
+
+    CUDA indices follow PCI bus order (stages run with CUDA_DEVICE_ORDER=PCI_BUS_ID), within an
+    inherited CUDA_VISIBLE_DEVICES when set. Looks only: opsdctl never signals a process it did
+    not start.
+    """
+    from opsdctl.gpus import gpu_report
+
+    cfg = _config()
+    doc = gpu_report(cfg.devices, cfg.min_free_mib).to_json()
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.render import render_gpus
+
+    render_gpus(_console(), doc)
+
+
+@app.command()
+def durations(
+    as_json: bool = typer.Option(False, "--json", help="Print estimates and estimate-vs-actual as JSON."),
+    recent: int = typer.Option(20, "--recent", "-r", min=0, help="How many recent stages to list."),
+) -> None:
+    """Stage duration estimates from history (median and high quantile per cost key), and how
+    the estimates admission used compare with what the stages actually took."""
+    from opsdctl.durations import durations_doc
+
+    cfg = _config()
+    doc = durations_doc(cfg, _store(cfg), recent)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.render import render_durations
+
+    render_durations(_console(), doc)
+
+
+@app.command()
+def simulate(
+    sessions: int = typer.Option(200, "--sessions", "-n", min=1, help="Simulated sessions per policy."),
+    seed: int = typer.Option(0, "--seed", help="Base seed (session i uses seed + i)."),
+    hours: float = typer.Option(6.0, "--hours", help="Budget of one session."),
+    effects: Optional[str] = typer.Option(None, "--effects", metavar="E1,E2,...",
+                                          help="True effects of the candidates, points [default: 0,0,+1,+2,+3,-2]."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Also write simulate.json and simulate.md here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
+
+    Drives the worker's own gate (opsdctl.planner.PlannerGate: admission, adaptive policy,
+    futility) over simulated stage durations and scores; needs no config or store.
+    """
+    from opsdctl.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+
+    eff = DEFAULT_EFFECTS if effects is None else tuple(float(x) for x in effects.split(",") if x.strip())
+    doc = run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=eff)
+    if out is not None:
+        write_results(doc, out)
+    if as_json:
+        _print_json(doc)
+        return
+    sys.stdout.write(doc["markdown"] + "\n")
 
 
 @app.command()
@@ -405,6 +500,61 @@ def show(
     from opsdctl.render import render_show
 
     render_show(_console(), doc)
+
+
+@app.command()
+def demo(
+    directory: Path = typer.Option(Path("opsdctl-demo"), "--dir", "-d", metavar="DIR",
+                                   help="A fresh workspace for the demo (refused if it already holds one)."),
+) -> None:
+    """The whole job on this machine, no GPU, no downloads: a tiny model, three recipes, compare, export.
+
+    Builds (once) a tiny Qwen3-architecture model warm-started on generated arithmetic,
+    queues the baseline x3, token-clip x2 and cosine x2, runs the real trainer and evaluator
+    through the worker, then prints status, the compare table (and PNG) and the winner's recipe.env.
+    """
+    from opsdctl import demo as d
+    from opsdctl.config import load_config
+    from opsdctl.export import export_recipe
+    from opsdctl.fsutil import atomic_write_text
+    from opsdctl.plots import plot_compare
+    from opsdctl.render import render_status
+    from opsdctl.scores import compare_doc
+    from opsdctl.status import gather_status
+
+    con = _console()
+    t0 = __import__("time").time()
+    paths = d.prepare_workspace(directory)
+    con.print(f"workspace: [bold]{_escape(str(paths.root))}[/bold]")
+    d.build_tiny_assets(con, paths.worker_log)
+    cfg = load_config(paths.config)
+    store = _store(cfg)
+    total = d.queue_demo(cfg, store, con)
+    d.run_worker(paths, cfg, store, total, con)
+
+    con.print("[bold]4/4[/bold] results\n")
+    render_status(con, gather_status(cfg, store, None))
+    report = compare_doc(cfg, store, None, None, chain_minutes=_chain_minutes(cfg))
+    con.print()
+    from opsdctl.compare import render_compare
+
+    render_compare(report, con)
+    plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
+    best = d.best_variant(report)
+    if best:
+        exp = export_recipe(store, best)
+        atomic_write_text(paths.recipe_env, exp.recipe_env)
+        atomic_write_text(paths.method_defaults, exp.method_defaults)
+        con.print(f"\n[bold]best variant: {_escape(best)}[/bold] -> {_escape(str(paths.recipe_env))}")
+        con.print(_escape(exp.recipe_env.rstrip()))
+        if exp.warning():
+            con.print(f"[yellow]{_escape(exp.warning())}[/yellow]")
+    con.print(f"\n[bold]where everything is[/bold] (took {(__import__('time').time() - t0) / 60:.1f} min)")
+    for label, path in (("config", paths.config), ("store", paths.db), ("logs and outputs", paths.runs),
+                        ("worker log", paths.worker_log), ("compare plot", paths.plot),
+                        ("recipe.env", paths.recipe_env), ("method defaults", paths.method_defaults)):
+        con.print(f"  {label:17s} {_escape(str(path))}")
+    con.print(f"  next: cd {_escape(str(paths.root))} && opsdctl status / opsdctl compare / opsdctl show token-clip")
 
 
 def main() -> None:

@@ -86,6 +86,21 @@ def _number(lo: Optional[float] = None, positive: bool = False) -> Callable:
     return check
 
 
+def _choice(*options: str) -> Callable:
+    def check(value, where):
+        if value not in options:
+            raise UserError(f"{where} = {value!r}: must be one of " + ", ".join(repr(o) for o in options))
+        return value
+
+    return check
+
+
+def _executor(value, where):
+    if value not in ("local", "ray"):
+        raise UserError(f'{where} = {value!r}: must be "local" (this machine) or "ray" (a Ray cluster)')
+    return value
+
+
 def _str_list(value, where):
     if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
         raise _bad(where, value, "an array of strings")
@@ -147,6 +162,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "recipes_dir": Key(_nonempty_str, "recipes", "where recipe names are looked up"),
         "snapshot_code": Key(_bool, True, "run each chain in a copy of the code as it was when queued"),
         "extra_method_knobs": Key(_str_list, [], "method knobs your own train script reads (OPSD_<KNOB>)"),
+        "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
+        "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
+        "gpus_per_chain": Key(_int(lo=0), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
     },
     "budget": {
         "remaining_file": Key(_nonempty_str, None, "file holding the seconds left (re-read each time)"),
@@ -157,6 +175,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "gpus": {
         "devices": Key(_devices, [], '"all", or CUDA indices; [] runs without GPUs'),
         "min_free_mib": Key(_int(lo=0), 0, "free memory each GPU needs before a stage starts"),
+        "gpu_wait_minutes": Key(_number(positive=True), 30.0, "how long a stage waits for its GPUs, then the chain is skipped"),
+        "release_wait_minutes": Key(_number(lo=0), 3.0, "after a stage, how long to wait for its processes' GPU memory to be freed"),
+    },
+    "planner": {
+        "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
+        "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
+        "auto_repeat": Key(_bool, False, "adaptive: let the worker queue extra repeats of undecided candidates itself"),
+        "auto_repeat_max": Key(_int(lo=0), 6, "at most this many auto-repeat chains per worker run"),
+        "train_minutes": Key(_number(positive=True), None, "train duration before any history [default: the profile's]"),
+        "eval_minutes": Key(_number(positive=True), None, "eval duration before any history [default: the profile's]"),
     },
     "stages.train": {
         "command": Key(_nonempty_str, None, "train command template"),
@@ -391,8 +419,14 @@ def _resolve_db(url: str, base_dir: Path, where: str) -> str:
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise UserError(f"{where}: db = {url!r}: not a database URL; write e.g. sqlite:///runs.db") from None
+    except (ArgumentError, ValueError):
+        import re
+
+        shown = re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)  # never echo a password
+        if shown == url:  # no "//": user:password@ at the start
+            shown = re.sub(r"^([^:/@]*:)[^@]*@", r"\1***@", shown)
+        raise UserError(f"{where}: db = {shown!r}: not a database URL; write e.g. sqlite:///runs.db or "
+                        "postgresql+psycopg://user@host/db (password from PGPASSWORD)") from None
     if parsed.get_backend_name() != "sqlite":
         return url
     db = parsed.database
@@ -442,6 +476,9 @@ code_dir = "."                    # the code the stages run
 recipes_dir = "recipes"           # `opsdctl queue NAME` looks for recipes/NAME.toml
 snapshot_code = true              # run each chain in a copy of the code as it was when queued
 extra_method_knobs = []           # method knobs your own train script reads, e.g. ["my_clip"]
+executor = "local"                # or "ray": chains on a Ray cluster, one per free node slot (docs/cluster.md)
+# ray_address = "auto"            # with "ray": "auto" (this machine is in the cluster), "ray://head:10001"
+# gpus_per_chain = 4              # with "ray": GPUs per chain, all on one node [default: the devices count]
 
 [budget]                          # the time left: pick at most one source
 # remaining_file = ".timer/remaining_secs"   # one integer of seconds, re-read each time
@@ -452,6 +489,15 @@ margin_minutes = 5                # kept free at the end
 [gpus]
 devices = {devices}                   # "all", or CUDA indices; [] runs without GPUs
 min_free_mib = {min_free}                # each granted GPU needs this much free memory
+gpu_wait_minutes = 30             # a stage waits this long for free GPUs, then its chain is skipped
+release_wait_minutes = 3          # after a stage, wait this long for its own GPU memory to be freed
+
+[planner]
+policy = "fifo"                   # or "adaptive": first runs of new variants, then the repeats that settle verdicts
+futility = false                  # stop an evaluation early at k = 4 or 8 of 12 when it cannot beat the baseline
+auto_repeat = false               # adaptive: the worker may queue extra repeats of undecided candidates
+# train_minutes = 19              # durations before any history [default: the profile's]
+# eval_minutes = 27
 
 # Stage command templates. Placeholders are substituted shell-quoted:
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}

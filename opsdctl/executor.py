@@ -200,6 +200,7 @@ class LocalExecutor:
         if not isinstance(grant, Grant):
             return grant  # a StageOutcome that ends the chain
         gpus = tuple(grant.gpus)
+        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
         stage_dir = run_dir / stage
         stage_dir.mkdir(parents=True, exist_ok=True)
         log_path = run_dir / f"{stage}.log"
@@ -212,7 +213,7 @@ class LocalExecutor:
             "code_dir": code_dir,
             "recipe_env": run_dir / "recipe.env",
             "recipe_json": run_dir / "recipe.json",
-            "gpus": ",".join(str(g) for g in gpus),
+            "gpus": gpus_text,
             "num_gpus": len(gpus),
             "python": stages.python_executable(),
             "profile": chain.profile,
@@ -229,6 +230,7 @@ class LocalExecutor:
             row = Stage(
                 chain_id=chain.id, name=stage, state=StageState.RUNNING.value, command=command, cwd=str(code_dir),
                 token=token, host=self.host, gpus=values["gpus"], log_path=str(log_path), stage_dir=str(stage_dir),
+                estimate_seconds=grant.estimate_seconds,
             )
             s.add(row)
             s.flush()
@@ -241,6 +243,8 @@ class LocalExecutor:
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir,
         )
+        env.update(dict(grant.env))
+        env["CUDA_VISIBLE_DEVICES"] = gpus_text
         started = time.monotonic()
         try:
             proc = stages.spawn(command, code_dir, env, log_path)

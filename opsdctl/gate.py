@@ -15,8 +15,8 @@ the gate, which turns them into a Skip when it gives up). `Skip` from `grant` en
 `state` with the reason (the stage's partial result is kept, flagged partial).
 
 DefaultGate admits everything while budget is left and grants the configured devices. The
-planner (GPU gate with NVML, budget admission, duration estimates, adaptive order, futility)
-replaces it through `make_gate`.
+planner (opsdctl.planner: GPU gate with NVML, budget admission, duration estimates, adaptive
+order, futility) is what `make_gate` builds for the worker.
 """
 
 from __future__ import annotations
@@ -66,6 +66,9 @@ class Wait:
 @dataclass(frozen=True)
 class Grant:
     gpus: tuple[int, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the stage (e.g. CUDA_DEVICE_ORDER)
+    visible: Optional[str] = None  # CUDA_VISIBLE_DEVICES and {gpus} text when not the indices themselves
+    estimate_seconds: Optional[float] = None  # the planner's estimate of the stage, recorded on its row
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,9 @@ class DefaultGate:
         return None
 
 
-def make_gate(cfg, budget_left: Optional[Callable[[], Optional[float]]] = None) -> Gate:
-    """The gate the worker uses for this config (the planner hooks in here)."""
-    return DefaultGate(resolve_devices(cfg.devices), budget_left)
+def make_gate(cfg, budget_left: Optional[Callable[[], Optional[float]]] = None, store=None,
+              report: Optional[Callable[[str], None]] = None) -> Gate:
+    """The gate the worker uses for this config: the planner (opsdctl.planner)."""
+    from opsdctl.planner import make_planner_gate
+
+    return make_planner_gate(cfg, budget_left, store, report or (lambda msg: None))

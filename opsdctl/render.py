@@ -19,6 +19,7 @@ STATE_STYLE = {
     "cancelled": "magenta",
     "interrupted": "dark_orange",
     "skipped": "dim",
+    "stopped-futile": "blue",
 }
 
 
@@ -75,7 +76,10 @@ def render_status(con: Console, doc: dict) -> None:
     else:
         con.print("[dim]nothing running[/dim]")
 
-    if queued:
+    planner = doc.get("planner")
+    if queued and planner:
+        render_queue_timeline(con, queued, planner)
+    elif queued:
         t = Table(title=f"queued ({len(queued)}, in run order)", title_justify="left", show_edge=False, pad_edge=False)
         for col in ("chain", "variant", "seed", "repeat", "priority", "queued"):
             t.add_column(col)
@@ -86,6 +90,8 @@ def render_status(con: Console, doc: dict) -> None:
         con.print(t)
     else:
         con.print("[dim]queue empty[/dim]")
+    if doc.get("gpus"):
+        render_gpu_lines(con, doc["gpus"])
 
     if finished:
         t = Table(title="finished (newest first)", title_justify="left", show_edge=False, pad_edge=False)
@@ -96,6 +102,84 @@ def render_status(con: Console, doc: dict) -> None:
             t.add_row(str(c["chain_id"]), escape(c["variant"]), str(c["seed"]), _state(c["state"]), _score(c),
                       took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
         con.print(t)
+
+
+def _in(seconds) -> str:
+    """'+12m (14:05)': a projected time from now, with the local clock time."""
+    if seconds is None:
+        return "-"
+    at = dt.datetime.now() + dt.timedelta(seconds=seconds)
+    return f"+{fmt_duration(seconds)} ({at:%H:%M})"
+
+
+def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> None:
+    """The queue in the planner's order with projected start/end, and what will not fit."""
+    by_id = {c["chain_id"]: c for c in queued}
+    entries = [e for e in planner.get("timeline", []) if e["state"] == "queued" and e["chain_id"] in by_id]
+    title = (f"queued ({len(queued)}, {planner.get('order', 'queue order')}; policy {planner.get('policy')}"
+             + (", futility on" if planner.get("futility") else "") + ")")
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("chain", "variant", "seed", "starts", "ends", "p50/high", "fits"):
+        t.add_column(col, overflow="fold", no_wrap=col in ("starts", "ends", "p50/high"))
+    for e in entries:
+        c = by_id[e["chain_id"]]
+        why = (e.get("reason") or "").removeprefix("will not fit: ").removesuffix(" at its turn")
+        fits = "[green]yes[/green]" if e["fits"] else f"[red]no[/red]: {escape(why)}"
+        t.add_row(str(e["chain_id"]), escape(c["variant"]), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
+                  f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
+    con.print(t)
+
+
+def render_gpu_lines(con: Console, gpus: dict) -> None:
+    """One line per GPU with its holders; the note when the gate is off for want of NVML."""
+    if gpus.get("note") and gpus.get("devices"):
+        con.print(f"[yellow]gpus[/yellow]    {escape(gpus['note'])}")
+    for g in gpus.get("gpus", []):
+        procs = ", ".join(f"pid {p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in g["processes"]) or "no processes"
+        idx = "-" if g["index_cuda"] is None else str(g["index_cuda"])
+        con.print(f"[bold]gpu {idx}[/bold]   {g['free_mib']}/{g['total_mib']} MiB free; {escape(procs)}")
+    if gpus.get("blocked"):
+        con.print(f"[red]gpus not ready:[/red] {escape(gpus['blocked'])}")
+
+
+def render_gpus(con: Console, doc: dict) -> None:
+    """`opsdctl gpus`: the inventory with holders (the same data as `--json`)."""
+    if not doc["available"]:
+        con.print(f"[yellow]no GPU inventory:[/yellow] {escape(doc['error'] or '')}")
+        if doc.get("note"):
+            con.print(escape(doc["note"]))
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("cuda", "nvml", "name", "uuid", "used MiB", "free MiB", "total MiB", "processes (pid name MiB)"):
+        t.add_column(col, overflow="fold")
+    for g in doc["gpus"]:
+        procs = ", ".join(f"{p['pid']} {p['name']} {p['used_mib']}" for p in g["processes"]) or "-"
+        t.add_row("-" if g["index_cuda"] is None else str(g["index_cuda"]), str(g["index_nvml"]), escape(g["name"]),
+                  g["uuid"][:16], str(g["used_mib"]), str(g["free_mib"]), str(g["total_mib"]), escape(procs))
+    con.print(t)
+    cvd = doc.get("cuda_visible_devices")
+    con.print(f"configured devices: {doc['devices']!r}, min_free_mib {doc['min_free_mib']}"
+              + (f"; inherited CUDA_VISIBLE_DEVICES={escape(cvd)}" if cvd is not None else ""))
+    if doc.get("ready") is True:
+        con.print("[green]ready[/green]: every configured GPU has enough free memory")
+    elif doc.get("ready") is False:
+        con.print(f"[red]not ready:[/red] {escape(doc['blocked'])}")
+
+
+def render_durations(con: Console, doc: dict) -> None:
+    t = Table(title="stage duration estimates", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("cost key", "n", "median", "high", "min", "max", "source"):
+        t.add_column(col)
+    for r in doc["estimates"]:
+        t.add_row(escape(r["cost_key"]), str(r["n"]), fmt_duration(r["median_s"]), fmt_duration(r["high_s"]),
+                  fmt_duration(r["min_s"]), fmt_duration(r["max_s"]), r["source"])
+    con.print(t)
+    d = doc["defaults_s"]
+    con.print(f"rule: {escape(doc['rule'])}; defaults: train {fmt_duration(d['train'])}, eval {fmt_duration(d['eval'])}")
+    a = doc["accuracy"]
+    if a["stages_with_estimate"]:
+        con.print(f"estimate vs actual: {a['stages_with_estimate']} stages, {a['over_estimate']} ran longer than "
+                  f"estimated, mean error {a['mean_error_s']:+.0f}s, mean |error| {a['mean_abs_pct']:.0f}%")
 
 
 def _changes_text(changes: dict) -> str:

@@ -18,23 +18,26 @@ class State(str, enum.Enum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
     SKIPPED = "skipped"
+    STOPPED_FUTILE = "stopped-futile"  # the planner stopped a losing evaluation (partial score kept)
 
     def __str__(self) -> str:
         return self.value
 
 
 # Allowed moves. `running -> skipped` is the gate refusing a later stage (e.g. the GPUs never
-# freed up before the eval stage); `queued -> skipped` is admission refusing the chain.
+# freed up before the eval stage); `queued -> skipped` is admission refusing the chain;
+# `running -> stopped-futile` is the planner's futility rule stopping a losing evaluation.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.SKIPPED}),
     State.RUNNING: frozenset(
-        {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.INTERRUPTED, State.SKIPPED}
+        {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.INTERRUPTED, State.SKIPPED, State.STOPPED_FUTILE}
     ),
     State.SUCCEEDED: frozenset(),
     State.FAILED: frozenset(),
     State.CANCELLED: frozenset(),
     State.INTERRUPTED: frozenset(),
     State.SKIPPED: frozenset(),
+    State.STOPPED_FUTILE: frozenset(),
 }
 
 TERMINAL: frozenset[State] = frozenset(s for s, nxt in TRANSITIONS.items() if not nxt)

@@ -110,7 +110,7 @@ class Worker:
         self.report = report
         self.max_chains = max_chains
         self.stop = StopRequest()
-        self.gate = gate if gate is not None else make_gate(cfg, self.usable_seconds)
+        self.gate = gate if gate is not None else make_gate(cfg, self.usable_seconds, store, report)
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
 

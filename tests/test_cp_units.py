@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_transition_table():
     assert set(TRANSITIONS) == set(State)
-    assert TERMINAL == {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.INTERRUPTED, State.SKIPPED}
+    assert TERMINAL == {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.INTERRUPTED, State.SKIPPED,
+                        State.STOPPED_FUTILE}
     assert TRANSITIONS[State.QUEUED] == {State.RUNNING, State.CANCELLED, State.SKIPPED}
     for s in TERMINAL:
         with pytest.raises(IllegalTransition):

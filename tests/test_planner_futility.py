@@ -1,0 +1,147 @@
+"""Futility: the rule on look records (against float64 by hand and opsdctl.stats), and end to end
+with fake_eval's look record: the chain ends `stopped-futile`, its partial score is kept and
+flagged, compare never pools it, and the adaptive policy skips the variant's other chains."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from conftest import default_config
+
+from opsdctl import stats
+from opsdctl.futility import FutilityContext, judge_look, look_counts
+from opsdctl.states import TERMINAL, TRANSITIONS, State
+
+
+def test_stopped_futile_is_a_terminal_state_reached_from_running():
+    assert State("stopped-futile") is State.STOPPED_FUTILE
+    assert State.STOPPED_FUTILE in TRANSITIONS[State.RUNNING]
+    assert State.STOPPED_FUTILE in TERMINAL and State.STOPPED_FUTILE not in TRANSITIONS[State.QUEUED]
+
+
+def test_judge_look_by_hand():
+    rng = np.random.default_rng(3)
+    counts = [int(x) for x in rng.integers(0, 5, size=30)]
+    rec = {"done": 120, "total": 360, "look_k": 4,
+           "problems": [{"id": f"P{i}", "correct": c, "samples": 4} for i, c in enumerate(counts)]}
+    ctx = FutilityContext(baseline_mean=54.22, n_b=5, s2=1.48**2, tau2=0.9)
+    look = judge_look(rec, ctx)
+    c = np.asarray(counts, dtype=np.float64)
+    y = 100.0 * c.sum() / (30 * 4)
+    v = 1e4 / 30**2 * np.sum(c * (4 - c)) / (4**2 * 3)
+    se = math.sqrt(0.9 + v + 1.48**2 / 5)
+    from scipy.stats import norm
+
+    z = norm.ppf(1 - 0.05 / 3)  # 2.128
+    assert look.k == 4 and look.n_problems == 30
+    assert math.isclose(look.score, y) and math.isclose(look.delta, y - 54.22)
+    assert math.isclose(look.se, se, rel_tol=1e-12)
+    assert math.isclose(look.bound, y - 54.22 + z * se, rel_tol=1e-9)
+    assert look.stop == (y - 54.22 + z * se < 0)
+
+
+def test_stop_and_go_on_at_the_boundary():
+    ctx = FutilityContext(54.22, 5, 1.48**2, 1.0)
+    probs = lambda c: {"problems": [{"id": str(i), "correct": c, "samples": 8} for i in range(30)]}  # noqa: E731
+    low = judge_look(probs(3), ctx)  # 37.5 points: far below
+    assert low.stop and "futile at k=8" in low.reason()
+    near = judge_look(probs(4), ctx)  # 50.0: within the optimistic bound
+    assert not near.stop
+    # tau^2 unknown: taken as s^2 (its upper bound), never a narrower SE
+    report = {"baseline": {"mean": 54.22, "n": 5}, "noise": {"s": 1.48, "tau2": None}}
+    assert FutilityContext.from_report(report).tau2 == 1.48**2
+    assert FutilityContext.from_report({"baseline": {"mean": None, "n": 0}, "noise": {"s": None}}) is None
+
+
+def test_look_counts_refuses_what_is_not_a_look():
+    assert look_counts({"done": 3, "total": 9}) is None
+    assert look_counts({"problems": [{"id": "a", "correct": 1, "samples": 4}, {"id": "b", "correct": 1, "samples": 8}]}) is None
+    assert look_counts({"problems": [{"id": "a", "correct": 5, "samples": 4}]}) is None
+    assert look_counts({"problems": [{"id": "a", "correct": 1, "samples": 1}]}) is None  # V needs k >= 2
+    assert look_counts({"problems": [{"id": "a", "correct": 2, "samples": 4}]}) == ([2], 4)
+
+
+def test_winner_drop_rate_is_at_most_five_percent():
+    """Null-ish winners (true delta 0, the boundary of 'winner') are stopped at k=4 or 8 in <= 5%."""
+    rng = np.random.default_rng(11)
+    n, k_full, tau2 = 30, 12, 0.8
+    p = np.clip(rng.beta(0.3, 0.25, size=n), 0.01, 0.99)
+    base = 100 * p.mean()
+    ctx = FutilityContext(base, 5, tau2 + 1e4 / n**2 * np.sum(p * (1 - p)) / k_full, tau2)
+    stops = 0
+    trials = 400
+    for _ in range(trials):
+        shift = rng.normal(0, math.sqrt(tau2)) / 100
+        q = np.clip(p + shift, 0, 1)
+        draws = rng.random((n, k_full)) < q[:, None]
+        for k in (4, 8):
+            rec = {"problems": [{"id": str(i), "correct": int(x), "samples": k} for i, x in enumerate(draws[:, :k].sum(1))]}
+            if judge_look(rec, ctx).stop:
+                stops += 1
+                break
+    assert stops / trials <= 0.05
+    assert abs(stats.futility_z() - 2.128) < 1e-3
+
+
+def _futile_ws(ws, monkeypatch):
+    monkeypatch.setenv("FAKE_LOOK", "1")  # a look record after 4 of 8 problems ...
+    monkeypatch.setenv("FAKE_PROBLEMS", "8")
+    monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.4")  # ... then 1.6 s more: time to be stopped
+    text = default_config().replace(
+        'variant = "baseline"', 'variant = "baseline"\nreference = { mean = 95.0, sd = 1.48, n = 5 }')
+    ws.write_config(text + '\n[planner]\npolicy = "adaptive"\nfutility = true\n')
+
+
+def test_futility_stop_end_to_end(ws, monkeypatch):
+    from opsdctl.config import load_config
+    from opsdctl.enqueue import queue_recipes
+    from opsdctl.store import open_store
+    from opsdctl.worker import Worker
+
+    _futile_ws(ws, monkeypatch)
+    cfg = load_config(ws.root / "opsdctl.toml")
+    store = open_store(cfg.db)
+    queue_recipes(cfg, lambda: store, ["cosine"], repeats=2)
+    msgs = []
+    ran = Worker(cfg, store, drain=True, report=msgs.append).run()
+    assert ran == 1
+    state, reason = ws.sql("select state, reason from chain where id = 1")[0]
+    assert state == "stopped-futile", msgs
+    assert reason.startswith("futile at k=4 (4 problems): delta ") and "< 0" in reason
+    assert ws.sql("select state, reason from stage where chain_id = 1 and name = 'eval'") == [("stopped", reason)]
+    k, partial, source, n = ws.sql("select k, partial, source, n_problems from score where chain_id = 1")[0]
+    assert (k, partial, source, n) == (4, 1, "progress", 4)
+    # the adaptive policy skips the variant's other queued chain, with the reason
+    state2, reason2 = ws.sql("select state, reason from chain where id = 2")[0]
+    assert state2 == "skipped" and "stopped as futile (chain 1" in reason2
+    # compare never pools the partial score with full runs
+    doc = ws.cli_json("compare")
+    assert all(1 not in (e.get("chain_ids") or []) for e in doc["variants"])
+    status = {c["chain_id"]: c for c in ws.status()["chains"]}
+    assert status[1]["state"] == "stopped-futile" and status[1]["partial"] is True
+    assert "stopped-futile" in ws.cli("status").stdout
+
+
+def test_futility_is_opt_in_and_spares_the_baseline(ws, monkeypatch):
+    from opsdctl.config import load_config
+    from opsdctl.enqueue import queue_recipes
+    from opsdctl.store import open_store
+    from opsdctl.worker import Worker
+
+    _futile_ws(ws, monkeypatch)
+    monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.05")
+    text = (ws.root / "opsdctl.toml").read_text().replace("futility = true", "futility = false")
+    ws.write_config(text)
+    cfg = load_config(ws.root / "opsdctl.toml")
+    store = open_store(cfg.db)
+    queue_recipes(cfg, lambda: store, ["token-clip"])
+    Worker(cfg, store, drain=True, report=lambda m: None).run()
+    assert ws.state(1) == "succeeded"
+    # on: the baseline itself is never judged against itself
+    from opsdctl.planner import with_overrides
+
+    cfg = with_overrides(cfg, futility=True)
+    queue_recipes(cfg, lambda: store, ["baseline"])
+    Worker(cfg, store, drain=True, report=lambda m: None).run()
+    assert ws.state(2) == "succeeded"
