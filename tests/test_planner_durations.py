@@ -1,0 +1,99 @@
+"""Duration estimates: the rule (pure), the cost key, fallbacks, the store query, the estimate
+recorded on each stage row, `opsdctl durations --json`, and compare's "does it fit" using them."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from opsdctl.durations import (
+    FEW_FACTOR,
+    HIGH_Q,
+    QUANTILE_MIN_N,
+    TAIL_FACTOR,
+    Estimator,
+    Sample,
+    cost_key,
+    estimate_from_samples,
+    quantile,
+)
+
+
+def test_cost_key_names_the_knobs_that_change_cost():
+    assert cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024, "learning_rate": 1e-5}) == \
+        "train|qwen3-1.7b|mcl=1024"
+    assert cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024, "learning_rate": 5e-6}) == \
+        cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024})
+    assert cost_key("train", "qwen3-1.7b", {"max_completion_length": 2048}) != cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024})
+    assert cost_key("eval", "qwen3-1.7b", {"max_completion_length": 2048}) == "eval|qwen3-1.7b"
+
+
+def test_quantile_matches_numpy():
+    xs = [3.0, 1.0, 7.5, 2.0, 9.0, 4.0]
+    for q in (0.0, 0.1, 0.5, 0.9, 1.0):
+        assert quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)))
+
+
+def test_the_rule():
+    d = 27 * 60.0
+    none = estimate_from_samples("eval", "k", [], d)
+    assert (none.n, none.median_s, none.high_s, none.source) == (0, d, d, "default")
+    few = [1400.0, 1500.0]
+    e = estimate_from_samples("eval", "k", few, d)
+    assert e.median_s == 1450.0 and e.high_s == pytest.approx(1500.0 * FEW_FACTOR) and e.source == "history"
+    many = [1300.0, 1350.0, 1400.0, 1450.0, 1500.0, 1600.0]
+    assert len(many) >= QUANTILE_MIN_N
+    e = estimate_from_samples("eval", "k", many, d)
+    assert e.median_s == statistics.median(many)
+    assert e.high_s == pytest.approx(float(np.quantile(many, HIGH_Q)) * TAIL_FACTOR)
+    # an unseen setting is never estimated cheaper than a seen one with other knobs
+    e = estimate_from_samples("train", "k", [], 19 * 60.0, other=[1500.0])
+    assert e.high_s == pytest.approx(1500.0 * FEW_FACTOR) and e.source == "default+other-knobs" and e.median_s == 19 * 60.0
+
+
+def test_estimator_groups_by_cost_key_and_falls_back():
+    k1024 = cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024})
+    k2048 = cost_key("train", "qwen3-1.7b", {"max_completion_length": 2048})
+    est = Estimator([Sample("train", k1024, 1000.0), Sample("train", k1024, 1100.0),
+                     Sample("eval", cost_key("eval", "qwen3-1.7b"), 1500.0)], {"train": 1140.0, "eval": 1620.0})
+    tr, ev = est.chain("qwen3-1.7b", {"max_completion_length": 1024})
+    assert tr.n == 2 and tr.high_s == pytest.approx(1100 * FEW_FACTOR)
+    assert ev.n == 1 and ev.high_s == pytest.approx(1500 * FEW_FACTOR)
+    other = est.stage("train", "qwen3-1.7b", {"max_completion_length": 2048})
+    assert other.key == k2048 and other.n == 0 and other.high_s == pytest.approx(1265.0)  # 1100 x 1.15 > 1140
+    tiny = est.stage("train", "tiny", {"max_completion_length": 1024})
+    assert tiny.source == "default" and tiny.high_s == 1140.0  # other profiles never count
+
+
+def test_estimates_recorded_and_reported(ws):
+    """Two chains through the real worker: each stage row carries the estimate admission used
+    (the profile default first, then history), durations --json reports estimate vs actual, and
+    compare's minutes per chain come from the same estimator."""
+    text = (ws.root / "opsdctl.toml").read_text()
+    ws.write_config(text + "\n[planner]\ntrain_minutes = 0.5\neval_minutes = 0.75\n")
+    ws.cli("queue", "baseline", "-n", "2")
+    ws.run("worker", "--drain")
+    rows = ws.sql("select chain_id, name, estimate_seconds, seconds from stage order by id")
+    assert [(r[0], r[1]) for r in rows] == [(1, "train"), (1, "eval"), (2, "train"), (2, "eval")]
+    assert rows[0][2] == 30.0 and rows[1][2] == 45.0  # no history yet: [planner] defaults
+    assert rows[2][2] == pytest.approx(round(rows[0][3] * FEW_FACTOR, 1), abs=0.11)  # one train seen
+    assert rows[3][2] == pytest.approx(round(rows[1][3] * FEW_FACTOR, 1), abs=0.11)
+    doc = ws.cli_json("durations")
+    assert doc["defaults_s"] == {"train": 30.0, "eval": 45.0}
+    keys = {e["cost_key"]: e for e in doc["estimates"]}
+    assert set(keys) == {"train|tiny|mcl=1024", "eval|tiny"}
+    assert all(e["n"] == 2 and e["source"] == "history" for e in keys.values())
+    assert doc["accuracy"]["stages_with_estimate"] == 4
+    assert doc["accuracy"]["over_estimate"] == sum(1 for r in rows if r[3] > r[2])
+    assert [r["chain_id"] for r in doc["recent"]] == [1, 1, 2, 2] and doc["recent"][0]["error_s"] < 0
+    assert "stage duration estimates" in ws.cli("durations").stdout
+    status = ws.status()
+    done = {c["chain_id"]: c for c in status["chains"]}
+    assert done[2]["stages"][0]["estimate_seconds"] == rows[2][2]
+    # compare: chain minutes = the history-based high estimate, not a profile constant
+    tr = max(r[3] for r in rows if r[1] == "train") * FEW_FACTOR
+    ev = max(r[3] for r in rows if r[1] == "eval") * FEW_FACTOR
+    comp = ws.cli_json("compare")
+    assert comp["budget"]["chain_minutes"] == pytest.approx((tr + ev) / 60.0, rel=1e-6)
