@@ -8,6 +8,7 @@ Every listing command has `--json`. A UserError is one red line on stderr and ex
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -56,7 +57,10 @@ def _store(cfg):
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con.width = 160  # piped into a log or a CI page: don't squeeze tables to 80 columns
+    return con
 
 
 def _print_json(obj) -> None:
@@ -534,7 +538,7 @@ def demo(
 
     con.print("[bold]4/4[/bold] results\n")
     render_status(con, gather_status(cfg, store, None))
-    report = compare_doc(cfg, store, None, None, chain_minutes=_chain_minutes(cfg))
+    report = compare_doc(cfg, store, None, None, chain_minutes=_chain_minutes(cfg, store))
     con.print()
     from opsdctl.compare import render_compare
 

@@ -294,3 +294,9 @@ def build_untrained_tiny(dest: Path, *, seed: int = 0) -> Path:
     model.save_pretrained(dest)
     tokenizer.save_pretrained(dest)
     return dest
+
+
+if __name__ == "__main__":  # python -m opsdkit.tiny: build (once) and say where
+    a = ensure_tiny_assets(log=lambda line: print(line, flush=True))
+    info = json.loads((a.root / "info.json").read_text())
+    print(f"tiny assets ready: {info['parameters']:,}-parameter Qwen3 model at {a.model_dir}", flush=True)

@@ -1,0 +1,73 @@
+"""The main job end to end with the real workloads: queue -> worker -> compare -> export, on the
+tiny profile (real trainer, real evaluator, real SQLite store), sized for CI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures_tiny import tiny_assets  # noqa: F401  (pytest fixture)
+from opsdctl import knobs
+
+
+
+
+@pytest.mark.slow
+def test_queue_worker_compare_export_with_the_real_workloads(ws, tiny_assets, tmp_path):  # noqa: F811
+    bench = tmp_path / "bench10.jsonl"
+    rows = tiny_assets.bench_file.read_text().splitlines()[:10]
+    bench.write_text("\n".join(rows) + "\n")
+    ws.cli("init", "--profile", "tiny", "--force")
+    cfg = (ws.root / "opsdctl.toml").read_text()
+    cfg = cfg.replace("--output-dir {stage_dir}\"", "--output-dir {stage_dir} --max-steps 2\"", 1)
+    cfg = cfg.replace("--gpus {gpus}", f"--gpus {{gpus}} --benchmark {bench}")
+    cfg = cfg.replace("snapshot_code = true ", "snapshot_code = false")
+    (ws.root / "opsdctl.toml").write_text(cfg)
+
+    queued = ws.json("queue", "baseline", "--repeats", "2")
+    queued += ws.json("queue", "token-clip")
+    assert len(queued) == 3
+    out = ws.run("worker", "--drain", timeout=900)
+    assert "drained" in out.stdout
+
+    chains = ws.chains()
+    assert [c["state"] for c in chains.values()] == ["succeeded"] * 3, ws.run("status").stdout
+    # the trainer's statistics and the evaluator's per-problem counts reached the store
+    stats = ws.sql("select steps, final_loss, mean_kl from train_stats order by chain_id")
+    assert all(steps == 2 and loss is not None and kl is not None and kl >= 0 for steps, loss, kl in stats)
+    score = ws.sql("select k, n_problems, problems, partial, source from score order by chain_id")
+    for k, n, problems, partial, source in score:
+        assert (k, n, partial, source) == (4, 10, 0, "result.json")
+        assert [p["samples"] for p in json.loads(problems)] == [4] * 10
+
+    report = ws.cli_json("compare")
+    assert report["baseline"]["source"] == "runs" and report["baseline"]["n"] == 2
+    (cand,) = report["variants"]
+    assert cand["name"] == "token-clip" and cand["n"] == 1 and cand["verdict"] in ("better", "worse", "undecided")
+    assert report["noise"]["nu"] == 1  # one degree of freedom: the baseline's two runs
+
+    env_file = tmp_path / "recipe.env"
+    ws.cli("export-recipe", "token-clip", "-o", str(env_file), "--method-defaults", str(tmp_path / "m.toml"))
+    hp = knobs.parse_recipe_env(env_file.read_text(), "recipe.env")
+    assert set(hp) == set(knobs.HPARAMS)
+    assert 'clip_mode = "token"' in (tmp_path / "m.toml").read_text()
+
+
+def test_demo_refuses_a_workspace_that_holds_runs(ws):
+    (ws.root / "runs.db").write_bytes(b"")
+    out = ws.cli("demo", "--dir", str(ws.root), check=False)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "already holds" in out.stderr
+
+
+def test_demo_picks_the_candidate_most_likely_to_beat_the_baseline():
+    from opsdctl.demo import best_variant
+
+    report = {"baseline": {"name": "baseline"}, "variants": [
+        {"name": "a", "n": 2, "p_beat": 0.7, "delta": 1.0},
+        {"name": "b", "n": 2, "p_beat": 0.9, "delta": 2.0},
+        {"name": "c", "n": 1, "p_beat": 0.99, "delta": 5.0, "partial": True}]}
+    assert best_variant(report) == "b"
+    report["variants"] = [{"name": "a", "n": 2, "p_beat": 0.2, "delta": -1.0}]
+    assert best_variant(report) == "baseline"  # nothing beats it: keep the released recipe
