@@ -44,7 +44,10 @@ def cancel_chain(
     grace: float,
     on_wait: Optional[Callable[[str], None]] = None,
     reason: str = "cancelled by user",
+    remote_stop: Optional[Callable[[Stage], Optional[procs.KillReport]]] = None,
 ) -> CancelResult:
+    """`remote_stop` (executor = "ray") stops a stage through the Ray actor that owns it and
+    returns None for a stage it does not know; cancel then signals the stage itself."""
     with store.write() as s:
         chain = get_chain(s, chain_id)
         was = chain.state
@@ -63,7 +66,10 @@ def cancel_chain(
         with store.read() as s:
             live = [st for st in stages_of(s, chain_id) if st.state == StageState.RUNNING.value]
         for st in live:
-            if st.host and st.host != socket.gethostname():
+            rep = remote_stop(st) if remote_stop is not None else None
+            if rep is not None and getattr(rep, "via", ""):
+                result.notes.append(f"its {st.name} stage: {rep.via}")
+            if rep is None and st.host and st.host != socket.gethostname():
                 result.notes.append(f"its {st.name} stage runs on {st.host}; stop it there")
                 continue
             ident = procs.StageIdentity(st.pgid, st.pid, st.create_time, st.token)
@@ -72,7 +78,8 @@ def cancel_chain(
                 if on_wait:
                     on_wait(f"chain {chain_id}: {name}: TERM sent to {n} process{'es' if n != 1 else ''}; KILL in {left:.0f}s")
 
-            rep = procs.stop_stage(ident, grace, on_wait=waiting)
+            if rep is None:
+                rep = procs.stop_stage(ident, grace, on_wait=waiting)
             result.stopped += rep.found
             if rep.unverified_group:
                 result.notes.append(f"process group {st.pgid} is not provably ours; left alone")

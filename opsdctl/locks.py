@@ -29,6 +29,7 @@ from opsdctl.errors import UserError
 LOCK_CLASS = 0x6F707364  # "opsd": the first key of opsdctl's PostgreSQL advisory locks
 WORKER_KEY = 1  # second key: the one-worker-per-store lock
 MIGRATION_KEY = 2  # second key: schema upgrades (a transaction lock, see store.py)
+WRITE_KEY = 3  # second key: one write transaction at a time, as BEGIN IMMEDIATE on SQLite
 APP_PREFIX = "opsdctl-worker"
 
 

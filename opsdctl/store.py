@@ -62,8 +62,16 @@ class Store:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """One write transaction (BEGIN IMMEDIATE on SQLite); commits on success."""
+        """One write transaction (BEGIN IMMEDIATE on SQLite, a transaction advisory lock on
+        PostgreSQL: one writer at a time either way); commits on success."""
         with Session(self._writer, expire_on_commit=False) as session:
+            if self.dialect == "postgresql":
+                # Writers take turns, as with BEGIN IMMEDIATE on SQLite: read-then-write
+                # sequences (next repeat, next version, guarded moves) see every earlier commit.
+                from opsdctl.locks import LOCK_CLASS, WRITE_KEY
+
+                session.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
+                                {"c": LOCK_CLASS, "k": WRITE_KEY})
             yield session
             session.commit()
 

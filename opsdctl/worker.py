@@ -7,10 +7,11 @@ ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupte
 re-queued as a fresh chain pointing at it.
 
 Loop: ask the gate for the run order, admit the first chain it starts, claim it with a guarded
-`queued -> running`, and hand it to the executor. With --drain the worker exits when nothing
-runnable is queued. SIGINT/SIGTERM stop the running stage's process group and mark its chain
-`interrupted` (not re-queued: the user stopped it; `opsdctl requeue ID` runs it again); a
-second signal skips the TERM grace period.
+`queued -> running`, and hand it to the executor (opsdctl/executors: `local` runs it here to
+its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
+the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
+running stage's process group and mark its chain `interrupted` (not re-queued: the user stopped
+it; `opsdctl requeue ID` runs it again); a second signal skips the TERM grace period.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from opsdctl import procs
 from opsdctl.budget import CLOCK_KEY, budget_now
 from opsdctl.config import Config
 from opsdctl.enqueue import interrupt_and_requeue
-from opsdctl.executor import LocalExecutor, StopRequest, chain_info
+from opsdctl.executor import StopRequest, chain_info
+from opsdctl.executors import make_executor, worker_gate_config
 from opsdctl.gate import Gate, Skip, Start, Wait, make_gate
 from opsdctl.locks import WorkerBusy, worker_lock, worker_lock_path  # noqa: F401  (re-exported)
 from opsdctl.models import Chain, Stage, Variant, WorkerRun, utcnow
@@ -35,6 +37,7 @@ from opsdctl.states import State, StageState, transition
 from opsdctl.store import Store, chains_in_state, get_meta, queued_chains, running_stages, set_meta
 
 IDLE_LOG_S = 60.0
+BUSY_POLL_S = 0.5  # while chains run elsewhere (executor = "ray"): how often to look again
 
 
 # --- recovery -----------------------------------------------------------------------------
@@ -47,9 +50,15 @@ class Recovered:
     stopped: int  # stage processes stopped
 
 
-def recover(store: Store, cfg: Config, report: Callable[[str], None]) -> list[Recovered]:
+def recover(store: Store, cfg: Config, report: Callable[[str], None],
+            remote_stop: Optional[Callable[[Stage], Optional[procs.KillReport]]] = None,
+            any_host: bool = False) -> list[Recovered]:
     """Chains left `running` by a dead worker: stop their stage processes if they are still
-    alive and provably ours, mark the chains interrupted, and re-queue them."""
+    alive and provably ours, mark the chains interrupted, and re-queue them.
+
+    `remote_stop` (the executor's) stops a stage that ran elsewhere (a Ray node) and returns
+    None for one it does not know. `any_host`: this worker's lock is store-wide (PostgreSQL), so
+    no other worker can be alive anywhere and chains claimed on other hosts are stale too."""
     out = []
     # Stage rows still `running` (their chain may already be cancelled): stop what is left.
     with store.read() as s:
@@ -57,11 +66,13 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None]) -> list[Re
         stale_chains = chains_in_state(s, State.RUNNING)
     stopped_by_chain: dict[int, int] = {}
     for st in stale_stages:
-        if st.host and st.host != socket.gethostname():
+        rep = remote_stop(st) if remote_stop is not None else None
+        if rep is None and st.host and st.host != socket.gethostname():
             report(f"chain {st.chain_id}: its {st.name} stage ran on {st.host}; cannot stop processes there")
             continue
-        ident = procs.StageIdentity(st.pgid, st.pid, st.create_time, st.token)
-        rep = procs.stop_stage(ident, cfg.kill_grace_seconds)
+        if rep is None:
+            ident = procs.StageIdentity(st.pgid, st.pid, st.create_time, st.token)
+            rep = procs.stop_stage(ident, cfg.kill_grace_seconds)
         if rep.unverified_group:
             report(f"chain {st.chain_id}: process group {st.pgid} exists but is not provably ours; left alone")
         stopped_by_chain[st.chain_id] = stopped_by_chain.get(st.chain_id, 0) + rep.found
@@ -73,7 +84,7 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None]) -> list[Re
                 row.reason = "its worker died" + (f"; {rep.summary()}" if rep.found else "")
     here = socket.gethostname()
     for chain in stale_chains:
-        if chain.worker_host and chain.worker_host != here:
+        if chain.worker_host and chain.worker_host != here and not any_host:
             report(f"chain {chain.id}: runs under a worker on {chain.worker_host}; left to that host")
             continue
         n = stopped_by_chain.get(chain.id, 0)
@@ -110,7 +121,7 @@ class Worker:
         self.report = report
         self.max_chains = max_chains
         self.stop = StopRequest()
-        self.gate = gate if gate is not None else make_gate(cfg, self.usable_seconds, store, report)
+        self.gate = gate if gate is not None else make_gate(worker_gate_config(cfg), self.usable_seconds, store, report)
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
 
@@ -141,13 +152,19 @@ class Worker:
 
     def run(self) -> int:
         """Run until drained (with --drain) or stopped. Returns the number of chains run."""
-        with worker_lock(self.cfg, self.store), self._signals():
+        with worker_lock(self.cfg, self.store) as lock, self._signals():
             self._register()
             ran = 0
             exit_reason = "stopped"
             try:
-                recover(self.store, self.cfg, self.report)
-                ran = self._loop()
+                executor = make_executor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id,
+                                         self.usable_seconds)
+                try:
+                    recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
+                            any_host=lock.store_wide)
+                    ran = self._loop(executor)
+                finally:
+                    executor.close()  # on a stop or an error: stop what still runs elsewhere
                 exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
             except BaseException as exc:
                 exit_reason = f"crashed: {type(exc).__name__}: {exc}"
@@ -188,19 +205,35 @@ class Worker:
             row.activity = text
             row.heartbeat_at = utcnow()
 
-    def _loop(self) -> int:
-        executor = LocalExecutor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id)
+    def _loop(self, executor) -> int:
+        """Start chains while the executor has room (the local one: one at a time, each run to
+        its end inside start()); collect the ones that ended; drain or idle as asked."""
         ran = 0
         last_idle_note = 0.0
         idle_since: Optional[float] = None
-        while not self.stop:
-            if self.max_chains is not None and ran >= self.max_chains:
+        while True:
+            for chain_id, state in executor.poll():
+                ran += 1
+                self._activity(f"chain {chain_id}: {state}")
+            if self.stop:
                 break
+            busy = executor.busy()
+            if self.max_chains is not None and ran + busy >= self.max_chains:
+                if not busy:
+                    break
+                self._sleep(BUSY_POLL_S)
+                continue
+            if not executor.has_room():
+                self._sleep(BUSY_POLL_S)
+                continue
             picked, wait = self._pick()
             if picked is None:
                 if wait is not None:
                     self._activity(f"waiting: {wait.reason}")
-                    self._sleep(wait.seconds)
+                    self._sleep(min(wait.seconds, BUSY_POLL_S) if busy else wait.seconds)
+                    continue
+                if busy:  # others still run: they may end, or free room for what waits
+                    self._sleep(BUSY_POLL_S)
                     continue
                 if self.drain:
                     self.report("queue drained")
@@ -214,9 +247,7 @@ class Worker:
                 self._sleep(self.cfg.poll_seconds)
                 continue
             idle_since = None
-            state = executor.run_chain(picked)
-            ran += 1
-            self._activity(f"chain {picked}: {state}")
+            executor.start(picked)
         return ran
 
     def _pick(self) -> tuple[Optional[int], Optional[Wait]]:

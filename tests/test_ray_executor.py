@@ -1,0 +1,232 @@
+"""executor = "ray" on a local Ray instance started here with declared GPUs (num_gpus=4 on a CPU
+machine): chains asking 2 GPUs each run two at a time on distinct GPUs and write everything to
+the store from their actors; a chain's actor process killed mid-stage (interrupted, its stage
+stopped on the node, re-queued, then run to success); cancel of a running remote chain through
+its actor (the whole group dies, a child that ignores SIGTERM included); the worker (the Ray
+driver) killed mid-chain, then a new worker stops the orphans through the node and re-queues.
+The store is a real SQLite file: the whole "cluster" is this machine."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import signal
+import sys
+import threading
+
+import psutil
+import pytest
+from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, wait_for
+
+from opsdctl.config import load_config
+from opsdctl.store import open_store
+from opsdctl.worker import Worker
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+SHORT_TRAIN = "FAKE_STEPS=8 FAKE_STEP_SECONDS=0.25"
+LONG_TRAIN = "FAKE_STEPS=4000 FAKE_STEP_SECONDS=0.05 FAKE_CHILD=1"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance with 4 declared GPUs; its address lets CLI subprocesses join it.
+
+    Ray itself kills a worker's direct children when the worker exits (when it can); that is no
+    help for grandchildren or a worker that is SIGKILLed, and it is a setting. It is off here so
+    that the orphans of a dead actor or driver are really there and opsdctl's own clean-up (a
+    task pinned to the chain's node) is what stops them."""
+    if ray.is_initialized():
+        ray.shutdown()
+    saved = os.environ.get("RAY_kill_child_processes_on_worker_exit")
+    os.environ["RAY_kill_child_processes_on_worker_exit"] = "false"  # read by the raylet started here
+    try:
+        ctx = ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, namespace="opsdctl-tests",
+                       logging_level="ERROR")
+        yield ctx.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_kill_child_processes_on_worker_exit", None)
+        else:
+            os.environ["RAY_kill_child_processes_on_worker_exit"] = saved
+
+
+def ray_config(ws, address: str, *, train_env: str = SHORT_TRAIN, eval_env: str = "", grace: float = 2):
+    # Stage behaviour travels in the command (the actors' environment is the Ray instance's).
+    train = (f"echo CVD=$CUDA_VISIBLE_DEVICES GPUS={{gpus}} && {train_env} {sys.executable} {FAKE_TRAIN} "
+             f"--recipe {{recipe_json}} --seed {{seed}} --output-dir {{stage_dir}}")
+    ev = f"{eval_env} {sys.executable} {FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}}"
+    extra = f'executor = "ray"\nray_address = "{address}"\ngpus_per_chain = 2'
+    ws.write_config(default_config(train=train, eval=ev, extra=extra, grace=grace))
+    cfg = load_config(ws.root / "opsdctl.toml")
+    return cfg, open_store(cfg.db)
+
+
+def _utc(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text)
+
+
+def _stage_pids(ws, chain_id: int, stage: str):
+    rows = ws.sql("select pid, token from stage where chain_id = ? and name = ?", chain_id, stage)
+    child = ws.runs / str(chain_id) / stage / "child.pid"
+    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
+        return None
+    return rows[0][0], int(child.read_text()), rows[0][1]
+
+
+def _token_processes(token: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("OPSDCTL_STAGE_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _nothing_running(ws) -> bool:
+    return (ws.sql("select count(*) from chain where state = 'running'") == [(0,)]
+            and ws.sql("select count(*) from stage where state = 'running'") == [(0,)])
+
+
+def test_chains_run_two_at_a_time_on_distinct_gpus(ws, cluster):
+    cfg, store = ray_config(ws, cluster)
+    ws.cli("queue", "baseline", "--repeats", "4")
+    messages: list[str] = []
+    ran = Worker(cfg, store, drain=True, report=messages.append).run()
+    assert ran == 4, messages
+    rows = ws.sql("select id, state, node_id, started_at, finished_at from chain order by id")
+    assert [r[1] for r in rows] == ["succeeded"] * 4, messages
+    assert all(r[2] for r in rows)  # the node each ran on
+    assert ws.sql("select count(*) from score") == [(4,)]  # results ingested on the nodes
+    assert ws.sql("select count(*) from train_stats") == [(4,)]
+    spans = {cid: (_utc(start), _utc(end)) for cid, _, _, start, end in rows}
+
+    def overlap(a, b):
+        return spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
+
+    pairs = [(a, b) for a in spans for b in spans if a < b and overlap(a, b)]
+    assert pairs, spans  # chains ran at the same time ...
+    for c in spans:  # ... but never more than two (4 GPUs / 2 per chain)
+        assert sum(1 for d in spans if d != c and overlap(c, d)) <= 2
+        during = [d for d in spans if d != c and overlap(c, d)]
+        assert not any(overlap(a, b) for a in during for b in during if a < b)
+    gpus = {}
+    for cid in spans:
+        log = (ws.runs / str(cid) / "train.log").read_text()
+        cvd, granted = re.search(r"CVD=(\S*) GPUS=(\S*)", log).groups()
+        assert cvd == granted
+        gpus[cid] = set(cvd.split(","))
+        assert len(gpus[cid]) == 2 and gpus[cid] <= {"0", "1", "2", "3"}
+        assert ws.sql("select distinct gpus from stage where chain_id = ?", cid) == [(cvd,)]
+    for a, b in pairs:
+        assert not gpus[a] & gpus[b], (a, b, gpus)  # concurrent chains never share a GPU
+    assert _nothing_running(ws)
+    assert not ray.util.placement_group_table() or all(
+        pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
+
+
+def test_actor_process_killed_mid_chain(ws, cluster):
+    cfg, store = ray_config(ws, cluster, train_env=LONG_TRAIN)
+    ws.cli("queue", "baseline")
+    seen: dict = {}
+
+    def kill_the_actor():
+        try:
+            leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "train"), 90, what="the train stage")
+            wait_for(lambda: (ws.runs / "1" / "train" / "progress.jsonl").is_file(), 30, what="progress")
+            actor = psutil.Process(leader).parent()  # the stage's parent: the ChainRunner's process
+            assert actor.pid != os.getpid() and "ChainRunner" in " ".join(actor.cmdline()), actor.cmdline()
+            seen.update(leader=leader, child=child, token=token, actor=actor.pid)
+            actor.send_signal(signal.SIGKILL)
+        except BaseException as exc:  # surface it in the main thread
+            seen["error"] = exc
+
+    t = threading.Thread(target=kill_the_actor)
+    t.start()
+    messages: list[str] = []
+    ran = Worker(cfg, store, drain=True, report=messages.append, max_chains=1).run()
+    t.join()
+    assert "error" not in seen, seen.get("error")
+    assert ran == 1
+    assert not pid_alive(seen["actor"])
+    # the stage's own processes (own session, so they outlived the actor) were stopped on the node
+    wait_for(lambda: not pid_alive(seen["leader"]) and not pid_alive(seen["child"]), 10, what="the orphans to die")
+    assert _token_processes(seen["token"]) == []
+    chains = ws.chains()
+    assert chains[1]["state"] == "interrupted", messages
+    assert "Ray actor died" in chains[1]["reason"] and "during train" in chains[1]["reason"]
+    assert re.search(r"stopped \d+ stage process", chains[1]["reason"]), chains[1]["reason"]
+    assert chains[2]["state"] == "queued" and chains[2]["requeued_from"] == 1
+    assert ws.sql("select state from stage where chain_id = 1") == [("interrupted",)]
+    assert _nothing_running(ws)
+    assert any("re-queued as chain 2" in m for m in messages), messages
+
+    cfg, store = ray_config(ws, cluster)  # the re-queued chain now runs to its end
+    assert Worker(cfg, store, drain=True, report=messages.append).run() == 1
+    assert ws.chains()[2]["state"] == "succeeded"
+
+
+def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
+    # The eval hangs; its child ignores SIGTERM, so only the KILL after the grace ends it.
+    cfg, store = ray_config(ws, cluster, eval_env="FAKE_HANG=1 FAKE_CHILD=1 FAKE_IGNORE_TERM=1", grace=1)
+    ws.cli("queue", "baseline")
+    seen: dict = {}
+
+    def cancel_it():
+        try:
+            leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "eval"), 90, what="the eval stage")
+            seen.update(leader=leader, child=child, token=token)
+            seen["out"] = ws.run("cancel", "1")  # the real CLI: joins the cluster, calls the actor
+        except BaseException as exc:
+            seen["error"] = exc
+
+    t = threading.Thread(target=cancel_it)
+    t.start()
+    messages: list[str] = []
+    Worker(cfg, store, drain=True, report=messages.append).run()
+    t.join()
+    assert "error" not in seen, seen.get("error")
+    out = seen["out"].stdout
+    assert "cancelled" in out and "through its Ray actor on" in out, out
+    assert re.search(r"stopped [1-9]\d* stage process", out), out
+    assert not pid_alive(seen["leader"]) and not pid_alive(seen["child"])
+    assert _token_processes(seen["token"]) == []
+    assert ws.state(1) == "cancelled"
+    assert ws.sql("select name, state from stage where chain_id = 1 order by id") == [
+        ("train", "succeeded"), ("eval", "cancelled")]
+    assert _nothing_running(ws)
+
+
+def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
+    ray_config(ws, cluster, train_env=LONG_TRAIN)
+    ws.cli("queue", "baseline")
+    worker = ws.popen("worker")  # a real `opsdctl worker`, joining the cluster as its own driver
+    try:
+        leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "train"), 120, what="the train stage")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    # Ray ends the dead driver's actors; the stage runs on in its own session: the orphan case.
+    wait_for(lambda: psutil.Process(leader).ppid() != worker.pid and not any(
+        "ChainRunner" in " ".join(p.cmdline()) for p in [psutil.Process(leader).parent()] if p), 60,
+        interval=0.2, what="Ray to end the dead driver's actor")
+    assert pid_alive(leader) and pid_alive(child) and ws.state(1) == "running"
+
+    cfg, store = ray_config(ws, cluster)
+    messages: list[str] = []
+    assert Worker(cfg, store, drain=True, report=messages.append).run() == 1
+    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    chains = ws.chains()
+    assert chains[1]["state"] == "interrupted"
+    assert f"worker (pid {worker.pid}) died during train" in chains[1]["reason"]
+    assert re.search(r"stopped [1-9]\d* orphaned stage process", chains[1]["reason"]), chains[1]["reason"]
+    assert chains[2]["state"] == "succeeded" and chains[2]["requeued_from"] == 1
+    assert ws.sql("select state from stage where chain_id = 1") == [("interrupted",)]
+    assert _nothing_running(ws)
