@@ -140,6 +140,7 @@ def _new_revision(message: str) -> Path:
         engine = create_engine(f"sqlite:///{tmp}/scratch.db")
         with engine.begin() as conn:
             cfg = alembic_config(conn)
+            cfg.set_main_option("file_template", "%%(rev)s")  # the id already carries the slug
             command.upgrade(cfg, "head")
             command.revision(cfg, message=message, autogenerate=True, rev_id=rev_id)
         engine.dispose()
