@@ -223,10 +223,13 @@ class Worker:
                     break
                 self._sleep(BUSY_POLL_S)
                 continue
-            if not executor.has_room():
+            if executor.has_room():
+                picked, wait = self._pick()
+            elif busy or self._queued_any():  # a slot frees up, or one is being reserved
                 self._sleep(BUSY_POLL_S)
                 continue
-            picked, wait = self._pick()
+            else:  # no room because nothing runs and nothing is queued
+                picked, wait = None, None
             if picked is None:
                 if wait is not None:
                     self._activity(f"waiting: {wait.reason}")
@@ -249,6 +252,10 @@ class Worker:
             idle_since = None
             executor.start(picked)
         return ran
+
+    def _queued_any(self) -> bool:
+        with self.store.read() as s:
+            return bool(queued_chains(s))
 
     def _pick(self) -> tuple[Optional[int], Optional[Wait]]:
         """Claim the first chain the gate starts; mark the ones it skips."""

@@ -93,8 +93,37 @@ def _nothing_running(ws) -> bool:
             and ws.sql("select count(*) from stage where state = 'running'") == [(0,)])
 
 
+def test_executor_settings(tmp_path):
+    from opsdctl.config import config_from_dict
+    from opsdctl.errors import UserError
+    from opsdctl.executors import executor_kind, worker_gate_config
+    from opsdctl.executors.ray_cluster import gpus_per_chain, node_config
+
+    def cfg(**top):
+        gpus = top.pop("gpus", {"devices": [0, 1, 2, 3]})
+        return config_from_dict({**top, "gpus": gpus}, tmp_path)
+
+    assert executor_kind(cfg()) == "local" and worker_gate_config(cfg()).devices == [0, 1, 2, 3]
+    ray_cfg = cfg(executor="ray")
+    assert gpus_per_chain(ray_cfg) == 4  # default: the devices count
+    assert gpus_per_chain(cfg(executor="ray", gpus_per_chain=2)) == 2
+    assert gpus_per_chain(cfg(executor="ray", gpus={"devices": []})) == 0
+    with pytest.raises(UserError, match="set gpus_per_chain"):
+        gpus_per_chain(cfg(executor="ray", gpus={"devices": "all"}))
+    # the worker's gate does not probe its own machine; a node's gate sees Ray's GPUs
+    assert worker_gate_config(ray_cfg).devices == [] and worker_gate_config(ray_cfg).section("gpus")["devices"] == []
+    node = node_config(ray_cfg, [2, 3])
+    assert node.devices == [2, 3] and node.section("gpus")["devices"] == [2, 3] and ray_cfg.devices == [0, 1, 2, 3]
+    for bad, words in (({"executor": "k8s"}, 'must be "local"'), ({"gpus_per_chain": -1}, ">= 0")):
+        with pytest.raises(UserError, match=words) as err:
+            cfg(**bad)
+        assert "\n" not in str(err.value)
+
+
 def test_chains_run_two_at_a_time_on_distinct_gpus(ws, cluster):
     cfg, store = ray_config(ws, cluster)
+    assert Worker(cfg, store, drain=True, report=lambda m: None).run() == 0  # nothing queued:
+    assert not ray.util.placement_group_table()  # no node slot was reserved for nothing
     ws.cli("queue", "baseline", "--repeats", "4")
     messages: list[str] = []
     ran = Worker(cfg, store, drain=True, report=messages.append).run()
@@ -173,7 +202,8 @@ def test_actor_process_killed_mid_chain(ws, cluster):
 
 def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
     # The eval hangs; its child ignores SIGTERM, so only the KILL after the grace ends it.
-    cfg, store = ray_config(ws, cluster, eval_env="FAKE_HANG=1 FAKE_CHILD=1 FAKE_IGNORE_TERM=1", grace=1)
+    # (a 3 s grace: the actor's own watch loop, which also sees the cancel, cannot finish first)
+    cfg, store = ray_config(ws, cluster, eval_env="FAKE_HANG=1 FAKE_CHILD=1 FAKE_IGNORE_TERM=1", grace=3)
     ws.cli("queue", "baseline")
     seen: dict = {}
 

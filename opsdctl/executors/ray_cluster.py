@@ -48,6 +48,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from sqlalchemy import func, select
 
 from opsdctl import procs
 from opsdctl.budget import CLOCK_KEY, budget_now
@@ -56,7 +57,7 @@ from opsdctl.errors import UserError
 from opsdctl.executor import LocalExecutor, StopRequest
 from opsdctl.models import Chain, Stage, WorkerRun, utcnow
 from opsdctl.states import State, StageState, transition
-from opsdctl.store import Store, db_error_text, get_meta, open_store, stages_of
+from opsdctl.store import Store, get_meta, open_store, stages_of
 
 ACTOR_PREFIX = "opsdctl-chain-"
 SLOT_CPUS = 1  # the ChainRunner's own share of the node; stage processes are not Ray's to count
@@ -269,6 +270,9 @@ class RayExecutor:
         self.gpus = gpus_per_chain(cfg)
         connect(cfg, self.namespace)
         self._actor_class = ray.remote(ChainRunner)
+        gpus = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''} on one node" if self.gpus else "no GPUs"
+        report(f"executor ray: {ray_address(cfg) or 'a local Ray instance'} ({_resources()}); "
+               f"each chain gets {gpus}")
         self._slot = None  # a placement group reserved for the next chain
         self._slot_since = 0.0
         self._slot_noted = False
@@ -279,7 +283,14 @@ class RayExecutor:
     # the seam -----------------------------------------------------------------------------
 
     def has_room(self) -> bool:
+        """A node slot is reserved and ready. Slots are reserved only while chains are queued
+        (an idle worker holds no GPUs of the cluster)."""
         if self.stop_request:
+            return False
+        if not self._queued():
+            if self._slot is not None:
+                _remove(self._slot)
+                self._slot = None
             return False
         if self._slot is None:
             bundle = {"CPU": SLOT_CPUS, **({"GPU": self.gpus} if self.gpus else {})}
@@ -296,6 +307,10 @@ class RayExecutor:
 
     def busy(self) -> int:
         return len(self.flights)
+
+    def _queued(self) -> bool:
+        with self.store.read() as s:
+            return s.scalar(select(func.count()).select_from(Chain).where(Chain.state == State.QUEUED.value)) > 0
 
     def start(self, chain_id: int) -> None:
         pg, self._slot = self._slot, None
