@@ -260,3 +260,34 @@ def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
     assert chains[2]["state"] == "succeeded" and chains[2]["requeued_from"] == 1
     assert ws.sql("select state from stage where chain_id = 1") == [("interrupted",)]
     assert _nothing_running(ws)
+
+
+class _BrokenRunner:
+    """A ChainRunner whose creation fails on the node, as when opsdctl is missing there."""
+
+    def __init__(self, *args, **kwargs):
+        raise ImportError("No module named 'opsdctl' (emulated: not installed on this node)")
+
+    def run(self):  # pragma: no cover - never reached
+        return "succeeded"
+
+
+def test_actor_that_cannot_start_fails_the_chain_without_requeue(ws, cluster, monkeypatch):
+    from ray import cloudpickle
+
+    from opsdctl.executors import ray_cluster
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the nodes cannot import tests/
+    try:
+        monkeypatch.setattr(ray_cluster, "ChainRunner", _BrokenRunner)
+        cfg, store = ray_config(ws, cluster)
+        ws.cli("queue", "baseline")
+        messages: list[str] = []
+        assert Worker(cfg, store, drain=True, report=messages.append).run() == 1
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    chains = ws.chains()
+    assert set(chains) == {1}, chains  # not re-queued: every retry would meet the same node set-up
+    assert chains[1]["state"] == "failed"
+    assert "could not start on node" in chains[1]["reason"] and "not installed" in chains[1]["reason"]
+    assert _nothing_running(ws)

@@ -32,6 +32,8 @@ Failure rule: a chain is never `running` forever.
   processes stopped through a task pinned to chain.node_id (stop_remote_stage).
 - The worker is stopped (SIGINT/SIGTERM): it asks every actor to stop its stage; those chains end
   `interrupted`, not re-queued, as locally.
+- An actor that fails on the node (an error in run_chain) leaves its chain `interrupted`, not
+  re-queued; one that cannot even be created there (opsdctl missing on the node) fails it.
 """
 
 from __future__ import annotations
@@ -137,9 +139,13 @@ def _assigned_gpus() -> list:
     return out
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+def _first_line(exc: BaseException, last: bool = False) -> str:
+    import re
+
+    lines = [l.strip() for l in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if l.strip()]
+    if not lines:
+        return type(exc).__name__
+    return (lines[-1] if last else lines[0])[:300]
 
 
 @dataclass
@@ -388,6 +394,8 @@ class RayExecutor:
         try:
             return State(ray.get(f.ref))
         except RayActorError as exc:  # the actor's process or node is gone
+            if getattr(exc, "actor_init_failed", False):  # it never started: a broken node set-up
+                return self._failed_start(f, exc)
             return self._interrupt(f, f"its Ray actor died ({_first_line(exc)})", requeue=True)
         except RayError as exc:  # run_chain raised on the node (a bug, or the store unreachable there)
             why = self.store.redact(_first_line(getattr(exc, "cause", None) or exc))
@@ -398,6 +406,15 @@ class RayExecutor:
         finally:
             _quietly(lambda: ray.kill(f.actor, no_restart=True))
             _remove(f.pg)
+
+    def _failed_start(self, f: _Flight, exc: BaseException) -> State:
+        """The actor raised while being created on the node (e.g. opsdctl missing there): the
+        chain fails, not re-queued, or every retry would land on the same broken set-up."""
+        reason = f"its Ray actor could not start on node {f.node_id[:12]}: {self.store.redact(_first_line(exc, last=True))}"
+        with self.store.write() as s:
+            transition(s, f.chain_id, State.RUNNING, State.FAILED, reason=reason)
+        self.report(f"chain {f.chain_id}: failed: {reason}")
+        return self._state(f.chain_id)
 
     def _interrupt(self, f: _Flight, why: str, requeue: bool) -> State:
         """The chain's actor is gone: stop what is left of its stage on its node, record the
