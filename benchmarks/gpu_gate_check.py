@@ -125,7 +125,8 @@ def main(argv=None) -> int:
     ws = tmp / "ws"
     ws.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPSDCTL_", "OPSD_"))}
-    env.update(PYTHONUNBUFFERED="1", COLUMNS="200", PYTHONPATH=str(REPO), CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # keep carried packages
+    env.update(PYTHONUNBUFFERED="1", COLUMNS="200", PYTHONPATH=pythonpath, CUDA_DEVICE_ORDER="PCI_BUS_ID")
     fake_file = tmp / "gpus.json"
     checks: dict[str, bool] = {}
     notes: list[str] = []
