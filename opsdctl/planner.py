@@ -116,8 +116,9 @@ class PlannerGate:
     def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
         self.refresh()
         usable = self.usable()
-        highs = [sum(e.high_s for e in self.chain_estimate(c)) for c in queued]
-        chain_s = max(highs) if highs else sum(self.settings.defaults.values())
+        ests = [self.chain_estimate(c) for c in queued]
+        chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
+        chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
         known = [e["name"] for e in self.report_doc["variants"] if e.get("n") and not e.get("partial")]
         base = self.facts.baseline_label()
         if base and (self.report_doc["baseline"] or {}).get("source") == "runs":
@@ -130,6 +131,7 @@ class PlannerGate:
             baseline=base,
             usable_s=usable,
             chain_s=chain_s,
+            chain_median_s=chain_median_s,
             dropped=self.facts.dropped(),
             auto_repeat=can_extra,
             known_variants=known,

@@ -9,7 +9,8 @@ What the adaptive policy may do on its own (and nothing else):
    already `worse`, or one of its evaluations was stopped as futile;
 3. with --auto-repeat only: queue ONE extra chain at a time (a fresh seed of an existing
    variant, same code snapshot) when no queued chain can settle anything, for the candidate
-   (or the baseline) that the rules below rank first and whose runs fit in the time left.
+   (or the baseline) that the rules below rank first and whose runs fit in the time left;
+   at most [planner] auto_repeat_max (6) such chains per worker run.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 
@@ -25,8 +26,16 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
         -delta) fit; by P(beat), lowest first;
      2c without a noise estimate (nu = 0, no prior): repeats of the best delta first (a
         second run is what makes a noise estimate);
-  3  everything else (settled `better` variants, undecided ones out of reach), queue order.
+  3  other repeats of undecided candidates with delta > 0 (out of reach in the time left, or
+     beyond the runs that would settle them): by P(beat), highest first (their runs are still
+     the most informative about a winner);
+  4  everything else (settled `better` variants, undecided ones with delta <= 0 out of reach,
+     second chains of variants not yet run, the baseline when nothing needs it), queue order.
 Skipped: variants `worse`, and variants with a stopped-futile chain.
+
+"Fits in the time left": r more chains fit when (r - 1) x median + high <= usable seconds (the
+chains before the last take their median; the last must still pass admission with its high
+quantile). `runs_needed` assumes the observed delta and s hold (stats.runs_needed).
 """
 
 from __future__ import annotations
@@ -69,15 +78,23 @@ class Plan:
                 "slots": [{"chain_id": s.chain_id, "variant": s.variant, "tier": s.tier, "why": s.why} for s in self.slots]}
 
 
-_TIER_RANK = {"0": 0, "1": 1, "2a": 2, "2b": 3, "2c": 4, "3": 5}
+_TIER_RANK = {"0": 0, "1": 1, "2a": 2, "2b": 3, "2c": 4, "3": 5, "4": 6}
 
 
-def _fits(chains: Optional[int], chain_s: Optional[float], usable_s: Optional[float]) -> bool:
-    if chains is None:
-        return False
-    if usable_s is None or chain_s is None:
-        return True
-    return chains * chain_s <= usable_s
+class _Cost:
+    """Do r more chains fit? (r - 1) x median + high <= usable (None: no budget)."""
+
+    def __init__(self, high_s: Optional[float], median_s: Optional[float], usable_s: Optional[float]):
+        self.high = high_s
+        self.median = median_s if median_s is not None else high_s
+        self.usable = usable_s
+
+    def fits(self, chains: Optional[int]) -> bool:
+        if chains is None or chains < 1:
+            return False
+        if self.usable is None or self.high is None:
+            return True
+        return (chains - 1) * self.median + self.high <= self.usable
 
 
 def _worse_runs(e: dict, report: dict) -> Optional[int]:
@@ -86,8 +103,7 @@ def _worse_runs(e: dict, report: dict) -> Optional[int]:
     m = report["bonferroni"]["m"]
     if e.get("delta") is None or e["delta"] >= 0 or nz.get("s") is None or not m:
         return None
-    rn = stats.runs_needed(-e["delta"], nz["s"], e["n"], b["n"], nz["nu"], m)
-    return rn.extra
+    return stats.runs_needed(-e["delta"], nz["s"], e["n"], b["n"], nz["nu"], m).extra
 
 
 def plan(
@@ -98,104 +114,107 @@ def plan(
     baseline: Optional[str] = None,
     usable_s: Optional[float] = None,
     chain_s: Optional[float] = None,
+    chain_median_s: Optional[float] = None,
     dropped: Optional[Mapping[str, str]] = None,
     auto_repeat: bool = False,
     known_variants: Sequence[str] = (),
 ) -> Plan:
-    """Order (and skip) the queued chains. `chain_s`: one chain's high-quantile estimate;
-    `dropped`: variant -> reason for variants with a stopped-futile chain; `known_variants`:
-    variants that may receive an --auto-repeat chain (every variant with a run)."""
+    """Order (and skip) the queued chains. `chain_s` / `chain_median_s`: one chain's high-quantile
+    and median estimates; `dropped`: variant -> reason for variants with a stopped-futile chain;
+    `known_variants`: variants that may receive an --auto-repeat chain (every variant with a run)."""
     if policy == FIFO:
         return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, "-", "queue order") for q in queued])
+    cost = _Cost(chain_s, chain_median_s, usable_s)
     dropped = dict(dropped or {})
     entries = {e["name"]: e for e in (report or {}).get("variants", []) if not e.get("partial")}
     base = (report or {}).get("baseline") or {}
     base_source = base.get("source")
-    base_has_runs = base_source == "runs"
     noise_known = (report or {}).get("noise", {}).get("s") is not None
 
-    # Candidates that could be settled with baseline runs too (they need both arms).
-    base_for = [e for e in entries.values()
-                if e.get("verdict") == stats.UNDECIDED and e.get("needs_baseline_runs") and base_has_runs
-                and _fits(2 * (e.get("runs_needed_both_arms") or 0) or None, chain_s, usable_s)]
-    base_key = max((e["p_beat"] or 0.0) for e in base_for) if base_for else None
+    # Candidates that settle only with baseline runs too (when the baseline is measured by runs).
+    base_for = {e["name"]: e for e in entries.values()
+                if e.get("verdict") == stats.UNDECIDED and e.get("needs_baseline_runs") and base_source == "runs"
+                and cost.fits(2 * (e.get("runs_needed_both_arms") or 0))}
+    base_key = max((e["p_beat"] or 0.0) for e in base_for.values()) if base_for else None
 
     taken: dict[str, int] = {}
     slots: list[tuple[tuple, Slot]] = []
     skips: dict[int, str] = {}
     for pos, q in enumerate(queued):
-        j = taken.get(q.variant, 0)
-        e = entries.get(q.variant)
-        n = (e or {}).get("n", 0) if q.variant != baseline else base.get("n", 0) if base_has_runs else 0
-        tier, key, why = "3", 0.0, "nothing to settle"
         if q.variant in dropped:
             skips[q.chain_id] = dropped[q.variant]
             continue
+        e = entries.get(q.variant)
         if e is not None and e.get("verdict") == stats.WORSE:
             skips[q.chain_id] = (f"verdict worse (P(beat) = {e['p_beat']:.3g} <= "
                                  f"{report['bonferroni']['worse_at']:.3g}): no more runs for it")
             continue
-        if q.variant == baseline:
-            if base_source is None and j == 0:
-                tier, why = "0", "no baseline yet: every delta needs it"
-            elif base_key is not None and j == 0:
-                tier, key, why = "2a", -base_key, "a candidate needs baseline runs to settle"
-            else:
-                why = "baseline: enough for now"
-        elif n == 0:
-            if j == 0:
-                tier, why = "1", "first run of a new variant"
-            else:
-                why = "repeat of a variant not yet run"
-        elif e is not None and not noise_known:
-            if j == 0:
-                tier, key, why = "2c", -(e.get("delta") or e.get("mean") or 0.0), "no noise estimate yet: repeat the best"
-        elif e is not None and e.get("verdict") == stats.UNDECIDED:
-            delta, p = e.get("delta"), e.get("p_beat")
-            need = e.get("runs_needed")
-            if delta is not None and delta > 0 and need is not None and _fits(need, chain_s, usable_s) and j < need:
-                tier, key, why = "2a", -(p or 0.0), f"undecided, P(beat) {p:.3f}: +{need} run(s) could settle it"
-            elif delta is not None and delta > 0 and e.get("needs_baseline_runs") and e in base_for and j == 0:
-                tier, key, why = "2a", -(p or 0.0), "undecided: settles with baseline runs too"
-            elif delta is not None and delta <= 0:
-                w = _worse_runs(e, report)
-                if w is not None and _fits(w, chain_s, usable_s) and j < w:
-                    tier, key, why = "2b", (p or 0.0), f"undecided, P(beat) {p:.3f}: +{w} run(s) could settle worse"
-                else:
-                    why = "undecided, out of reach in the time left"
-            else:
-                why = "undecided, out of reach in the time left"
-        elif e is not None and e.get("verdict") == stats.BETTER:
-            why = "settled better: extra runs only tighten it"
+        j = taken.get(q.variant, 0)
         taken[q.variant] = j + 1
+        tier, key, why = _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost)
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     slots.sort(key=lambda t: t[0])
     ordered = [s for _, s in slots]
     out = Plan([s.chain_id for s in ordered], skips, slots=ordered)
-
     if auto_repeat and not any(s.tier in ("0", "1", "2a", "2b", "2c") for s in ordered):
-        out.extra, out.extra_why = _pick_extra(entries, base, baseline, base_for, report, chain_s, usable_s,
-                                               dropped, set(known_variants), noise_known)
+        out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
+                                               set(known_variants), noise_known)
     return out
 
 
-def _pick_extra(entries, base, baseline, base_for, report, chain_s, usable_s, dropped, known, noise_known):
+def _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost):
+    """(tier, key within the tier, why) of the j-th queued chain of q.variant."""
+    if q.variant == baseline:
+        if base_source is None and j == 0:
+            return "0", 0.0, "no baseline yet: every delta needs it"
+        if base_key is not None and j == 0:
+            return "2a", -base_key, "a candidate needs baseline runs to settle"
+        return "4", 0.0, "baseline: enough for now"
+    n = (e or {}).get("n", 0)
+    if n == 0:
+        return ("1", 0.0, "first run of a new variant") if j == 0 else ("4", 0.0, "repeat of a variant not yet run")
+    if not noise_known:
+        if j == 0:
+            return "2c", -(e.get("delta") if e.get("delta") is not None else e.get("mean") or 0.0), \
+                "no noise estimate yet: repeat the best"
+        return "4", 0.0, "no noise estimate yet"
+    verdict, delta, p = e.get("verdict"), e.get("delta"), e.get("p_beat")
+    if verdict == stats.BETTER:
+        return "4", 0.0, "settled better: extra runs only tighten it"
+    if verdict != stats.UNDECIDED or delta is None:
+        return "4", 0.0, "nothing to settle"
+    need = e.get("runs_needed")
+    if delta > 0:
+        if need is not None and cost.fits(need) and j < need:
+            return "2a", -(p or 0.0), f"undecided, P(beat) {p:.3f}: +{need} run(s) could settle it"
+        if e["name"] in base_for and j == 0:
+            return "2a", -(p or 0.0), "undecided: settles with baseline runs too"
+        if need is not None and j >= need:
+            return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: beyond the +{need} run(s) that could settle it"
+        return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: out of reach in the time left"
+    w = _worse_runs(e, report)
+    if w is not None and cost.fits(w) and j < w:
+        return "2b", (p or 0.0), f"undecided, P(beat) {p:.3f}: +{w} run(s) could settle worse"
+    return "4", 0.0, "undecided, delta <= 0: out of reach in the time left"
+
+
+def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise_known):
     """The one chain --auto-repeat may add: the best candidate that a repeat can settle."""
-    if not _fits(1, chain_s, usable_s):
+    if not cost.fits(1):
         return None, ""
     cands = [e for e in entries.values() if e["name"] in known and e["name"] not in dropped and e.get("n")]
     if not noise_known:
         best = max(cands, key=lambda e: e.get("delta") if e.get("delta") is not None else -1e9, default=None)
         return (best["name"], "no noise estimate yet: repeat the best") if best else (None, "")
     up = [e for e in cands if e.get("verdict") == stats.UNDECIDED and (e.get("delta") or 0) > 0
-          and e.get("runs_needed") is not None and _fits(e["runs_needed"], chain_s, usable_s)]
+          and e.get("runs_needed") is not None and cost.fits(e["runs_needed"])]
     if up:
         best = max(up, key=lambda e: e["p_beat"] or 0.0)
         return best["name"], f"undecided, P(beat) {best['p_beat']:.3f}: +{best['runs_needed']} run(s) could settle it"
     if base_for and baseline in known:
         return baseline, "a candidate needs baseline runs to settle"
     down = [(e, _worse_runs(e, report)) for e in cands if e.get("verdict") == stats.UNDECIDED and (e.get("delta") or 0) <= 0]
-    down = [(e, w) for e, w in down if w is not None and _fits(w, chain_s, usable_s)]
+    down = [(e, w) for e, w in down if w is not None and cost.fits(w)]
     if down:
         e, w = min(down, key=lambda t: t[0]["p_beat"] or 0.0)
         return e["name"], f"undecided, P(beat) {e['p_beat']:.3f}: +{w} run(s) could settle worse"

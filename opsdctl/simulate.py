@@ -58,8 +58,9 @@ DEFAULT_EFFECTS = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
 BETA_AB = (0.13, 0.11)  # per-problem solve rates: mostly near 0 or 1, as on AIME
 
 POLICIES = {
-    # name: (kind, fifo repeats, planner settings overrides)
+    # name: (kind, the user's queue: each variant 1, 2 or "1or2" (at random) times in a row, planner settings)
     "fifo-by-hand x1": ("hand", 1, None),
+    "fifo-by-hand 1-2": ("hand", "1or2", None),
     "fifo-by-hand x2": ("hand", 2, None),
     "planner fifo": ("planner", 2, dict(policy="fifo")),
     "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
@@ -144,6 +145,10 @@ class SessionResult:
     correct: int = 0
     wrong: int = 0
     winners_found: int = 0  # candidates with effect >= 2 settled better
+    tried: int = 0  # candidates with at least one full run (questions asked)
+    answered: int = 0  # settled verdicts, plus variants dropped as futile (answer: not a winner)
+    answered_correct: int = 0
+    chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
     estimate_overruns: int = 0  # stages that took longer than the estimate admission used
     verdicts: dict = field(default_factory=dict)
 
@@ -151,7 +156,7 @@ class SessionResult:
 class Session:
     """A simulated store + clock; the Facts of a PlannerGate."""
 
-    def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats: int):
+    def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats):
         self.world = world
         self.rng = np.random.default_rng(seed)
         order = self.rng.permutation(len(effects))
@@ -162,12 +167,15 @@ class Session:
         self.runs: list[RunRecord] = []
         self._samples: list[Sample] = []
         self.repeats = repeats
+        self.queue_rng = np.random.default_rng([seed, 1])
         self.queue_round()
 
-    # a user's queue: every variant `repeats` times in a row, in the drawn order
+    # a user's queue: every variant `repeats` times in a row ("1or2": once or twice at random), in
+    # the drawn order; the draws come from their own generator, so every policy sees the same queue
     def queue_round(self) -> None:
         for name in self.effects:
-            for _ in range(self.repeats):
+            n = self.repeats if self.repeats != "1or2" else int(self.queue_rng.integers(1, 3))
+            for _ in range(n):
                 self.add_chain(name)
 
     def add_chain(self, variant: str, auto: bool = False) -> SimChain:
@@ -274,7 +282,11 @@ def run_hand(s: Session, res: SessionResult) -> None:
 def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> None:
     """The worker's loop over a PlannerGate (order, admit, grant, released, on_progress)."""
     gate = PlannerGate(settings, _Facts(s), budget_left=s.usable, clock=lambda: s.t, sleep=lambda x: None)
+    requeued = False
     while True:
+        if not s.queued() and not requeued:
+            s.queue_round()  # the user keeps the GPUs busy: another round of the same queue
+            requeued = True
         picked = None
         for info in gate.order([s.info(c) for c in s.queued()]):
             chain = s.chains[info.chain_id - 1]
@@ -289,7 +301,10 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
             picked = (info, chain)
             break
         if picked is None:
-            break
+            if s.queued() or requeued:
+                break  # nothing admissible (or a fresh round had nothing to run): the GPUs go idle
+            continue
+        requeued = False
         info, c = picked
         c.state = "running"
         res.started += 1
@@ -301,6 +316,7 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
             continue
         tr = s.draw(TRAIN_MIN)
         res.estimate_overruns += int(g.estimate_seconds is not None and tr > g.estimate_seconds)
+        admitted_high = sum(e.high_s for e in gate.chain_estimate(info))
         if not _run_stage(s, res, tr):
             c.state, res.cut = "cut", res.cut + 1
             break
@@ -328,6 +344,7 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
         if not _run_stage(s, res, at):
             c.state, res.cut = "cut", res.cut + 1
             break
+        res.chain_overruns += int(tr + STAGE_GAP_S + at > admitted_high)
         gate.released(info, "eval", [])
         if stop is not None:
             c.state, c.reason = "stopped-futile", stop.reason
@@ -343,7 +360,8 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
 
 
 def judge(s: Session, res: SessionResult) -> None:
-    """Final verdicts of the compare report against the true effects."""
+    """Final verdicts of the compare report against the true effects. A variant dropped as futile
+    (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     for e in rep["variants"]:
         if e.get("partial") or not e.get("n"):
@@ -356,6 +374,12 @@ def judge(s: Session, res: SessionResult) -> None:
             res.correct += int(ok)
             res.wrong += int(not ok)
             res.winners_found += int(v == stats.BETTER and eff >= 2.0)
+    res.tried = sum(1 for e in rep["variants"] if not e.get("partial") and e.get("n"))
+    res.answered, res.answered_correct = res.settled, res.correct
+    for name in s.dropped():
+        if res.verdicts.get(name, (None,))[0] not in (stats.BETTER, stats.WORSE):
+            res.answered += 1
+            res.answered_correct += int(s.effects[name] <= 0)
 
 
 def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: Sequence[float] = DEFAULT_EFFECTS,
@@ -406,7 +430,11 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "futility_dropped_winners": sum(r.futility_dropped_winners for r in results),
         "auto_repeats": ms(lambda r: r.auto_repeats),
         "estimate_overruns": sum(r.estimate_overruns for r in results),
+        "chain_overruns": sum(r.chain_overruns for r in results),
+        "variants_tried": ms(lambda r: r.tried),
         "settled": ms(lambda r: r.settled),
+        "answered_incl_futility_drops": ms(lambda r: r.answered),
+        "answered_correct": ms(lambda r: r.answered_correct),
         "correct": ms(lambda r: r.correct),
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
@@ -446,6 +474,16 @@ def run_benchmark(sessions: int = 200, seed: int = 0, hours: float = 6.0,
     return doc
 
 
+LEGEND = {
+    "fifo-by-hand x1": "the user queues each variant once and, when the queue runs dry, again (round robin); no admission",
+    "fifo-by-hand 1-2": "each variant once or twice in a row (at random); no admission",
+    "fifo-by-hand x2": "each variant twice in a row; no admission",
+    "planner fifo": "the x2 queue in queue order, with admission (a chain that cannot finish is skipped)",
+    "adaptive": "the x2 queue, `worker --policy adaptive --auto-repeat`",
+    "adaptive + futility": "the same with `--futility`",
+}
+
+
 def markdown(doc: dict) -> str:
     st = doc["setup"]
     lines = [
@@ -455,9 +493,10 @@ def markdown(doc: dict) -> str:
         f"{st['baseline_reference']['n']}); train {st['train_min'][0]:g}-{st['train_min'][1]:g} min, eval "
         f"{st['eval_min'][0]:g}-{st['eval_min'][1]:g} min, tau^2 = {st['tau2']}, V_eval = {st['v_eval']}.",
         "",
-        "| policy | GPU busy (of budget) | GPU busy (until idle) | chains scored | cut by deadline | "
-        "settled / session | correct / session | vs best FIFO | wrong-verdict rate | futility stops |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| policy | GPU busy (of budget) | GPU busy (until idle) | chains scored | cut by deadline | variants tried | "
+        "settled / session | correct / session | vs best FIFO | wrong-verdict rate | futility stops "
+        "| answered incl. futility drops (correct) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = doc.get("ratio_correct_vs_best_fifo", {})
     for name, r in doc["policies"].items():
@@ -465,19 +504,57 @@ def markdown(doc: dict) -> str:
         ratio = ratios.get(name)
         lines.append(
             f"| {name} | {100 * r['gpu_busy_frac_budget']['mean']:.1f}% | {100 * r['gpu_busy_frac_until_idle']['mean']:.1f}% "
-            f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} | {r['settled']['mean']:.2f} "
+            f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
+            f"| {r['settled']['mean']:.2f} "
             f"| {r['correct']['mean']:.2f} ± {r['correct']['se']:.2f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
-            f"| {wr} | {r['futility_stops']['mean']:.2f} |"
+            f"| {wr} | {r['futility_stops']['mean']:.2f} "
+            f"| {r['answered_incl_futility_drops']['mean']:.2f} ({r['answered_correct']['mean']:.2f}) |"
         )
+    lines += ["", "Policies: " + "; ".join(f"**{n}**: {LEGEND[n]}" for n in doc["policies"] if n in LEGEND) + "."]
+    lines += ["GPU busy (until idle): busy time over the time until the GPUs went idle for good (the end of the "
+              "last admissible chain); settled: final compare verdict `better`/`worse` (Bonferroni over the "
+              "variants tried); answered: settled, or dropped by futility (counted correct when the true effect "
+              "is <= 0)."]
     return "\n".join(lines)
 
 
-def write_results(doc: dict, out_dir: Path | str) -> tuple[Path, Path]:
+PLANNER_POLICIES = ("planner fifo", "adaptive", "adaptive + futility")
+
+
+def goals_markdown(docs: Sequence[dict]) -> str:
+    """The issue's goals against the figures, per scenario: met or missed, with the numbers."""
+    lines = ["Goals (issue 6):"]
+    for d in docs:
+        pol, eff = d["policies"], ", ".join(f"{e:+g}" for e in d["setup"]["effects"])
+        planner = [n for n in PLANNER_POLICIES if n in pol]
+        busy = min(pol[n]["gpu_busy_frac_until_idle"]["mean"] for n in planner)
+        cuts = max(pol[n]["chains_cut"]["mean"] for n in planner)
+        best = d.get("best_fifo_by_hand")
+        lines.append(f"- effects {eff}: GPU busy until the last admissible chain >= 99%: "
+                     f"{'met' if busy >= 0.99 else 'MISSED'} ({100 * busy:.1f}%); chains cut by the deadline = 0: "
+                     f"{'met' if cuts == 0 else 'MISSED'} ({cuts:g} per session; FIFO by hand loses "
+                     f"{pol[best]['chains_cut']['mean']:g})")
+        for n in ("adaptive", "adaptive + futility"):
+            r, ratio = pol[n], d["ratio_correct_vs_best_fifo"][n]
+            wr = r["wrong_verdict_rate"] or 0.0
+            ok = ratio is not None and ratio >= 1.3 and wr <= 0.05
+            lines.append(f"  - {n}: correct settled comparisons >= 1.3x the best FIFO by hand ({best}) with a "
+                         f"wrong-verdict rate <= 5%: {'met' if ok else 'MISSED'} ({ratio:.2f}x, "
+                         f"{r['correct']['mean']:.2f} vs {pol[best]['correct']['mean']:.2f} per session; wrong "
+                         f"{100 * wr:.1f}%; answered incl. futility drops {r['answered_correct']['mean']:.2f})")
+    return "\n".join(lines)
+
+
+def write_results(docs, out_dir: Path | str, notes: str = "") -> tuple[Path, Path]:
+    """simulate.json (one scenario, or {"scenarios": [...]}) and simulate.md (their tables)."""
     import json
 
+    docs = [docs] if isinstance(docs, dict) else list(docs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     j, m = out / "simulate.json", out / "simulate.md"
-    j.write_text(json.dumps({k: v for k, v in doc.items() if k != "markdown"}, indent=2) + "\n")
-    m.write_text(doc["markdown"] + "\n")
+    plain = [{k: v for k, v in d.items() if k != "markdown"} for d in docs]
+    j.write_text(json.dumps(plain[0] if len(plain) == 1 else {"scenarios": plain}, indent=2) + "\n")
+    m.write_text("\n\n".join(d["markdown"] for d in docs) + "\n\n" + goals_markdown(docs)
+                 + ("\n\n" + notes if notes else "") + "\n")
     return j, m

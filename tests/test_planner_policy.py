@@ -36,9 +36,9 @@ def test_first_runs_of_new_variants_before_repeats():
              usable_s=300 * MIN, chain_s=CHAIN)
     assert p.order[:2] == [3, 5]  # c and d have no run yet: one each, queue order
     assert p.order[2:4] == [1, 4]  # then a: undecided, P(beat) 0.93, 2 runs settle it and fit
-    assert set(p.order[4:]) == {2, 6}  # b is out of reach (30 runs); c's second chain waits its first
+    assert p.order[4:] == [2, 6]  # b is out of reach (30 runs) but promising; c's second chain waits its first
     tiers = {s.chain_id: s.tier for s in p.slots}
-    assert tiers == {3: "1", 5: "1", 1: "2a", 4: "2a", 2: "3", 6: "3"}
+    assert tiers == {3: "1", 5: "1", 1: "2a", 4: "2a", 2: "3", 6: "4"}
     assert p.skips == {}
 
 
@@ -46,8 +46,9 @@ def test_repeats_by_p_beat_and_only_as_many_as_needed():
     rep = report(cand("a", 2, 1.8, 0.90, need=1), cand("b", 2, 2.6, 0.97, need=2))
     p = plan(q((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")), rep, baseline="baseline",
              usable_s=400 * MIN, chain_s=CHAIN)
-    assert p.order == [3, 4, 1, 2, 5]  # b (0.97) x2, then a (0.90) x1, then the rest in queue order
+    assert p.order == [3, 4, 1, 5, 2]  # b (0.97) x2, then a (0.90) x1, then the extra runs by P(beat)
     assert [s.tier for s in p.slots] == ["2a", "2a", "2a", "3", "3"]
+    assert "beyond the +2 run(s)" in p.slots[3].why
 
 
 def test_what_does_not_fit_in_the_time_left_waits():
@@ -55,6 +56,8 @@ def test_what_does_not_fit_in_the_time_left_waits():
     p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN)
     assert p.order == [2, 1]  # a needs 3 x 46 min > 100 min; b's 1 run fits
     assert {s.chain_id: s.tier for s in p.slots} == {1: "3", 2: "2a"}
+    p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, chain_median_s=27 * MIN)
+    assert p.order == [1, 2]  # 2 x 27 + 46 = 100 min: a's 3 runs fit, and it has the higher P(beat)
 
 
 def test_nothing_for_worse_or_futile_variants():
@@ -82,7 +85,7 @@ def test_baseline_repeats_when_a_candidate_needs_them():
     # measured by the published reference instead: the baseline's own runs do not help
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
     p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
-    assert {s.chain_id: s.tier for s in p.slots} == {2: "3", 3: "3"}
+    assert {s.chain_id: s.tier for s in p.slots} == {2: "4", 3: "3"} and p.order == [3, 2]
 
 
 def test_no_baseline_at_all_runs_it_first():
@@ -128,3 +131,19 @@ def test_on_a_real_report():
     p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, baseline="baseline",
              usable_s=300 * MIN, chain_s=CHAIN)
     assert 10 in p.skips and p.order[0] == 12
+
+
+def test_worker_policy_flag_end_to_end(ws):
+    """`worker --policy adaptive` through the CLI: the first run of every variant before repeats;
+    the plan reaches `status`."""
+    ws.cli("queue", "token-clip", "-n", "2")
+    ws.cli("queue", "cosine")
+    assert ws.status()["planner"]["policy"] == "fifo"
+    res = ws.run("worker", "--drain", "--policy", "adaptive")
+    assert res.returncode == 0
+    started = [r[0] for r in ws.sql("select chain_id from stage where name = 'train' order by id")]
+    assert started == [1, 3, 2]  # token-clip, cosine (new), then token-clip's repeat
+    st = ws.status()["planner"]
+    assert st["policy"] == "adaptive" and st["plan_at"] is not None
+    bad = ws.run("worker", "--drain", "--policy", "random", check=False)
+    assert bad.returncode == 2 and "--policy random: must be fifo or adaptive" in bad.stderr
