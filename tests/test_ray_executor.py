@@ -232,6 +232,37 @@ def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
     assert _nothing_running(ws)
 
 
+def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
+    """SIGTERM to the worker: each actor stops its own stage; chains end interrupted, not re-queued."""
+    cfg, store = ray_config(ws, cluster, train_env=LONG_TRAIN)
+    ws.cli("queue", "baseline", "--repeats", "2")
+    seen: dict = {}
+
+    def signal_the_worker():
+        try:
+            seen["pids"] = [wait_for(lambda c=c: _stage_pids(ws, c, "train"), 90, what=f"chain {c}'s train")
+                            for c in (1, 2)]
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker runs in this process, its handler installed
+        except BaseException as exc:
+            seen["error"] = exc
+
+    t = threading.Thread(target=signal_the_worker)
+    t.start()
+    worker = Worker(cfg, store, report=lambda m: None)
+    worker.run()
+    t.join()
+    assert "error" not in seen, seen.get("error")
+    assert worker.stop.reason == "SIGTERM"
+    for leader, child, token in seen["pids"]:
+        assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    chains = ws.chains()
+    assert set(chains) == {1, 2}  # not re-queued: the user stopped it
+    for c in (1, 2):
+        assert chains[c]["state"] == "interrupted" and "worker stopped (SIGTERM) during train" in chains[c]["reason"]
+    assert _nothing_running(ws)
+    assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
+
+
 def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
     ray_config(ws, cluster, train_env=LONG_TRAIN)
     ws.cli("queue", "baseline")
