@@ -68,8 +68,10 @@ class Store:
             if self.dialect == "postgresql":
                 # Writers take turns, as with BEGIN IMMEDIATE on SQLite: read-then-write
                 # sequences (next repeat, next version, guarded moves) see every earlier commit.
+                # As SQLite's busy timeout: waiting longer is an error, never a silent hang.
                 from opsdctl.locks import LOCK_CLASS, WRITE_KEY
 
+                session.execute(text(f"SET LOCAL lock_timeout = '{int(SQLITE_BUSY_TIMEOUT_S)}s'"))
                 session.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
                                 {"c": LOCK_CLASS, "k": WRITE_KEY})
             yield session
@@ -124,6 +126,7 @@ class Store:
 
         with self._writer.begin() as conn:
             if self.dialect == "postgresql":  # concurrent openers wait here, then find it done
+                conn.execute(text(f"SET LOCAL lock_timeout = '{int(SQLITE_BUSY_TIMEOUT_S)}s'"))
                 conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
                              {"c": LOCK_CLASS, "k": MIGRATION_KEY})
             migrations.upgrade(conn, where=self.safe_url())
