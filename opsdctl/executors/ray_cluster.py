@@ -119,14 +119,10 @@ def node_config(cfg, gpus: list):
 
 
 def node_gate(cfg, budget_left, store, report):
-    """The node's gate: whatever opsdctl.gate.make_gate builds (the planner's, or the default)."""
-    import inspect
-
+    """The node's gate: what opsdctl.gate.make_gate builds (the planner), over the node's GPUs."""
     from opsdctl.gate import make_gate
 
-    args = (cfg, budget_left, store, report)
-    n = len(inspect.signature(make_gate).parameters)
-    return make_gate(*args[:n])
+    return make_gate(cfg, budget_left, store, report)
 
 
 def _assigned_gpus() -> list:
