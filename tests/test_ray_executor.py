@@ -9,6 +9,7 @@ The store is a real SQLite file: the whole "cluster" is this machine."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 import signal
@@ -30,8 +31,21 @@ SHORT_TRAIN = "FAKE_STEPS=8 FAKE_STEP_SECONDS=0.25"
 LONG_TRAIN = "FAKE_STEPS=4000 FAKE_STEP_SECONDS=0.05 FAKE_CHILD=1"
 
 
+FREE_GPUS = {"gpus": [{"uuid": f"GPU-fake-{i}", "name": "Fake H100", "pci_bus_id": f"00000000:{0x17 + i:02x}:00.0",
+                       "total_mib": 81559} for i in range(4)]}
+
+
 @pytest.fixture(scope="module")
-def cluster():
+def gpu_file(tmp_path_factory):
+    """The nodes' GPU gate reads this fake NVML answer (OPSDCTL_GPU_PROBE, set for the Ray
+    instance): four free 80 GB cards, matching the declared num_gpus=4."""
+    path = tmp_path_factory.mktemp("gpus") / "gpus.json"
+    path.write_text(json.dumps(FREE_GPUS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(gpu_file):
     """A local Ray instance with 4 declared GPUs; its address lets CLI subprocesses join it.
 
     Ray itself kills a worker's direct children when the worker exits (when it can); that is no
@@ -40,23 +54,25 @@ def cluster():
     task pinned to the chain's node) is what stops them."""
     if ray.is_initialized():
         ray.shutdown()
-    saved = os.environ.get("RAY_kill_child_processes_on_worker_exit")
+    saved = {k: os.environ.get(k) for k in ("RAY_kill_child_processes_on_worker_exit", "OPSDCTL_GPU_PROBE")}
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "false"  # read by the raylet started here
+    os.environ["OPSDCTL_GPU_PROBE"] = f"fake:{gpu_file}"  # inherited by the actors: their GPU gate
     try:
         ctx = ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, namespace="opsdctl-tests",
                        logging_level="ERROR")
         yield ctx.address_info["gcs_address"]
     finally:
         ray.shutdown()
-        if saved is None:
-            os.environ.pop("RAY_kill_child_processes_on_worker_exit", None)
-        else:
-            os.environ["RAY_kill_child_processes_on_worker_exit"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def ray_config(ws, address: str, *, train_env: str = SHORT_TRAIN, eval_env: str = "", grace: float = 2):
     # Stage behaviour travels in the command (the actors' environment is the Ray instance's).
-    train = (f"echo CVD=$CUDA_VISIBLE_DEVICES GPUS={{gpus}} && {train_env} {sys.executable} {FAKE_TRAIN} "
+    train = (f"echo CVD=$CUDA_VISIBLE_DEVICES GPUS={{gpus}} ORDER=$CUDA_DEVICE_ORDER && {train_env} {sys.executable} {FAKE_TRAIN} "
              f"--recipe {{recipe_json}} --seed {{seed}} --output-dir {{stage_dir}}")
     ev = f"{eval_env} {sys.executable} {FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}}"
     extra = f'executor = "ray"\nray_address = "{address}"\ngpus_per_chain = 2'
@@ -147,8 +163,8 @@ def test_chains_run_two_at_a_time_on_distinct_gpus(ws, cluster):
     gpus = {}
     for cid in spans:
         log = (ws.runs / str(cid) / "train.log").read_text()
-        cvd, granted = re.search(r"CVD=(\S*) GPUS=(\S*)", log).groups()
-        assert cvd == granted
+        cvd, granted, order = re.search(r"CVD=(\S*) GPUS=(\S*) ORDER=(\S*)", log).groups()
+        assert cvd == granted and order == "PCI_BUS_ID"  # granted by the planner's gate on the node
         gpus[cid] = set(cvd.split(","))
         assert len(gpus[cid]) == 2 and gpus[cid] <= {"0", "1", "2", "3"}
         assert ws.sql("select distinct gpus from stage where chain_id = ?", cid) == [(cvd,)]
@@ -157,6 +173,32 @@ def test_chains_run_two_at_a_time_on_distinct_gpus(ws, cluster):
     assert _nothing_running(ws)
     assert not ray.util.placement_group_table() or all(
         pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
+
+
+def test_gpu_gate_runs_on_the_node_over_rays_gpus(ws, cluster, gpu_file):
+    """Every 2-GPU slot of the node holds a GPU that a foreign process fills: the node's gate
+    waits for it (gpu_wait_minutes), then skips the chain naming the holder; nothing is killed."""
+    busy = json.loads(json.dumps(FREE_GPUS))
+    for i in (0, 2):  # Ray gives a chain {0, 1} or {2, 3}: either way one card is taken
+        busy["gpus"][i]["processes"] = [{"pid": os.getpid(), "used_mib": 61000, "name": "someone-else"}]
+    gpu_file.write_text(json.dumps(busy))
+    try:
+        ray_config(ws, cluster)
+        text = (ws.root / "opsdctl.toml").read_text().replace(
+            "devices = []", "devices = []\nmin_free_mib = 70000\ngpu_wait_minutes = 0.05", 1)
+        ws.write_config(text)
+        cfg = load_config(ws.root / "opsdctl.toml")
+        ws.cli("queue", "baseline")
+        assert Worker(cfg, open_store(cfg.db), drain=True, report=lambda m: None).run() == 1
+    finally:
+        gpu_file.write_text(json.dumps(FREE_GPUS))
+    chain = ws.chains()[1]
+    assert chain["state"] == "skipped", chain
+    reason = chain["reason"]
+    assert reason.startswith("train: GPUs not ready") and f"held by pid {os.getpid()}" in reason, reason
+    assert re.search(r"GPU [02]: 20559 MiB free < 70000 needed", reason), reason
+    assert ws.sql("select count(*) from stage") == [(0,)]  # no stage started on a busy card
+    assert pid_alive(os.getpid()) and _nothing_running(ws)
 
 
 def test_actor_process_killed_mid_chain(ws, cluster):

@@ -200,6 +200,10 @@ class ChainRunner:
 
     def run(self) -> str:
         cfg = node_config(self.cfg, _assigned_gpus())
+        # Ray narrowed this process's CUDA_VISIBLE_DEVICES to the GPUs it assigned. The node's
+        # gate and the stages name those GPUs by the node's own indices (Ray's ids, now [gpus]
+        # devices), so the actor must not look like a process that inherited a narrowed view.
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         store = self._store()
         if cfg.budget.kind == "hours":
             with store.read() as s:
