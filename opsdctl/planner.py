@@ -27,7 +27,7 @@ from opsdctl.futility import FutilityContext, judge_look
 from opsdctl.gate import ChainInfo, Grant, Skip, Start, Stop, Wait
 from opsdctl.states import State
 
-PLAN_KEY = "planner_plan"  # Meta: the latest plan, for `opsdctl status`
+from opsdctl.timeline import PLAN_KEY, load_plan, planner_status  # noqa: F401  (status reads them there)
 RELEASE_POLL_S = 0.25
 
 
@@ -342,17 +342,6 @@ class StoreFacts:
             set_meta(s, PLAN_KEY, json.dumps(doc))
 
 
-def load_plan(store) -> Optional[dict]:
-    from opsdctl.store import get_meta
-
-    with store.read() as s:
-        text = get_meta(s, PLAN_KEY)
-    try:
-        return json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
-
-
 # --- from the config ----------------------------------------------------------------------
 
 
@@ -433,58 +422,3 @@ class _NoFacts:
 
     def save_plan(self, doc):
         return None
-
-
-# --- `opsdctl status`: the projected timeline ---------------------------------------------
-
-
-def planner_status(cfg, store, usable_s: Optional[float]) -> dict:
-    """The planner part of the status document: settings, the latest plan, the projected
-    timeline of the running and queued chains, and estimate vs actual of recent stages.
-    Reads the store only (no statistics imports: status must start fast)."""
-    from opsdctl import timeline
-    from opsdctl.durations import estimator_for
-    from opsdctl.models import utcnow
-    from opsdctl.store import all_variants, chains_in_state, queued_chains, stages_of
-
-    pl = cfg.section("planner")
-    plan = load_plan(store)
-    est = estimator_for(cfg, store)
-    with store.read() as s:
-        variants = {v.id: v for v in all_variants(s)}
-        running, queued = [], []
-        for c in chains_in_state(s, State.RUNNING):
-            v = variants[c.variant_id]
-            rows = stages_of(s, c.id)
-            cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == "running"), None)
-            elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
-            tr, ev = est.chain(c.profile, v.hparams)
-            running.append(timeline.Running(c.id, v.label, c.stage if cur is not None else None, elapsed, tr, ev))
-        for c in queued_chains(s):
-            v = variants[c.variant_id]
-            tr, ev = est.chain(c.profile, v.hparams)
-            queued.append((c, timeline.Queued(c.id, v.label, tr, ev)))
-    skips: dict[int, str] = {}
-    ordered = [q for _, q in queued]
-    planned_by = "queue order"
-    if plan and plan.get("policy") == policy.ADAPTIVE:
-        pos = {int(cid): i for i, cid in enumerate(plan.get("order", []))}
-        skips = {int(k): v for k, v in (plan.get("skips") or {}).items()}
-        first = [q for q in ordered if q.chain_id in skips]
-        rest = sorted((q for q in ordered if q.chain_id not in skips),
-                      key=lambda q: (q.chain_id not in pos, pos.get(q.chain_id, 0)))
-        ordered = first + rest
-        planned_by = "adaptive plan"
-    entries = timeline.project(usable_s, running, ordered, skips)
-    fits = [e for e in entries if e.fits and e.end_in_s is not None]
-    return {
-        "policy": (plan or {}).get("policy") or pl.get("policy") or policy.FIFO,
-        "futility": (plan or {}).get("futility", pl.get("futility", False)),
-        "auto_repeat": (plan or {}).get("auto_repeat", pl.get("auto_repeat", False)),
-        "plan_at": (plan or {}).get("at"),
-        "order": planned_by,
-        "usable_seconds": None if usable_s is None else round(usable_s, 1),
-        "timeline": [e.to_json() for e in entries],
-        "will_not_fit": [e.chain_id for e in entries if not e.fits],
-        "projected_end_in_s": round(max((e.end_in_s for e in fits), default=0.0), 1),
-    }

@@ -3,7 +3,7 @@
 `gather_status` returns plain data (the `--json` document); the CLI renders it with rich.
 JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id", "variant",
 "state", "stage", "score", "reason", "started_at", "finished_at", ...}]}: running chains first,
-then queued ones in run order, then finished ones, newest first. "planner" (opsdctl.planner:
+then queued ones in run order, then finished ones, newest first. "planner" (opsdctl.timeline:
 policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.gpus: inventory
 with the processes holding each GPU) complete it.
 """
@@ -136,7 +136,7 @@ def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict
         chains += [chain_view(s, c, variants[c.variant_id], with_stages=False) for c in queued]
         chains += [chain_view(s, c, variants[c.variant_id]) for c in finished]
     from opsdctl.gpus import gpus_status
-    from opsdctl.planner import planner_status
+    from opsdctl.timeline import planner_status
 
     return {"budget": {**budget.to_json(), "text": budget.text()}, "worker": worker, "chains": chains,
             "planner": planner_status(cfg, store, budget.usable_seconds), "gpus": gpus_status(cfg),
