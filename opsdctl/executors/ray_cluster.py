@@ -493,14 +493,23 @@ class ActorStageStopper:
         self.grace = grace
         self._done: set[int] = set()
         self._unreachable: Optional[str] = None
+        self._actors: dict[int, object] = {}
 
     def prepare(self, chain_ids) -> None:
-        """Join Ray now if one of `chain_ids` runs there (connecting takes seconds)."""
+        """Join Ray and reach the actors of those of `chain_ids` that run there, now, before the
+        state changes: connecting takes seconds, and the stop should follow the cancel at once."""
         with self.store.read() as s:
-            on_ray = [c for c in (s.get(Chain, int(i)) for i in chain_ids)
+            on_ray = [c.id for c in (s.get(Chain, int(i)) for i in chain_ids)
                       if c is not None and c.state == State.RUNNING.value and c.node_id]
-        if on_ray:
-            self._connect()
+        if not on_ray or not self._connect():
+            return
+        for cid in on_ray:
+            try:
+                actor = ray.get_actor(f"{ACTOR_PREFIX}{cid}", namespace=namespace_for(self.store))
+                ray.get(actor.where.remote(), timeout=NODE_TASK_TIMEOUT_S)
+            except Exception:
+                continue  # gone already: __call__ falls back to the node
+            self._actors[cid] = actor
 
     def _connect(self) -> bool:
         if self._unreachable is None and not ray.is_initialized():
@@ -523,7 +532,7 @@ class ActorStageStopper:
             return RemoteKillReport(via=f"Ray unreachable ({self._unreachable}); "
                                         "its actor stops the stage when it sees the cancel")
         try:
-            actor = ray.get_actor(f"{ACTOR_PREFIX}{st.chain_id}", namespace=namespace)
+            actor = self._actors.get(st.chain_id) or ray.get_actor(f"{ACTOR_PREFIX}{st.chain_id}", namespace=namespace)
         except ValueError:
             rep = stop_on_node(node_id, st, self.grace)
             rep.via += " (its Ray actor was gone)"
