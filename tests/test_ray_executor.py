@@ -58,8 +58,9 @@ def cluster(gpu_file):
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "false"  # read by the raylet started here
     os.environ["OPSDCTL_GPU_PROBE"] = f"fake:{gpu_file}"  # inherited by the actors: their GPU gate
     try:
+        # (log_to_driver off: the actors' lines would land in the in-process CLI's captured output)
         ctx = ray.init(num_cpus=4, num_gpus=4, include_dashboard=False, namespace="opsdctl-tests",
-                       logging_level="ERROR")
+                       logging_level="ERROR", log_to_driver=False)
         yield ctx.address_info["gcs_address"]
     finally:
         ray.shutdown()
@@ -102,6 +103,16 @@ def _token_processes(token: str) -> list[int]:
         except psutil.Error:
             pass
     return out
+
+
+def _under_live_actor(pid: int) -> bool:
+    """Is `pid`'s parent a live ChainRunner actor process (not gone, not a zombie)?"""
+    try:
+        parent = psutil.Process(pid).parent()
+        return (parent is not None and parent.status() != psutil.STATUS_ZOMBIE
+                and "ChainRunner" in " ".join(parent.cmdline()))
+    except psutil.Error:
+        return False
 
 
 def _nothing_running(ws) -> bool:
@@ -317,9 +328,7 @@ def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
         if worker.poll() is None:
             worker.kill()
     # Ray ends the dead driver's actors; the stage runs on in its own session: the orphan case.
-    wait_for(lambda: psutil.Process(leader).ppid() != worker.pid and not any(
-        "ChainRunner" in " ".join(p.cmdline()) for p in [psutil.Process(leader).parent()] if p), 60,
-        interval=0.2, what="Ray to end the dead driver's actor")
+    wait_for(lambda: not _under_live_actor(leader), 60, interval=0.2, what="Ray to end the dead driver's actor")
     assert pid_alive(leader) and pid_alive(child) and ws.state(1) == "running"
 
     cfg, store = ray_config(ws, cluster)
