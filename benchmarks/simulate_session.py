@@ -20,15 +20,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 NOTES = """\
-Why the settled-comparison goal is missed in the 6-candidate mix: about 8 chains fit in 6 hours,
-and compare's verdicts are Bonferroni-corrected over every variant tried. The adaptive rule tries
-every idea once first (6 variants, m = 6), which raises the bar of each verdict; FIFO x2 never
-tries two of the six ideas (m = 4), and in this mix only the +3 can be settled within a session.
-At equal coverage (the 4-candidate mix, every policy tries all four) adaptive settles 1.19x the
-best FIFO and 1.25x FIFO x2, still short of 1.3x. Futility stops trade a strict verdict for an
-early "not a winner" answer (answered incl. drops: 0.45 vs 0.24 and 0.91 vs 0.64 per session).
-What would close it: a confirmatory family (screen each idea once, then confirm the leader with
-fresh runs judged at m = 1), fewer ideas per 6-hour session, or more chains per session."""
+How adaptive gets there (opsdctl/policy.py, value of information): each next chain goes to the
+allocation of the chains that still fit that maximizes the verdicts expected to settle by the end,
+as compare will judge them (Bonferroni over the variants tried, pooled t): a queued idea's effect
+is taken as N(0, 2^2) points before its first run, each tried one's from its runs. About 8 chains
+fit in 6 hours and every idea tried raises m for all, so the policy tries about 4.4 of 6 ideas in the
+first mix (3.6 of 4 in the second) and spends the rest on repeats of the leaders (and of clear
+losers, to settle `worse`), queuing them with --auto-repeat; once nothing can move, it repeats the
+strongest rather than try an idea that would raise m. Sensitivity to the prior sd (200 sessions,
+adaptive; first / second mix): 1 point -> 0.86 / 1.01 correct per session, 3 points -> 0.81 / 0.80:
+>= 1.3x the best FIFO by hand for each. Wrong verdicts rise with the data-driven repeats (about 2%
+vs 0.5%) but stay under 5%.
+Futility: a stop forfeits the run's score and drops the variant, and a drop is not a verdict; the
+8-15 minutes it saves almost never buy one more chain here (about 8.4 fit). Stopping evaluations
+of clear losers used to cost exactly the `worse` settlements of the -2 idea (about 0.15 per
+session), which is why adaptive + futility trailed adaptive. Now the policy lets futility watch an
+evaluation only when the time a stop saves could buy another chain before the deadline, and never
+the repeat of a losing variant run to settle `worse`; adaptive + futility then matches adaptive."""
 
 
 def _effects(text: str) -> tuple[float, ...]:

@@ -144,8 +144,12 @@ class PlannerGate:
             if info is not None:
                 self.extra_queued += 1
                 self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({p.extra_why})")
-                ordered.append(info)
-                p.order.append(info.chain_id)
+                if p.extra_first:  # the value-of-information pick: before the queued chains
+                    ordered.insert(len(p.skips), info)
+                    p.order.insert(0, info.chain_id)
+                else:
+                    ordered.append(info)
+                    p.order.append(info.chain_id)
         self._save_plan(p)
         return ordered
 
@@ -185,7 +189,8 @@ class PlannerGate:
         if not isinstance(grant, Grant):
             return grant
         if stage == "eval" and self.settings.futility:
-            self._futility[chain.chain_id] = self._futility_context()
+            full = self.plan is not None and chain.variant in self.plan.full_eval  # the policy needs its full score
+            self._futility[chain.chain_id] = None if full else self._futility_context()
         return replace(grant, estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
 
     def _gpu_grant(self, chain: ChainInfo, stage: str):

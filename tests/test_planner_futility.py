@@ -145,3 +145,46 @@ def test_futility_is_opt_in_and_spares_the_baseline(ws, monkeypatch):
     queue_recipes(cfg, lambda: store, ["baseline"])
     Worker(cfg, store, drain=True, report=lambda m: None).run()
     assert ws.state(2) == "succeeded"
+
+
+def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_stop_buys_nothing():
+    """PlannerGate with the adaptive policy: the value-of-information pick queued by --auto-repeat
+    goes before the queued chains, and an evaluation whose stop could not buy another chain before
+    the deadline is not watched by futility (its score is worth more than the minutes)."""
+    from opsdctl.compare import RunRecord
+    from opsdctl.config import Reference
+    from opsdctl.gate import ChainInfo, Grant
+    from opsdctl.planner import PlannerGate, PlannerSettings
+
+    def info(cid, v):
+        return ChainInfo(chain_id=cid, variant=v, variant_id=cid, variant_name=v, version=1, hash=v, seed=cid,
+                         repeat=0, priority=0, profile="p", hparams={}, method={})
+
+    class Facts:
+        def runs(self):
+            return [RunRecord("a", 1, 57.4, 12, 30, None, None, False), RunRecord("a", 2, 56.2, 12, 30, None, None, False)]
+
+        def samples(self):
+            return []
+
+        def baseline_label(self):
+            return "baseline"
+
+        def dropped(self):
+            return {}
+
+        def queue_repeat(self, variant, why):
+            return info(9, variant)
+
+        def save_plan(self, doc):
+            return None
+
+    settings = PlannerSettings(policy="adaptive", futility=True, auto_repeat=True, baseline="baseline",
+                               reference=Reference(54.22, 1.48, 5))
+    gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
+    order = gate.order([info(5, "new")])
+    assert [c.chain_id for c in order][0] == 9 and order[0].variant == "a"
+    assert gate.plan.extra_first and gate.plan.full_eval == ["a"]
+    assert isinstance(gate.grant(order[0], "eval"), Grant)
+    low = {"problems": [{"id": str(i), "correct": 0, "samples": 4} for i in range(30)]}
+    assert gate.on_progress(order[0], "eval", low) is None  # not watched: no stop, however bad
