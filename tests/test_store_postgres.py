@@ -23,6 +23,7 @@ from conftest import default_config, pid_alive, wait_for
 from sqlalchemy.engine import make_url
 
 from opsdctl import migrations
+from opsdctl.config import load_config
 from opsdctl.errors import UserError
 from opsdctl.locks import WorkerBusy, worker_lock
 from opsdctl.store import Store, open_store, redact
@@ -147,9 +148,6 @@ def test_advisory_lock_one_worker_per_store_then_recovery(ws, pg_url):
     ws.cli("queue", "baseline")
     # in-process: two holders of one store
     store_a, store_b = open_store(pg_url), open_store(pg_url)
-    cfg = None
-    from opsdctl.config import load_config
-
     cfg = load_config(ws.root / "opsdctl.toml")
     with worker_lock(cfg, store_a) as held:
         assert held.kind == "advisory" and held.store_wide and "***" in held.where
