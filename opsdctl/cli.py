@@ -147,12 +147,15 @@ def queue(
 def worker(
     drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
     policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
-                                         help="Run order [default: [planner] policy]. adaptive: first runs of new "
-                                              "variants, then repeats that can settle a verdict in the time left."),
+                                         help="Run order [default: [planner] policy]. adaptive: the chains that settle the "
+                                              "most verdicts in the time left (value of information)."),
     futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
                                             help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
     auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
                                                help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
+    try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
+                                                     help="adaptive: first runs of every queued variant before any "
+                                                          "repeat, or (default) let value of information pick."),
 ) -> None:
     """Run queued chains, one at a time, on the configured GPUs (one worker per store).
 
@@ -170,10 +173,11 @@ def worker(
         from opsdctl.errors import UserError
 
         raise UserError(f"--policy {policy}: must be fifo or adaptive")
-    if policy is not None or futility is not None or auto_repeat is not None:
+    if policy is not None or futility is not None or auto_repeat is not None or try_every_variant is not None:
         from opsdctl.planner import with_overrides
 
-        cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat)
+        cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
+                             try_every_variant=try_every_variant)
     store = _store(cfg)
     con = _console()
 

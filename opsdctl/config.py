@@ -183,6 +183,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
         "auto_repeat": Key(_bool, False, "adaptive: let the worker queue extra repeats of undecided candidates itself"),
         "auto_repeat_max": Key(_int(lo=0), 6, "at most this many auto-repeat chains per worker run"),
+        "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
+                                 "(off: value of information may leave an idea untried when runs settle more elsewhere)"),
         "train_minutes": Key(_number(positive=True), None, "train duration before any history [default: the profile's]"),
         "eval_minutes": Key(_number(positive=True), None, "eval duration before any history [default: the profile's]"),
     },
@@ -496,6 +498,8 @@ release_wait_minutes = 3          # after a stage, wait this long for its own GP
 policy = "fifo"                   # or "adaptive": first runs of new variants, then the repeats that settle verdicts
 futility = false                  # stop an evaluation early at k = 4 or 8 of 12 when it cannot beat the baseline
 auto_repeat = false               # adaptive: the worker may queue extra repeats of undecided candidates
+try_every_variant = false         # adaptive: first runs of every queued variant before any repeat (off: an idea
+                                  #   may stay untried when its runs would settle more on the leaders)
 # train_minutes = 19              # durations before any history [default: the profile's]
 # eval_minutes = 27
 

@@ -37,6 +37,7 @@ class PlannerSettings:
     futility: bool = False
     auto_repeat: bool = False
     auto_repeat_max: int = 6
+    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no value of information
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
@@ -135,6 +136,7 @@ class PlannerGate:
             dropped=self.facts.dropped(),
             auto_repeat=can_extra,
             known_variants=known,
+            voi=not self.settings.try_every_variant,
         )
         self.plan = p
         by_id = {c.chain_id: c for c in queued}
@@ -359,6 +361,7 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         futility=bool(pl.get("futility")),
         auto_repeat=bool(pl.get("auto_repeat")),
         auto_repeat_max=int(pl.get("auto_repeat_max") or 6),
+        try_every_variant=bool(pl.get("try_every_variant")),
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),
@@ -372,10 +375,11 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
 
 
 def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional[bool] = None,
-                   auto_repeat: Optional[bool] = None):
-    """The config with `worker --policy/--futility/--auto-repeat` applied to [planner]."""
+                   auto_repeat: Optional[bool] = None, try_every_variant: Optional[bool] = None):
+    """The config with `worker --policy/--futility/--auto-repeat/--try-every-variant` applied to [planner]."""
     sec = dict(cfg.section("planner"))
-    for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat)):
+    for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat),
+                       ("try_every_variant", try_every_variant)):
         if value is not None:
             sec[key] = value
     return replace(cfg, sections={**cfg.sections, "planner": sec})

@@ -43,7 +43,8 @@ the allocation tries, so trying one more idea is weighed against the bar it rais
 a new idea's first run if the allocation tries any, else the repeat that most raises its chance to
 settle (with --auto-repeat queued and run first: Plan.extra_first). The tiers order the rest, and
 decide alone when there is no budget, no noise estimate, or baseline runs. So a queued idea may
-never get its first run when the chains are worth more on the leaders. Plan.full_eval names the
+never get its first run when the chains are worth more on the leaders; [planner] try_every_variant
+(worker --try-every-variant) turns value of information off for users who want every idea tried. Plan.full_eval names the
 variant whose evaluation futility must not stop: a repeat run to settle `worse`, or any chain when
 the minutes a stop saves could not buy one more chain before the deadline.
 

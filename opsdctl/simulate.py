@@ -65,6 +65,7 @@ POLICIES = {
     "planner fifo": ("planner", 2, dict(policy="fifo")),
     "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
     "adaptive + futility": ("planner", 2, dict(policy="adaptive", auto_repeat=True, futility=True)),
+    "adaptive, every variant first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, try_every_variant=True)),
 }
 
 
@@ -481,6 +482,8 @@ LEGEND = {
     "planner fifo": "the x2 queue in queue order, with admission (a chain that cannot finish is skipped)",
     "adaptive": "the x2 queue, `worker --policy adaptive --auto-repeat`",
     "adaptive + futility": "the same with `--futility`",
+    "adaptive, every variant first": "`--policy adaptive --auto-repeat --try-every-variant`: the first run of every "
+                                     "queued variant before any repeat (the tiers alone, no value of information)",
 }
 
 
@@ -518,7 +521,7 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-PLANNER_POLICIES = ("planner fifo", "adaptive", "adaptive + futility")
+PLANNER_POLICIES = ("planner fifo", "adaptive", "adaptive + futility", "adaptive, every variant first")
 
 
 def goals_markdown(docs: Sequence[dict]) -> str:

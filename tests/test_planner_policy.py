@@ -190,3 +190,29 @@ def test_futility_spares_a_repeat_run_to_settle_worse_and_stops_that_cannot_buy_
     roomy = plan(q((1, "c1"), (2, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
                  usable_s=340 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
     assert roomy.full_eval == []  # 340 - (6 x 43 + 46) = 36 min: a ~15 min stop makes room for an 8th
+
+
+def test_try_every_variant_reaches_the_plan_from_config_and_flag(ws):
+    """[planner] try_every_variant (or --try-every-variant) turns value of information off: the
+    tiers alone order the queue, so every variant gets its first run before any repeat."""
+    from opsdctl.config import load_config
+    from opsdctl.planner import settings_from_config, with_overrides
+
+    cfg = load_config(ws.root / "opsdctl.toml")
+    assert settings_from_config(cfg, (), False).try_every_variant is False
+    on = with_overrides(cfg, policy_name="adaptive", try_every_variant=True)
+    s = settings_from_config(on, (), False)
+    assert (s.policy, s.try_every_variant) == ("adaptive", True)
+    text = (ws.root / "opsdctl.toml").read_text().replace("[worker]", "[planner]\ntry_every_variant = true\n\n[worker]")
+    (ws.root / "opsdctl.toml").write_text(text)
+    assert settings_from_config(load_config(ws.root / "opsdctl.toml"), (), False).try_every_variant is True
+    bad = text.replace("try_every_variant = true", 'try_every_variant = "yes"')
+    (ws.root / "opsdctl.toml").write_text(bad)
+    out = ws.cli("status", check=False)
+    assert out.returncode == 2 and "try_every_variant" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    (ws.root / "opsdctl.toml").write_text(text)
+    ws.cli("queue", "token-clip", "-n", "2")
+    ws.cli("queue", "cosine")
+    assert ws.run("worker", "--drain", "--policy", "adaptive", "--try-every-variant").returncode == 0
+    started = [r[0] for r in ws.sql("select chain_id from stage where name = 'train' order by id")]
+    assert started == [1, 3, 2]
