@@ -57,7 +57,7 @@ def make(tmp_path, untrained_tiny_model, data_file):  # noqa: F811
         knobs.check_invariants(hparams, "test")
         prof = with_overrides(get_profile("tiny"), model=str(untrained_tiny_model), dataset=data_file,
                               max_steps=steps, per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
-                              save_steps=steps)
+                              save_steps=steps, learning_rate_scale=1.0)  # the recipe's own lr, unscaled
         cfg = TrainConfig(profile=prof, hparams=hparams, method={**knobs.default_method(), **(method or {})},
                           seed=seed, output_dir=tmp_path / "out", loss_chunk_size=7)
         return OPSDTrainer(cfg, backend=backend)
