@@ -555,8 +555,10 @@ def demo(
         atomic_write_text(paths.method_defaults, exp.method_defaults)
         con.print(f"\n[bold]best variant: {_escape(best)}[/bold] -> {_escape(str(paths.recipe_env))}")
         con.print(_escape(exp.recipe_env.rstrip()))
-        if exp.warning():
-            con.print(f"[yellow]{_escape(exp.warning())}[/yellow]")
+        if exp.off_default_method:  # method knobs cannot travel in recipe.env: they ride as code defaults
+            knob_list = ", ".join(f"{k} = {v!r}" for k, v in exp.off_default_method.items())
+            con.print(f"[yellow]method knobs ({_escape(knob_list)}) cannot travel in recipe.env: written as "
+                      f"the trainer's defaults to {_escape(str(paths.method_defaults))}[/yellow]")
     con.print(f"\n[bold]where everything is[/bold] (took {(__import__('time').time() - t0) / 60:.1f} min)")
     for label, path in (("config", paths.config), ("store", paths.db), ("logs and outputs", paths.runs),
                         ("worker log", paths.worker_log), ("compare plot", paths.plot),

@@ -364,6 +364,11 @@ def _pt(x, fmt="{:.2f}", signed=False) -> str:
     return ("{:+.2f}" if signed else fmt).format(x)
 
 
+def _min(minutes: float) -> str:
+    """Minutes for humans: tiny-profile chains take seconds, real ones tens of minutes."""
+    return f"{minutes * 60:.0f} s" if minutes < 1 else f"{minutes:.0f} min"
+
+
 def _next_cell(e: dict, with_time: bool = False) -> str:
     """What to run next for one candidate (with its time and fit when asked and known)."""
     if e.get("runs_needed") is not None:
@@ -376,7 +381,7 @@ def _next_cell(e: dict, with_time: bool = False) -> str:
     else:
         return "-"
     if with_time and e.get("minutes_needed") is not None:
-        text += f" ({e['minutes_needed']:.0f} min" + ("" if e.get("fits") is None else
+        text += f" ({_min(e['minutes_needed'])}" + ("" if e.get("fits") is None else
                                                     (", fits" if e["fits"] else ", does not fit")) + ")"
     return text
 
@@ -467,7 +472,7 @@ def render_compare(report: dict, console) -> None:
             continue
         txt = f"+{d['effect']:g} points: {d['runs_per_arm']} runs per arm"
         if d["minutes"] is not None:
-            txt += f" (a new candidate: {d['chains']} chains with the baseline's top-up, {d['minutes']:.0f} min" + (
+            txt += f" (a new candidate: {d['chains']} chains with the baseline's top-up, {_min(d['minutes'])}" + (
                 "" if d["fits"] is None else (", fits" if d["fits"] else ", does not fit")) + ")"
         parts.append(txt)
     if parts:
