@@ -204,6 +204,42 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
+def stage_pids(ws: "Workspace", chain_id: int, stage: str):
+    """(leader pid, child pid, token) of a running emulator stage that spawned a child
+    (FAKE_CHILD=1), or None until both are recorded."""
+    rows = ws.sql("select pid, token from stage where chain_id = ? and name = ?", chain_id, stage)
+    child = ws.runs / str(chain_id) / stage / "child.pid"
+    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
+        return None
+    return rows[0][0], int(child.read_text()), rows[0][1]
+
+
+def token_processes(token: str) -> list[int]:
+    """Live processes whose environment carries this stage token."""
+    import psutil
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("OPSDCTL_STAGE_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+def stop_process(proc, timeout: float = 60) -> None:
+    """SIGTERM a worker started with Popen, then SIGKILL it if it has not exited in time."""
+    import signal
+
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def pid_alive(pid: int) -> bool:
     import psutil
 

@@ -7,15 +7,9 @@ import os
 import signal
 
 import psutil
-from conftest import pid_alive, wait_for
+from conftest import pid_alive, stage_pids, wait_for
 
 
-def _stage_pids(ws, chain_id: int, stage: str):
-    rows = ws.sql("select pid from stage where chain_id = ? and name = ?", chain_id, stage)
-    child = ws.runs / str(chain_id) / stage / "child.pid"
-    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
-        return None
-    return rows[0][0], int(child.read_text())
 
 
 def test_cancel_queued_and_finished(ws):
@@ -44,7 +38,7 @@ def test_cancel_running_kills_the_group(ws):
         ws.cli("queue", "baseline", "--repeats", "2")
         worker = ws.popen("worker", "--drain", env={"FAKE_HANG": "1", "FAKE_CHILD": "1", "FAKE_IGNORE_TERM": "1"})
         try:
-            leader, child = wait_for(lambda: _stage_pids(ws, 1, "eval"), 60, what="the eval stage and its child")
+            leader, child, _ = wait_for(lambda: stage_pids(ws, 1, "eval"), 60, what="the eval stage and its child")
             assert pid_alive(leader) and pid_alive(child)
             assert os.getpgid(child) == leader  # same process group as the stage leader
             out = ws.run("cancel", "1")
@@ -54,7 +48,7 @@ def test_cancel_running_kills_the_group(ws):
             # the worker records the stage as cancelled and moves on to chain 2 (which hangs too)
             wait_for(lambda: ws.sql("select state from stage where chain_id = 1 and name = 'eval'") == [("cancelled",)],
                      30, what="the worker to record the cancelled stage")
-            leader2, child2 = wait_for(lambda: _stage_pids(ws, 2, "eval"), 60, what="chain 2's eval")
+            leader2, child2, _ = wait_for(lambda: stage_pids(ws, 2, "eval"), 60, what="chain 2's eval")
             ws.cli("cancel", "2", "--grace", "0")  # in-process: the same code, no start-up cost
             assert not pid_alive(leader2) and not pid_alive(child2)
             assert worker.wait(timeout=60) == 0, worker.stdout.read()

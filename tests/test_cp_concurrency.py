@@ -3,9 +3,8 @@ repeats and seeds stay distinct, and nobody sees "database is locked"."""
 
 from __future__ import annotations
 
-import signal
 
-from conftest import default_config, wait_for
+from conftest import default_config, stop_process, wait_for
 
 N = 20
 
@@ -34,12 +33,7 @@ def test_twenty_concurrent_queues_while_a_worker_runs(ws):
         busy = ws.sql("select count(*) from chain where state != 'queued'")[0][0]
         assert busy >= 2  # the worker kept claiming and finishing chains meanwhile
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
+        stop_process(worker)
     log = worker.stdout.read()
     assert "locked" not in log.lower(), log
     states = dict(ws.sql("select state, count(*) from chain group by state"))

@@ -8,36 +8,20 @@ import os
 import re
 import signal
 
-import psutil
-from conftest import pid_alive, wait_for
+from conftest import pid_alive, stage_pids, token_processes, wait_for
 
 LONG_TRAIN = {"FAKE_STEPS": "2000", "FAKE_STEP_SECONDS": "0.05", "FAKE_CHILD": "1"}
 
 
-def _train_pids(ws, chain_id: int):
-    rows = ws.sql("select pid, token from stage where chain_id = ? and name = 'train'", chain_id)
-    child = ws.runs / str(chain_id) / "train" / "child.pid"
-    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
-        return None
-    return rows[0][0], int(child.read_text()), rows[0][1]
 
 
-def _token_processes(token: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("OPSDCTL_STAGE_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except psutil.Error:
-            pass
-    return out
 
 
 def test_sigkill_worker_then_new_worker_recovers(ws):
     ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
-        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        leader, child, token = wait_for(lambda: stage_pids(ws, 1, "train"), 60, what="the train stage")
         wait_for(lambda: (ws.runs / "1" / "train" / "progress.jsonl").is_file(), 30, what="training progress")
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
@@ -53,7 +37,7 @@ def test_sigkill_worker_then_new_worker_recovers(ws):
 
     out = ws.run("worker", "--drain")
     assert "interrupted" in out.stdout and "re-queued as chain 2" in out.stdout
-    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
     assert chains[1]["state"] == "interrupted"
     reason = chains[1]["reason"]
@@ -71,7 +55,7 @@ def test_worker_found_dead_with_its_stage_gone(ws):
     ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
-        leader, child, _ = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        leader, child, _ = wait_for(lambda: stage_pids(ws, 1, "train"), 60, what="the train stage")
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
@@ -89,7 +73,7 @@ def test_one_worker_per_store_and_sigterm_interrupts(ws):
     ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
-        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        leader, child, token = wait_for(lambda: stage_pids(ws, 1, "train"), 60, what="the train stage")
         # status shows the running chain: stage, elapsed, progress from progress.jsonl
         running = wait_for(lambda: [c for c in ws.status()["chains"] if c["state"] == "running" and c.get("progress")],
                            30, interval=0.3, what="progress in status")[0]
@@ -109,7 +93,7 @@ def test_one_worker_per_store_and_sigterm_interrupts(ws):
         if worker.poll() is None:
             worker.kill()
     assert rc == 128 + signal.SIGTERM, output
-    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
     assert set(chains) == {1}  # not re-queued: the user stopped it
     assert chains[1]["state"] == "interrupted" and "SIGTERM" in chains[1]["reason"]
@@ -127,7 +111,7 @@ def test_cancel_with_the_worker_dead_stops_the_orphans(ws):
     ws.cli("queue", "baseline")
     worker = ws.popen("worker", env=LONG_TRAIN)
     try:
-        leader, child, token = wait_for(lambda: _train_pids(ws, 1), 60, what="the train stage")
+        leader, child, token = wait_for(lambda: stage_pids(ws, 1, "train"), 60, what="the train stage")
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
@@ -135,7 +119,7 @@ def test_cancel_with_the_worker_dead_stops_the_orphans(ws):
             worker.kill()
     out = ws.cli("cancel", "1")
     assert "cancelled" in out.stdout
-    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     assert ws.sql("select state from stage where chain_id = 1") == [("cancelled",)]
     ws.cli("worker", "--drain")  # nothing to recover, nothing re-queued
     assert ws.sql("select id, state from chain") == [(1, "cancelled")]

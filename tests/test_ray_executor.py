@@ -18,7 +18,7 @@ import threading
 
 import psutil
 import pytest
-from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, wait_for
+from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, stage_pids, token_processes, wait_for
 
 from opsdctl.config import load_config
 from opsdctl.store import open_store
@@ -86,23 +86,8 @@ def _utc(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text)
 
 
-def _stage_pids(ws, chain_id: int, stage: str):
-    rows = ws.sql("select pid, token from stage where chain_id = ? and name = ?", chain_id, stage)
-    child = ws.runs / str(chain_id) / stage / "child.pid"
-    if not rows or rows[0][0] is None or not child.is_file() or not child.read_text().strip():
-        return None
-    return rows[0][0], int(child.read_text()), rows[0][1]
 
 
-def _token_processes(token: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("OPSDCTL_STAGE_TOKEN") == token and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p.pid)
-        except psutil.Error:
-            pass
-    return out
 
 
 def _under_live_actor(pid: int) -> bool:
@@ -219,7 +204,7 @@ def test_actor_process_killed_mid_chain(ws, cluster):
 
     def kill_the_actor():
         try:
-            leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "train"), 90, what="the train stage")
+            leader, child, token = wait_for(lambda: stage_pids(ws, 1, "train"), 90, what="the train stage")
             wait_for(lambda: (ws.runs / "1" / "train" / "progress.jsonl").is_file(), 30, what="progress")
             actor = psutil.Process(leader).parent()  # the stage's parent: the ChainRunner's process
             assert actor.pid != os.getpid() and "ChainRunner" in " ".join(actor.cmdline()), actor.cmdline()
@@ -238,7 +223,7 @@ def test_actor_process_killed_mid_chain(ws, cluster):
     assert not pid_alive(seen["actor"])
     # the stage's own processes (own session, so they outlived the actor) were stopped on the node
     wait_for(lambda: not pid_alive(seen["leader"]) and not pid_alive(seen["child"]), 10, what="the orphans to die")
-    assert _token_processes(seen["token"]) == []
+    assert token_processes(seen["token"]) == []
     chains = ws.chains()
     assert chains[1]["state"] == "interrupted", messages
     assert "Ray actor died" in chains[1]["reason"] and "during train" in chains[1]["reason"]
@@ -262,7 +247,7 @@ def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
 
     def cancel_it():
         try:
-            leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "eval"), 90, what="the eval stage")
+            leader, child, token = wait_for(lambda: stage_pids(ws, 1, "eval"), 90, what="the eval stage")
             seen.update(leader=leader, child=child, token=token)
             seen["out"] = ws.run("cancel", "1")  # the real CLI: joins the cluster, calls the actor
         except BaseException as exc:
@@ -278,7 +263,7 @@ def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
     assert "cancelled" in out and "through its Ray actor on" in out, out
     assert re.search(r"stopped [1-9]\d* stage process", out), out
     assert not pid_alive(seen["leader"]) and not pid_alive(seen["child"])
-    assert _token_processes(seen["token"]) == []
+    assert token_processes(seen["token"]) == []
     assert ws.state(1) == "cancelled"
     assert ws.sql("select name, state from stage where chain_id = 1 order by id") == [
         ("train", "succeeded"), ("eval", "cancelled")]
@@ -293,7 +278,7 @@ def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
 
     def signal_the_worker():
         try:
-            seen["pids"] = [wait_for(lambda c=c: _stage_pids(ws, c, "train"), 90, what=f"chain {c}'s train")
+            seen["pids"] = [wait_for(lambda c=c: stage_pids(ws, c, "train"), 90, what=f"chain {c}'s train")
                             for c in (1, 2)]
             os.kill(os.getpid(), signal.SIGTERM)  # the worker runs in this process, its handler installed
         except BaseException as exc:
@@ -307,7 +292,7 @@ def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
     assert "error" not in seen, seen.get("error")
     assert worker.stop.reason == "SIGTERM"
     for leader, child, token in seen["pids"]:
-        assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+        assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
     assert set(chains) == {1, 2}  # not re-queued: the user stopped it
     for c in (1, 2):
@@ -321,7 +306,7 @@ def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
     ws.cli("queue", "baseline")
     worker = ws.popen("worker")  # a real `opsdctl worker`, joining the cluster as its own driver
     try:
-        leader, child, token = wait_for(lambda: _stage_pids(ws, 1, "train"), 120, what="the train stage")
+        leader, child, token = wait_for(lambda: stage_pids(ws, 1, "train"), 120, what="the train stage")
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=30)
     finally:
@@ -334,7 +319,7 @@ def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
     cfg, store = ray_config(ws, cluster)
     messages: list[str] = []
     assert Worker(cfg, store, drain=True, report=messages.append).run() == 1
-    assert not pid_alive(leader) and not pid_alive(child) and _token_processes(token) == []
+    assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
     assert chains[1]["state"] == "interrupted"
     assert f"worker (pid {worker.pid}) died during train" in chains[1]["reason"]

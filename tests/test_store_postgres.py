@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from conftest import default_config, pid_alive, wait_for
+from conftest import default_config, pid_alive, stop_process, wait_for
 from sqlalchemy.engine import make_url
 
 from opsdctl import migrations
@@ -131,12 +131,7 @@ def test_concurrent_queues_while_a_worker_runs(ws, pg_url):
         assert len({r[1] for r in rows}) == n + 1
         assert pg_count(pg_url, "select count(*) from variant") == [(1,)]
     finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
+        stop_process(worker)
     assert_no_secret(worker.stdout.read())
     states = dict(pg_count(pg_url, "select state, count(*) from chain group by state"))
     assert set(states) <= {"succeeded", "queued", "interrupted"} and sum(states.values()) == n + 1, states
