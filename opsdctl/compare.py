@@ -96,6 +96,23 @@ def _v(run: RunRecord) -> float | None:
     return stats.eval_variance(run.counts, run.k)
 
 
+def _mean_v(runs: list[RunRecord]) -> float | None:
+    """Mean eval-sampling variance V_r over the runs that have per-problem counts."""
+    vv = [x for x in (_v(r) for r in runs) if x is not None]
+    return sum(vv) / len(vv) if vv else None
+
+
+def _entry_head(name: str, runs: list[RunRecord]) -> dict:
+    """The keys every variant entry starts with; the tests against the baseline start empty."""
+    ys = [r.score for r in runs]
+    return {"name": name, "n": len(ys), "mean": _f(sum(ys) / len(ys)), "sd": _f(_sd(ys)), "se": None,
+            "delta": None, "ci_low": None, "ci_high": None, "p_beat": None, "verdict": None, "runs_needed": None}
+
+
+def _entry_runs(runs: list[RunRecord]) -> dict:
+    return {"runs": [_f(r.score) for r in runs], "chain_ids": [r.chain_id for r in runs]}
+
+
 def _fractions(runs: Iterable[RunRecord]) -> list[dict[str, float]]:
     """Per-run {problem id: c_i / k}; positions stand in for missing ids."""
     out = []
@@ -219,18 +236,9 @@ def build_report(
         ys = [r.score for r in vr]
         n_v, mean_v = len(ys), sum(ys) / len(ys)
         se_m, lo_m, hi_m = stats.mean_interval(mean_v, n_v, s, nu)
+        mean_vr = _mean_v(vr)
         e = {
-            "name": v,
-            "n": n_v,
-            "mean": _f(mean_v),
-            "sd": _f(_sd(ys)),
-            "se": None,
-            "delta": None,
-            "ci_low": None,
-            "ci_high": None,
-            "p_beat": None,
-            "verdict": None,
-            "runs_needed": None,
+            **_entry_head(v, vr),
             "needs_baseline_runs": False,
             "runs_needed_both_arms": None,
             "minutes_needed": None,
@@ -242,15 +250,12 @@ def build_report(
             "paired_delta": None,
             "paired_se": None,
             "paired_problems": None,
-            "v_eval": None,
+            "v_eval": _f(mean_vr),
             "k": vr[0].k,
             "n_problems": vr[0].n_problems,
-            "runs": [_f(y) for y in ys],
-            "chain_ids": [r.chain_id for r in vr],
+            **_entry_runs(vr),
             "note": noise_note,
         }
-        vv = [x for x in (_v(r) for r in vr) if x is not None]
-        e["v_eval"] = _f(sum(vv) / len(vv)) if vv else None
         if has_base:
             d = stats.compare_means(mean_v, n_v, b_mean, b_n, s, nu)
             e.update(delta=_f(d.delta), se=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat))
@@ -281,28 +286,16 @@ def build_report(
     for (v, k, n_p), pr in part.items():
         if variants and v not in names and v != baseline:
             continue
-        ys = [r.score for r in pr]
-        vv = [x for x in (_v(r) for r in pr) if x is not None]
-        se_eval = math.sqrt(sum(vv) / len(vv) / len(ys)) if vv else None
+        mean_vr = _mean_v(pr)
+        se_eval = math.sqrt(mean_vr / len(pr)) if mean_vr is not None else None
         entries.append(
             {
-                "name": v,
-                "n": len(ys),
-                "mean": _f(sum(ys) / len(ys)),
-                "sd": _f(_sd(ys)),
-                "se": None,
-                "delta": None,
-                "ci_low": None,
-                "ci_high": None,
-                "p_beat": None,
-                "verdict": None,
-                "runs_needed": None,
+                **_entry_head(v, pr),
                 "partial": True,
                 "k": k,
                 "n_problems": n_p,
                 "se_eval": _f(se_eval),
-                "runs": [_f(y) for y in ys],
-                "chain_ids": [r.chain_id for r in pr],
+                **_entry_runs(pr),
                 "note": f"partial evaluation ({n_p} problems x {k} samples): not pooled, not comparable",
             }
         )
