@@ -109,8 +109,8 @@ def build_assets(work: Path, smoke: bool) -> tuple[str, str]:
 
 
 def make_trainer(model_dir: str, data: str, out: Path, batch: int, completion: int, steps: int):
-    from opsdctl import knobs
-    from opsdctl.profiles import get_profile, with_overrides
+    from opsdctl.recipes import knobs
+    from opsdctl.recipes.profiles import get_profile, with_overrides
     from trainer.cli import TrainConfig
     from trainer.train import OPSDTrainer
 

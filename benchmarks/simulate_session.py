@@ -5,7 +5,7 @@
                                           [--also E1,E2,... ...] [--out DIR]
 
 The same as `opsdctl simulate`: every planner policy runs through the worker's own gate
-(opsdctl.planner.PlannerGate); see opsdctl/simulate.py for the model. `--also` adds scenarios
+(opsdctl.plan.planner.PlannerGate); see opsdctl/plan/simulate.py for the model. `--also` adds scenarios
 (other mixes of true effects). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
 """
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 NOTES = """\
-How adaptive gets there (opsdctl/policy.py, value of information): each next chain goes to the
+How adaptive gets there (opsdctl/plan/policy.py, value of information): each next chain goes to the
 allocation of the chains that still fit that maximizes the verdicts expected to settle by the end,
 as compare will judge them (Bonferroni over the variants tried, pooled t): a queued idea's effect
 is taken as N(0, 2^2) points before its first run, each tried one's from its runs. About 8 chains
@@ -45,7 +45,7 @@ def _effects(text: str) -> tuple[float, ...]:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
-    from opsdctl.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+    from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="sessions per policy")

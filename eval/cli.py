@@ -105,11 +105,10 @@ def _check_range(name: str, value, lo=None, hi=None, lo_open=False):
 
 def resolve(args) -> tuple:
     """(settings, problems, options) from parsed arguments; raises UserError."""
-    from opsdctl.profiles import get_profile
-
     from eval.benchmark import benchmark_hash, load_benchmark
     from eval.runner import RunOptions
     from eval.settings import EvalSettings, check_adapter, check_model, check_resume
+    from opsdctl.recipes.profiles import get_profile
 
     profile = get_profile(args.profile, "--profile") if args.profile else get_profile(FROZEN_PROFILE)
     if not args.profile and not (args.model and args.benchmark):

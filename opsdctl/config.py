@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from opsdctl import knobs
 from opsdctl.errors import UserError
-from opsdctl.profiles import PROFILES, get_profile
-from opsdctl.stages import STAGE_PLACEHOLDERS, check_template
+from opsdctl.recipes import knobs
+from opsdctl.recipes.profiles import PROFILES, get_profile
+from opsdctl.templates import STAGE_PLACEHOLDERS, check_template
 
 CONFIG_NAME = "opsdctl.toml"
 ENV_CONFIG = "OPSDCTL_CONFIG"

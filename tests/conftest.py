@@ -72,13 +72,12 @@ class Workspace:
         return proc
 
     def cli(self, *args, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-        """The same `opsdctl.cli.main` entry point, in this process (no interpreter start-up):
+        """The same `opsdctl.cli.main.main` entry point, in this process (no interpreter start-up):
         for the many small calls around the subprocess ones that matter."""
         import contextlib
         import io
 
-        from opsdctl import cli
-
+        from opsdctl.cli import main as cli
         out, err = io.StringIO(), io.StringIO()
         saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
         os.environ.clear()

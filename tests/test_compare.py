@@ -10,8 +10,14 @@ import pytest
 from rich.console import Console
 from scipy import stats as ss
 
-from opsdctl import stats
-from opsdctl.compare import Reference, RunRecord, build_report, is_partial, render_compare
+from opsdctl.stats import inference as stats
+from opsdctl.stats.compare import (
+    Reference,
+    RunRecord,
+    build_report,
+    is_partial,
+    render_compare,
+)
 
 REF = Reference(mean=54.22, sd=1.48, n=5)
 
@@ -262,7 +268,7 @@ def test_table_has_baseline_on_top_and_bonferroni_note():
 
 
 def test_import_is_cheap():
-    code = ("import sys, opsdctl.compare, opsdctl.stats, opsdctl.plots; "
+    code = ("import sys, opsdctl.stats.compare, opsdctl.stats.inference, opsdctl.stats.plots; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('scipy', 'matplotlib', 'torch', 'rich')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

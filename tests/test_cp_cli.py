@@ -20,7 +20,7 @@ def test_help_reads_well():
         assert cmd in top.stdout
     from typer.testing import CliRunner
 
-    from opsdctl.cli import app
+    from opsdctl.cli.main import app
 
     runner = CliRunner()
     for cmd in COMMANDS:

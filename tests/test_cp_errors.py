@@ -2,7 +2,7 @@
 file and the key, and leaves the store byte-identical.
 
 A few cases go through the real console script in a subprocess; the rest call the same
-`opsdctl.cli.main` entry point in-process (fast), with the same argv, cwd and exit code."""
+`opsdctl.cli.main.main` entry point in-process (fast), with the same argv, cwd and exit code."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO, Workspace, default_config
 
-from opsdctl import cli
+from opsdctl.cli import main as cli
 
 BASE = 'name = "{name}"\nextends = "baseline"\n'
 

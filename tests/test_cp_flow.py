@@ -9,7 +9,7 @@ import textwrap
 
 from conftest import FAKE_EVAL, FAKE_TRAIN, default_config
 
-from opsdctl import knobs
+from opsdctl.recipes import knobs
 
 
 def test_queue_worker_status_export(ws, tmp_path):

@@ -1,4 +1,4 @@
-"""The worker's policy seam (opsdctl.gate): order, admit (start/skip/wait), grant GPUs per
+"""The worker's policy seam (opsdctl.plan.gate): order, admit (start/skip/wait), grant GPUs per
 stage, progress records with a stop decision, and the after-stage release hook. The worker
 runs in-process here (real stage subprocesses, real SQLite)."""
 
@@ -10,11 +10,11 @@ import sys
 from conftest import FAKE_EVAL, FAKE_TRAIN, default_config
 
 from opsdctl.config import load_config
-from opsdctl.enqueue import queue_recipes
-from opsdctl.gate import DefaultGate, Grant, Skip, Start, Stop, Wait
-from opsdctl.states import State
-from opsdctl.store import open_store
-from opsdctl.worker import Worker
+from opsdctl.plan.gate import DefaultGate, Grant, Skip, Start, Stop, Wait
+from opsdctl.run.enqueue import queue_recipes
+from opsdctl.run.worker import Worker
+from opsdctl.store.engine import open_store
+from opsdctl.store.states import State
 
 
 class ScriptedGate(DefaultGate):

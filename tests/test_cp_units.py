@@ -14,11 +14,20 @@ from pathlib import Path
 import psutil
 import pytest
 
-from opsdctl import budget, knobs, procs, results, stages
 from opsdctl.config import BudgetConfig, config_from_dict, load_config, starter_config
 from opsdctl.errors import UserError
-from opsdctl.recipes import content_hash, load_recipe, recipe_json
-from opsdctl.states import TERMINAL, TRANSITIONS, IllegalTransition, State, check_transition, transition
+from opsdctl.plan import budget
+from opsdctl.recipes import knobs
+from opsdctl.recipes.load import content_hash, load_recipe, recipe_json
+from opsdctl.run import procs, results, stages
+from opsdctl.store.states import (
+    TERMINAL,
+    TRANSITIONS,
+    IllegalTransition,
+    State,
+    check_transition,
+    transition,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,8 +48,8 @@ def test_transition_table():
 
 
 def test_guarded_transition(tmp_path):
-    from opsdctl.models import Chain, Transition, Variant
-    from opsdctl.store import open_store
+    from opsdctl.store.engine import open_store
+    from opsdctl.store.models import Chain, Transition, Variant
 
     store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
     with store.write() as s:

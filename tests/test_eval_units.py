@@ -13,7 +13,6 @@ from eval.benchmark import benchmark_hash, load_benchmark, rows_to_problems
 from eval.sampling import filter_logits, sample_next
 from opsdctl.errors import UserError
 
-
 # --- seeds and plan -----------------------------------------------------------------------
 
 
@@ -148,7 +147,7 @@ def test_summary_avg_and_final_line_format():
 
 
 def test_final_line_matches_the_stage_contract_regex():
-    from opsdctl.results import FINAL_RE
+    from opsdctl.run.results import FINAL_RE
 
     probs = [{"id": str(i), "correct": c, "samples": 12} for i, c in enumerate([7] * 10 + [6] * 20)]
     line = records.final_line(12, probs)

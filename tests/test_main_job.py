@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from fixtures_tiny import tiny_assets  # noqa: F401  (pytest fixture)
-from opsdctl import knobs
 
-
+from opsdctl.recipes import knobs
 
 
 @pytest.mark.slow
@@ -62,7 +60,7 @@ def test_demo_refuses_a_workspace_that_holds_runs(ws):
 
 
 def test_demo_picks_the_candidate_most_likely_to_beat_the_baseline():
-    from opsdctl.demo import best_variant
+    from opsdctl.cli.demo import best_variant
 
     report = {"baseline": {"name": "baseline"}, "variants": [
         {"name": "a", "n": 2, "p_beat": 0.7, "delta": 1.0},

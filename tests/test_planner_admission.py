@@ -11,11 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from opsdctl.admission import admit_chain, admit_eval, fits, minutes_text
-from opsdctl.durations import Estimate, Sample, cost_key
-from opsdctl.gate import ChainInfo, Grant, Skip, Start
-from opsdctl.planner import PlannerGate, PlannerSettings
-from opsdctl.timeline import Queued, Running, project
+from opsdctl.plan.admission import admit_chain, admit_eval, fits, minutes_text
+from opsdctl.plan.durations import Estimate, Sample, cost_key
+from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start
+from opsdctl.plan.planner import PlannerGate, PlannerSettings
+from opsdctl.plan.timeline import Queued, Running, project
 
 MIN = 60.0
 P = "qwen3-1.7b"
@@ -115,7 +115,7 @@ def test_train_rechecked_after_time_passes_and_exhausted_budget():
 def test_no_chain_ever_starts_that_cannot_finish(seed):
     """Random budgets and durations through the simulator's worker loop over the gate: every chain
     the planner starts ends before the deadline; FIFO by hand has cut chains."""
-    from opsdctl.simulate import simulate_session
+    from opsdctl.plan.simulate import simulate_session
 
     rng = np.random.default_rng(seed)
     for i in range(4):
@@ -180,9 +180,9 @@ def test_worker_skips_what_cannot_finish_and_runs_a_shorter_chain(ws):
 
 def test_worker_skips_an_eval_that_would_be_cut(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.enqueue import queue_recipes
-    from opsdctl.store import open_store
-    from opsdctl.worker import Worker
+    from opsdctl.run.enqueue import queue_recipes
+    from opsdctl.run.worker import Worker
+    from opsdctl.store.engine import open_store
 
     monkeypatch.setenv("FAKE_STEP_SECONDS", "1.5")  # train takes ~6 s
     _config(ws, budget=True, planner="train_minutes = 0.05\neval_minutes = 0.25\n")  # 3 s + 15 s

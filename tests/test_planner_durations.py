@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from opsdctl.durations import (
+from opsdctl.plan.durations import (
     FEW_FACTOR,
     HIGH_Q,
     QUANTILE_MIN_N,

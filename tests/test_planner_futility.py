@@ -1,4 +1,4 @@
-"""Futility: the rule on look records (against float64 by hand and opsdctl.stats), and end to end
+"""Futility: the rule on look records (against float64 by hand and opsdctl.stats.inference), and end to end
 with fake_eval's look record: the chain ends `stopped-futile`, its partial score is kept and
 flagged, compare never pools it, and the adaptive policy skips the variant's other chains."""
 
@@ -9,9 +9,9 @@ import math
 import numpy as np
 from conftest import default_config
 
-from opsdctl import stats
-from opsdctl.futility import FutilityContext, judge_look, look_counts
-from opsdctl.states import TERMINAL, TRANSITIONS, State
+from opsdctl.plan.futility import FutilityContext, judge_look, look_counts
+from opsdctl.stats import inference as stats
+from opsdctl.store.states import TERMINAL, TRANSITIONS, State
 
 
 def test_stopped_futile_is_a_terminal_state_reached_from_running():
@@ -95,9 +95,9 @@ def _futile_ws(ws, monkeypatch):
 
 def test_futility_stop_end_to_end(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.enqueue import queue_recipes
-    from opsdctl.store import open_store
-    from opsdctl.worker import Worker
+    from opsdctl.run.enqueue import queue_recipes
+    from opsdctl.run.worker import Worker
+    from opsdctl.store.engine import open_store
 
     _futile_ws(ws, monkeypatch)
     cfg = load_config(ws.root / "opsdctl.toml")
@@ -125,9 +125,9 @@ def test_futility_stop_end_to_end(ws, monkeypatch):
 
 def test_futility_is_opt_in_and_spares_the_baseline(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.enqueue import queue_recipes
-    from opsdctl.store import open_store
-    from opsdctl.worker import Worker
+    from opsdctl.run.enqueue import queue_recipes
+    from opsdctl.run.worker import Worker
+    from opsdctl.store.engine import open_store
 
     _futile_ws(ws, monkeypatch)
     monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.05")
@@ -139,7 +139,7 @@ def test_futility_is_opt_in_and_spares_the_baseline(ws, monkeypatch):
     Worker(cfg, store, drain=True, report=lambda m: None).run()
     assert ws.state(1) == "succeeded"
     # on: the baseline itself is never judged against itself
-    from opsdctl.planner import with_overrides
+    from opsdctl.plan.planner import with_overrides
 
     cfg = with_overrides(cfg, futility=True)
     queue_recipes(cfg, lambda: store, ["baseline"])
@@ -151,10 +151,10 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
     """PlannerGate with the adaptive policy: the value-of-information pick queued by --auto-repeat
     goes before the queued chains, and an evaluation whose stop could not buy another chain before
     the deadline is not watched by futility (its score is worth more than the minutes)."""
-    from opsdctl.compare import RunRecord
     from opsdctl.config import Reference
-    from opsdctl.gate import ChainInfo, Grant
-    from opsdctl.planner import PlannerGate, PlannerSettings
+    from opsdctl.plan.gate import ChainInfo, Grant
+    from opsdctl.plan.planner import PlannerGate, PlannerSettings
+    from opsdctl.stats.compare import RunRecord
 
     def info(cid, v):
         return ChainInfo(chain_id=cid, variant=v, variant_id=cid, variant_name=v, version=1, hash=v, seed=cid,

@@ -1,4 +1,4 @@
-"""The GPU gate (opsdctl.gpus + PlannerGate.grant/released) with the NVML stand-in (FakeProbe)
+"""The GPU gate (opsdctl.plan.gpus + PlannerGate.grant/released) with the NVML stand-in (FakeProbe)
 behind the same interface: index mapping, the check, and real worker subprocesses that wait
 for a GPU held by a foreign process, report the holder, never touch it, skip after
 gpu_wait_minutes, and wait for a stage's own processes to free their memory."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import FAKE_EVAL, FAKE_TRAIN, STAGES, default_config, pid_alive, wait_for
 
-from opsdctl.gate import ChainInfo, Grant, Skip, Wait
-from opsdctl.gpus import (
+from opsdctl.plan.gate import ChainInfo, Grant, Skip, Wait
+from opsdctl.plan.gpus import (
     FakeProbe,
     GpuInfo,
     GpuProcess,
@@ -28,7 +28,7 @@ from opsdctl.gpus import (
     normalize_bus_id,
     own_holdings,
 )
-from opsdctl.planner import PlannerGate, PlannerSettings
+from opsdctl.plan.planner import PlannerGate, PlannerSettings
 
 GPU_USER = STAGES / "fake_gpu_user.py"
 

@@ -1,13 +1,13 @@
-"""The adaptive policy (opsdctl.policy.plan) on hand-built compare reports: first runs of new
+"""The adaptive policy (opsdctl.plan.policy.plan) on hand-built compare reports: first runs of new
 variants first, repeats that can settle a verdict by P(beat) within the time left, nothing for
 `worse` or futile variants (skipped with reasons), baseline repeats when candidates need them,
 priority first, fifo untouched, and --auto-repeat's one extra chain."""
 
 from __future__ import annotations
 
-from opsdctl.compare import RunRecord, build_report
 from opsdctl.config import Reference
-from opsdctl.policy import QueuedItem, plan
+from opsdctl.plan.policy import QueuedItem, plan
+from opsdctl.stats.compare import RunRecord, build_report
 
 MIN = 60.0
 CHAIN = 46 * MIN
@@ -196,7 +196,7 @@ def test_try_every_variant_reaches_the_plan_from_config_and_flag(ws):
     """[planner] try_every_variant (or --try-every-variant) turns value of information off: the
     tiers alone order the queue, so every variant gets its first run before any repeat."""
     from opsdctl.config import load_config
-    from opsdctl.planner import settings_from_config, with_overrides
+    from opsdctl.plan.planner import settings_from_config, with_overrides
 
     cfg = load_config(ws.root / "opsdctl.toml")
     assert settings_from_config(cfg, (), False).try_every_variant is False

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO
 
-from opsdctl import planner, simulate
+from opsdctl.plan import planner, simulate
 
 
 def test_smoke_and_invariants(tmp_path):

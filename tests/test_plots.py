@@ -1,4 +1,4 @@
-"""opsdctl.plots: the compare PNG is written and is a real PNG, for every kind of report."""
+"""opsdctl.stats.plots: the compare PNG is written and is a real PNG, for every kind of report."""
 
 import json
 import struct
@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from opsdctl.compare import Reference, RunRecord, build_report
-from opsdctl.plots import plot_compare
+from opsdctl.stats.compare import Reference, RunRecord, build_report
+from opsdctl.stats.plots import plot_compare
 
 REF = Reference(mean=54.22, sd=1.48, n=5)
 

@@ -18,11 +18,19 @@ import threading
 
 import psutil
 import pytest
-from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, stage_pids, token_processes, wait_for
+from conftest import (
+    FAKE_EVAL,
+    FAKE_TRAIN,
+    default_config,
+    pid_alive,
+    stage_pids,
+    token_processes,
+    wait_for,
+)
 
 from opsdctl.config import load_config
-from opsdctl.store import open_store
-from opsdctl.worker import Worker
+from opsdctl.run.worker import Worker
+from opsdctl.store.engine import open_store
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -108,8 +116,8 @@ def _nothing_running(ws) -> bool:
 def test_executor_settings(tmp_path):
     from opsdctl.config import config_from_dict
     from opsdctl.errors import UserError
-    from opsdctl.executors import executor_kind, worker_gate_config
-    from opsdctl.executors.ray_cluster import gpus_per_chain, node_config
+    from opsdctl.run.executors import executor_kind, worker_gate_config
+    from opsdctl.run.ray_cluster import gpus_per_chain, node_config
 
     def cfg(**top):
         gpus = top.pop("gpus", {"devices": [0, 1, 2, 3]})
@@ -342,7 +350,7 @@ class _BrokenRunner:
 def test_actor_that_cannot_start_fails_the_chain_without_requeue(ws, cluster, monkeypatch):
     from ray import cloudpickle
 
-    from opsdctl.executors import ray_cluster
+    from opsdctl.run import ray_cluster
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the nodes cannot import tests/
     try:

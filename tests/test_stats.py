@@ -1,4 +1,4 @@
-"""opsdctl.stats against scipy.stats and hand float64 computations."""
+"""opsdctl.stats.inference against scipy.stats and hand float64 computations."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats as ss
 
-from opsdctl import stats
+from opsdctl.stats import inference as stats
 
 # ---------------------------------------------------------------- Student's t
 

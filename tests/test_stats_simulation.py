@@ -5,7 +5,7 @@ Seeded, so deterministic; runs in a few seconds.
 
 import numpy as np
 
-from opsdctl.compare import Reference, RunRecord, build_report
+from opsdctl.stats.compare import Reference, RunRecord, build_report
 
 SIGMA = 1.5
 REFERENCE = Reference(mean=54.22, sd=1.48, n=5)  # the config's prior, as users have it

@@ -1,4 +1,4 @@
-"""Schema migrations (opsdctl/migrations): the models and the migration head agree (so a schema
+"""Schema migrations (opsdctl/store/migrations): the models and the migration head agree (so a schema
 change without a revision fails here), a fresh store is created by the migrations, a store made
 by the pre-migration code (create_all, no alembic_version) is upgraded in place without losing a
 row, a newer store is refused in one line, and many processes opening a new store at once
@@ -16,10 +16,16 @@ import pytest
 import sqlalchemy as sa
 from sqlmodel import SQLModel
 
-from opsdctl import migrations
 from opsdctl.errors import UserError
-from opsdctl.models import Chain, Score, Stage, Variant
-from opsdctl.store import Store, open_store, queued_chains, scored_runs, stages_of
+from opsdctl.store import migrations
+from opsdctl.store.engine import (
+    Store,
+    open_store,
+    queued_chains,
+    scored_runs,
+    stages_of,
+)
+from opsdctl.store.models import Chain, Score, Stage, Variant
 
 # --- the tables exactly as the pre-migration opsdctl created them (frozen copy) -----------------
 
@@ -277,7 +283,7 @@ def test_concurrent_first_opens_migrate_once(tmp_path):
     make_legacy_store(old)
     code = textwrap.dedent("""
         import sys
-        from opsdctl.store import open_store
+        from opsdctl.store.engine import open_store
         print(open_store(sys.argv[1]).revision())
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code, f"sqlite:///{db}"], stdout=subprocess.PIPE,

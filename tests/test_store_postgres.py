@@ -22,11 +22,11 @@ import sqlalchemy as sa
 from conftest import default_config, pid_alive, stop_process, wait_for
 from sqlalchemy.engine import make_url
 
-from opsdctl import migrations
 from opsdctl.config import load_config
 from opsdctl.errors import UserError
-from opsdctl.locks import WorkerBusy, worker_lock
-from opsdctl.store import Store, open_store, redact
+from opsdctl.store import migrations
+from opsdctl.store.engine import Store, open_store, redact
+from opsdctl.store.locks import WorkerBusy, worker_lock
 
 pytestmark = pytest.mark.postgres
 PG_ENV = "OPSDCTL_TEST_PG_URL"
@@ -236,7 +236,7 @@ def test_migrations_on_postgres(pg_url):
     engine.dispose()
     code = textwrap.dedent("""
         import sys
-        from opsdctl.store import open_store
+        from opsdctl.store.engine import open_store
         print(open_store(sys.argv[1]).revision())
     """)
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_url], stdout=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""`python -m trainer` inputs: validated through opsdctl.knobs, bad input refused in one line with
+"""`python -m trainer` inputs: validated through opsdctl.recipes.knobs, bad input refused in one line with
 exit 2 before any model loads; method-knob precedence; budget knobs from the profile only."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from opsdctl import knobs
 from opsdctl.errors import UserError
+from opsdctl.recipes import knobs
 from trainer import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def test_bad_method_defaults_and_budget_overrides(tmp_path):
 
 
 def test_tiny_profile_caps_max_completion_length(tmp_path):
-    from opsdctl.profiles import get_profile
+    from opsdctl.recipes.profiles import get_profile
 
     cap = get_profile("tiny").completion_length_cap
     cfg = cli.resolve(args(tmp_path, "--recipe", recipe_json(tmp_path / "r.json", {"max_completion_length": 4096})))
@@ -120,7 +120,7 @@ def test_tiny_profile_caps_max_completion_length(tmp_path):
 
 
 def test_reads_the_recipe_json_opsdctl_writes(tmp_path):
-    from opsdctl.recipes import recipe_json as opsdctl_recipe_json
+    from opsdctl.recipes.load import recipe_json as opsdctl_recipe_json
 
     hp = {**knobs.default_hparams(), "lora_r": 32, "beta": 0.5}
     doc = opsdctl_recipe_json("token-clip", 2, "d", hp, {**knobs.default_method(), "clip_mode": "token"})

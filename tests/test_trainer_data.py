@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from opsdctl import knobs
-from opsdctl.errors import UserError
-from trainer import data, prompting
-
 from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
+
+from opsdctl.errors import UserError
+from opsdctl.recipes import knobs
+from trainer import data, prompting
 
 
 def write_jsonl(path, rows):

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from opsdctl import knobs
-from opsdctl.profiles import get_profile
-
 from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
+
+from opsdctl.recipes import knobs
+from opsdctl.recipes.profiles import get_profile
 
 REPO = Path(__file__).resolve().parent.parent
 STEP_KEYS = {"step", "loss", "grad_norm", "learning_rate", "kl", "frac_clipped", "completion_length",

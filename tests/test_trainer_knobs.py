@@ -8,13 +8,18 @@ import math
 
 import pytest
 import torch
-
-from opsdctl import knobs
-from opsdctl.profiles import get_profile, with_overrides
-from trainer.cli import TrainConfig
-from trainer.rollout import HFGenerateBackend, RolloutBackend, SamplingSpec, hf_generate_kwargs, vllm_sampling_kwargs
-
 from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
+
+from opsdctl.recipes import knobs
+from opsdctl.recipes.profiles import get_profile, with_overrides
+from trainer.cli import TrainConfig
+from trainer.rollout import (
+    HFGenerateBackend,
+    RolloutBackend,
+    SamplingSpec,
+    hf_generate_kwargs,
+    vllm_sampling_kwargs,
+)
 
 torch.set_num_threads(1)
 

@@ -157,8 +157,7 @@ def test_chunked_equals_naive_values_and_gradients(spec):
 
 
 def test_loss_spec_reads_every_loss_knob():
-    from opsdctl import knobs
-
+    from opsdctl.recipes import knobs
     hp = {**knobs.default_hparams(), "beta": 0.25, "temperature": 0.9, "jsd_token_clip": 0.1,
           "top_k_loss": 7, "use_tinker_loss": True}
     spec = LossSpec.from_knobs(hp, {**knobs.default_method(), "clip_mode": "token"})

@@ -12,12 +12,16 @@ import types
 
 import pytest
 import torch
+from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
 
 from opsdctl.errors import UserError
 from trainer import rollout
-from trainer.rollout import SamplingSpec, VLLMColocatedBackend, choose_backend, vllm_weights
-
-from fixtures_tiny import untrained_tiny_model  # noqa: F401  (pytest fixture)
+from trainer.rollout import (
+    SamplingSpec,
+    VLLMColocatedBackend,
+    choose_backend,
+    vllm_weights,
+)
 
 torch.set_num_threads(1)
 
@@ -71,7 +75,7 @@ def fake_vllm(monkeypatch):
 
 @pytest.fixture
 def peft_model(untrained_tiny_model):  # noqa: F811
-    from opsdctl import knobs
+    from opsdctl.recipes import knobs
     from opsdkit.modeling import load_model
     from trainer.model import trainable_parameters, wrap_with_lora
 
@@ -112,8 +116,8 @@ def test_vllm_protocol(fake_vllm, peft_model):
 def test_trainer_builds_vllm_with_profile_settings(fake_vllm, monkeypatch, tmp_path, untrained_tiny_model):  # noqa: F811
     import json
 
-    from opsdctl import knobs
-    from opsdctl.profiles import get_profile, with_overrides
+    from opsdctl.recipes import knobs
+    from opsdctl.recipes.profiles import get_profile, with_overrides
     from opsdkit.tiny import make_rows
     from trainer.cli import TrainConfig
     from trainer.train import MAX_PROMPT_TOKENS, OPSDTrainer

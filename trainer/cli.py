@@ -1,13 +1,13 @@
 """Command line -> one validated TrainConfig, before anything heavy is imported or loaded.
 
-Knobs are validated by opsdctl.knobs (the single source of truth), again here, so a recipe
+Knobs are validated by opsdctl.recipes.knobs (the single source of truth), again here, so a recipe
 written by hand is refused exactly as opsdctl would refuse it: one line on stderr, exit 2.
 
 Hyper-parameters: --recipe JSON (opsdctl's resolved recipe) or --recipe-env (the official
 KEY=VALUE file); keys a recipe.env leaves out take the released defaults.
 Method knobs, per key, first found wins: --recipe JSON [method] > --method-defaults TOML
 [method] > trainer/method_defaults.toml (if present: the code's defaults for an official
-re-run) > opsdctl.knobs.METHOD_KNOBS defaults. OPSD_* environment variables are deliberately not
+re-run) > opsdctl.recipes.knobs.METHOD_KNOBS defaults. OPSD_* environment variables are deliberately not
 read: the official re-training does not set them.
 Budget knobs come from the profile (--model, --dataset, --max-steps ... override it for tests
 and benchmarks), never from a recipe.
@@ -18,49 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from opsdctl import knobs
 from opsdctl.errors import EXIT_USER_ERROR, UserError
-from opsdctl.profiles import PROFILES, Profile, get_profile, with_overrides
+from opsdctl.recipes import knobs
+from opsdctl.recipes.profiles import PROFILES, get_profile, with_overrides
+from trainer.config import TrainConfig  # noqa: F401  (built here; tests and tools import it from the CLI)
 
 CODE_METHOD_DEFAULTS = Path(__file__).with_name("method_defaults.toml")
-
-
-@dataclass
-class TrainConfig:
-    profile: Profile
-    hparams: dict
-    method: dict
-    seed: int
-    output_dir: Path
-    recipe_name: str = "unnamed"
-    recipe_hash: str | None = None
-    sources: dict = field(default_factory=dict)  # knob -> where its value came from
-    rollout_backend: str = "auto"  # auto | hf | vllm
-    loss_chunk_size: int = 512
-    # keep the profile's global batch if the process count differs (off once batch/accumulation are overridden)
-    keep_global_batch: bool = True
-    columns: dict = field(default_factory=dict)  # role -> explicit column name
-    notes: list = field(default_factory=list)  # lines for the log
-
-    @property
-    def max_completion_length(self) -> int:
-        cap = self.profile.completion_length_cap
-        n = self.hparams["max_completion_length"]
-        return min(n, cap) if cap else n
-
-    @property
-    def optimizer_hparams(self) -> dict:
-        """The recipe's knobs as the optimizer sees them (the profile's learning_rate_scale applied)."""
-        return {**self.hparams, "learning_rate": self.hparams["learning_rate"] * self.profile.learning_rate_scale}
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["output_dir"] = str(self.output_dir)
-        d["effective_max_completion_length"] = self.max_completion_length
-        return d
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,7 +141,7 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
 
     method = knobs.default_method()
     for k in method:
-        sources[k] = "code default (opsdctl.knobs)"
+        sources[k] = "code default (opsdctl.recipes.knobs)"
     layers = []
     if CODE_METHOD_DEFAULTS.exists():
         layers.append((str(CODE_METHOD_DEFAULTS), read_method_toml(CODE_METHOD_DEFAULTS)))
@@ -213,7 +178,9 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = resolve(argv)
-        from trainer.train import run  # heavy imports only after the inputs are known good
+        from trainer.train import (
+            run,  # heavy imports only after the inputs are known good
+        )
 
         run(cfg)
     except UserError as exc:

@@ -24,10 +24,16 @@ import torch
 
 from trainer import checkpoint, data, prompting
 from trainer.batch import build
-from trainer.cli import TrainConfig
+from trainer.config import TrainConfig
 from trainer.loss import LossSpec, chunked_loss
 from trainer.metrics import RunLog, peak_memory_mib
-from trainer.model import backbone_and_head, completion_hidden, lora_config, trainable_parameters, wrap_with_lora
+from trainer.model import (
+    backbone_and_head,
+    completion_hidden,
+    lora_config,
+    trainable_parameters,
+    wrap_with_lora,
+)
 from trainer.optim import clip_gradients, lr_curve, make_optimizer, make_scheduler
 from trainer.rollout import HFGenerateBackend, SamplingSpec, choose_backend
 from trainer.teacher import add_ema_adapter, as_teacher, ema_update, teacher_mode

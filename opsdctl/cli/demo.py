@@ -1,0 +1,154 @@
+"""`opsdctl demo`: the whole main job on a laptop, in a fresh workspace.
+
+It writes a starter config for the `tiny` profile (a tiny Qwen3-architecture model, its
+tokenizer and generated arithmetic problems, all built offline), queues the baseline and two
+variants with repeats, runs the real trainer and evaluator through the worker, and ends with
+status, the compare table and its PNG, and the winner's recipe.env.
+
+The workloads run as subprocesses (as in any real set-up), so this module stays torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from opsdctl.errors import UserError
+
+DEMO_RECIPES = (("baseline", 3), ("token-clip", 2), ("cosine", 2))  # (recipe, repeats)
+DEFAULT_DIR = "opsdctl-demo"
+
+
+@dataclass
+class DemoPaths:
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "opsdctl.toml"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "runs.db"
+
+    @property
+    def runs(self) -> Path:
+        return self.root / "runs"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.root / "worker.log"
+
+    @property
+    def plot(self) -> Path:
+        return self.root / "compare.png"
+
+    @property
+    def recipe_env(self) -> Path:
+        return self.root / "recipe.env"
+
+    @property
+    def method_defaults(self) -> Path:
+        return self.root / "method_defaults.toml"
+
+
+def prepare_workspace(root: Path) -> DemoPaths:
+    """A fresh workspace: refuse one that already holds a store (never clobber runs)."""
+    from opsdctl.cli.init import init_workspace
+
+    paths = DemoPaths(root.resolve())
+    if paths.db.exists() or paths.config.exists():
+        raise UserError(
+            f"{paths.root}: already holds an opsdctl workspace (opsdctl.toml or runs.db); "
+            "remove it or pass --dir NEW_DIR for a fresh demo"
+        )
+    init_workspace(paths.root, "tiny")
+    text = paths.config.read_text()
+    # The demo's code is the installed opsdctl (trainer/, eval/), not this directory: no snapshot.
+    text = text.replace("snapshot_code = true ", "snapshot_code = false")
+    text = text.replace("# hours = 6                                  # counted from the first worker start",
+                        "hours = 1                                    # counted from the first worker start")
+    paths.config.write_text(text)
+    return paths
+
+
+def build_tiny_assets(con, log_path: Path) -> None:
+    """Build (once, cached) the tiny model, tokenizer and data in a subprocess."""
+    con.print("[bold]1/4[/bold] tiny model, tokenizer and arithmetic data (built once, then cached)...")
+    t0 = time.time()
+    with open(log_path, "a") as log:
+        proc = subprocess.run([sys.executable, "-m", "opsdkit.tiny"], stdout=subprocess.PIPE,
+                              stderr=log, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"building the tiny assets failed (exit {proc.returncode}); see {log_path}")
+    con.print(f"    {proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else 'ready'} "
+              f"[dim]({time.time() - t0:.0f} s)[/dim]")
+
+
+def queue_demo(cfg, store, con) -> int:
+    from opsdctl.run.enqueue import queue_recipes
+
+    total = 0
+    for name, repeats in DEMO_RECIPES:
+        result = queue_recipes(cfg, lambda: store, [name], repeats=repeats, seed=0, same_seed=False,
+                               priority=0, force=False)
+        total += len(result.chains)
+    con.print(f"[bold]2/4[/bold] queued {total} chains: "
+              + ", ".join(f"{name} x{n}" for name, n in DEMO_RECIPES))
+    return total
+
+
+def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
+    """Run `opsdctl worker --drain` and show its progress until the queue is drained."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from opsdctl.cli.status import gather_status
+
+    con.print(f"[bold]3/4[/bold] worker: train -> eval for each chain (log: {paths.worker_log})")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(paths.worker_log, "a") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "opsdctl.cli", "--config", str(paths.config),
+                                 "worker", "--drain"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                cwd=paths.root)
+        try:
+            with Progress(TextColumn("    chains"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("{task.description}"), console=con, transient=False) as bar:
+                task = bar.add_task("", total=total)
+                while proc.poll() is None:
+                    doc = gather_status(cfg, store, None)
+                    done = sum(c["state"] not in ("queued", "running") for c in doc["chains"])
+                    running = [c for c in doc["chains"] if c["state"] == "running"]
+                    what = ""
+                    if running:
+                        c = running[0]
+                        prog = (c.get("progress") or {}).get("text", "")
+                        what = f"chain {c['chain_id']} {c['variant']} seed {c['seed']}: {c.get('stage') or ''} {prog}"
+                    bar.update(task, completed=done, description=what)
+                    time.sleep(1.0)
+                bar.update(task, completed=total, description="")
+        except KeyboardInterrupt:
+            proc.send_signal(2)
+            proc.wait()
+            raise
+    if proc.returncode != 0:
+        raise UserError(f"the worker exited with {proc.returncode}; see {paths.worker_log}")
+
+
+def best_variant(report: dict) -> str | None:
+    """The candidate most likely to beat the baseline (or the baseline, if none has full runs)."""
+    full = [v for v in report["variants"] if not v.get("partial") and v.get("n")]
+    ranked = sorted(full, key=lambda v: (v.get("p_beat") is None, -(v.get("p_beat") or 0.0),
+                                         -(v.get("delta") or 0.0)))
+    if ranked and (ranked[0].get("delta") or 0.0) > 0:
+        return ranked[0]["name"]
+    return report["baseline"].get("name")

@@ -1,0 +1,582 @@
+"""The `opsdctl` command line. Each command parses, calls one core function, and renders.
+
+Modules are imported inside the commands so `opsdctl --help` and `opsdctl status` start fast;
+nothing here (or anything it imports) touches torch, transformers or vllm.
+Every listing command has `--json`. A UserError is one red line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    name="opsdctl",
+    help=(
+        "Find a better On-Policy Self-Distillation recipe inside a hard GPU budget.\n\n"
+        "Queue recipe variants, let one worker run each chain (train -> eval) on your GPUs, "
+        "watch status, and export the winner as the official recipe.env."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,  # plain tracebacks for real bugs; user errors are one line
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="markdown",
+)
+
+_state: dict = {"config": None}
+
+
+@app.callback()
+def _root(
+    config: Optional[Path] = typer.Option(
+        None, "--config", "-c", envvar="OPSDCTL_CONFIG", metavar="PATH",
+        help="Config file [default: ./opsdctl.toml].", show_default=False,
+    ),
+) -> None:
+    _state["config"] = config
+
+
+def _config():
+    from opsdctl.config import find_config, load_config
+
+    return load_config(find_config(str(_state["config"]) if _state["config"] else None))
+
+
+def _store(cfg):
+    from opsdctl.store.engine import open_store
+
+    return open_store(cfg.db)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    con = Console(stderr=stderr, highlight=False, soft_wrap=True)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con.width = 160  # piped into a log or a CI page: don't squeeze tables to 80 columns
+    return con
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _warn(text: str) -> None:
+    _console(stderr=True).print(f"[yellow]warning:[/yellow] {_escape(text)}")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+# --- init ---------------------------------------------------------------------------------
+
+
+@app.command()
+def init(
+    profile: str = typer.Option("tiny", "--profile", "-p", help="Fixed setting to start from: tiny (CPU, offline) or qwen3-1.7b."),
+    directory: Path = typer.Option(Path("."), "--dir", "-d", help="Where to write opsdctl.toml.", file_okay=False),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing opsdctl.toml."),
+    no_recipes: bool = typer.Option(False, "--no-recipes", help="Do not copy the shipped recipes into recipes/."),
+) -> None:
+    """Write a commented starter opsdctl.toml (and copy the shipped recipes into recipes/)."""
+    from opsdctl.cli.init import init_workspace
+
+    written = init_workspace(directory, profile, force=force, copy_recipes=not no_recipes)
+    con = _console()
+    for line in written:
+        con.print(f"wrote {_escape(line)}")
+    con.print("next: [bold]opsdctl queue baseline[/bold], then [bold]opsdctl worker --drain[/bold]")
+
+
+# --- queue --------------------------------------------------------------------------------
+
+
+@app.command()
+def queue(
+    recipes: List[str] = typer.Argument(..., metavar="RECIPE", help="Recipe files, or names under recipes/."),
+    repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Base seed: repeat r runs seed S+r (see --same-seed)."),
+    same_seed: bool = typer.Option(False, "--same-seed", help="Run every repeat at exactly --seed."),
+    priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order."),
+    force: bool = typer.Option(False, "--force", help="Record a changed recipe under an existing name as a new version."),
+    as_json: bool = typer.Option(False, "--json", help='Print [{"chain_id", "variant", "seed", "repeat"}].'),
+) -> None:
+    """Queue train -> eval chains for recipes, freezing the code as it is now.
+
+    A recipe's identity is the hash of its resolved knobs: queueing the same content again
+    reuses its variant; the same name with different content is refused unless --force.
+    """
+    from opsdctl.run.enqueue import queue_recipes
+
+    cfg = _config()
+    result = queue_recipes(
+        cfg, lambda: _store(cfg), recipes, repeats=repeats, seed=seed, same_seed=same_seed,
+        priority=priority, force=force,
+    )
+    for note in result.notes:
+        _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
+    if as_json:
+        _print_json([c.to_json() for c in result.chains])
+        return
+    con = _console()
+    snap = result.snapshot
+    if snap.kind == "git":
+        what = f"git tree {snap.key[:12]} (HEAD {snap.head[:12] if snap.head else 'none'}{', with uncommitted changes' if snap.dirty else ''})"
+    elif snap.kind == "copy":
+        what = f"a copy {snap.key[:12]}"
+    else:
+        what = "the live code dir (snapshot_code = false)"
+    for c in result.chains:
+        con.print(f"queued chain [bold]{c.chain_id}[/bold]: {_escape(c.variant)} seed {c.seed} (repeat {c.repeat})")
+    con.print(f"code: {what}")
+
+
+# --- worker -------------------------------------------------------------------------------
+
+
+@app.command()
+def worker(
+    drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
+    policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
+                                         help="Run order [default: [planner] policy]. adaptive: the chains that settle the "
+                                              "most verdicts in the time left (value of information)."),
+    futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
+                                            help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
+    auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
+                                               help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
+    try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
+                                                     help="adaptive: first runs of every queued variant before any "
+                                                          "repeat, or (default) let value of information pick."),
+) -> None:
+    """Run queued chains, one at a time, on the configured GPUs (one worker per store).
+
+    Before each chain and stage the planner checks that it fits in the time left (duration
+    estimates from history) and that the GPUs are free (NVML); a chain that cannot finish is
+    skipped with the reason. Ctrl-C (or SIGTERM) stops the running stage's process group and
+    marks its chain interrupted; press it twice to skip the grace period.
+    """
+    import datetime as dt
+
+    from opsdctl.run.worker import Worker
+
+    cfg = _config()
+    if policy is not None and policy not in ("fifo", "adaptive"):
+        from opsdctl.errors import UserError
+
+        raise UserError(f"--policy {policy}: must be fifo or adaptive")
+    if policy is not None or futility is not None or auto_repeat is not None or try_every_variant is not None:
+        from opsdctl.plan.planner import with_overrides
+
+        cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
+                             try_every_variant=try_every_variant)
+    store = _store(cfg)
+    con = _console()
+
+    def report(msg: str) -> None:
+        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(msg)}")
+
+    w = Worker(cfg, store, drain=drain, report=report)
+    ran = w.run()
+    report(f"worker exiting: {ran} chain{'s' if ran != 1 else ''} run")
+    if w.stop:  # stopped by a signal: the conventional 128 + signal number
+        import signal
+
+        raise typer.Exit(128 + signal.Signals[w.stop.reason].value)
+
+
+# --- status -------------------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print the status document as JSON."),
+    recent: int = typer.Option(10, "--recent", "-r", min=0, help="How many finished chains to show."),
+    show_all: bool = typer.Option(False, "--all", "-a", help="Show every finished chain."),
+) -> None:
+    """The running chain (stage, elapsed, progress), the queue in run order, recent results, time left."""
+    from opsdctl.cli.status import gather_status
+
+    cfg = _config()
+    doc = gather_status(cfg, _store(cfg), None if show_all else recent)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_status
+
+    render_status(_console(), doc)
+
+
+# --- cancel / requeue ---------------------------------------------------------------------
+
+
+@app.command()
+def cancel(
+    chain_ids: List[int] = typer.Argument(..., metavar="CHAIN_ID", help="Chains to cancel."),
+    grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between TERM and KILL [default: from config]."),
+) -> None:
+    """Cancel chains: a queued one never runs; a running one gets TERM, then KILL after the grace period.
+
+    Only the stage's own process group (and processes carrying its token) is signalled.
+    """
+    from opsdctl.run.cancel import cancel_chain
+    from opsdctl.run.executors import cancel_stopper
+
+    cfg = _config()
+    store = _store(cfg)
+    con = _console()
+    grace = cfg.kill_grace_seconds if grace is None else grace
+    remote_stop = cancel_stopper(cfg, store, grace, chain_ids)  # executor = "ray": through the chain's actor
+    failed = None
+    with con.status("cancelling...") as spinner:
+        for cid in chain_ids:
+            try:
+                res = cancel_chain(store, cid, grace, on_wait=lambda text: spinner.update(_escape(text)),
+                                   remote_stop=remote_stop)
+            except Exception as exc:
+                from opsdctl.errors import UserError
+
+                if not isinstance(exc, UserError) or len(chain_ids) == 1:
+                    raise
+                failed = exc
+                con.print(f"[red]{_escape(str(exc))}[/red]")
+                continue
+            con.print(_escape(res.text()))
+    if failed is not None:
+        raise typer.Exit(2)
+
+
+@app.command()
+def requeue(
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID", help="A finished chain (failed, cancelled, interrupted, skipped...)."),
+    priority: Optional[int] = typer.Option(None, "--priority", "-p", help="Priority of the new chain [default: the old one's]."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"chain_id", "variant", "seed", "repeat"}.'),
+) -> None:
+    """Queue a fresh copy of a finished chain: same variant, seed and code snapshot."""
+    from opsdctl.run.enqueue import requeue_chain
+
+    cfg = _config()
+    new = requeue_chain(_store(cfg), chain_id, priority)
+    if as_json:
+        _print_json(new.to_json())
+        return
+    _console().print(f"queued chain [bold]{new.chain_id}[/bold]: {_escape(new.variant)} seed {new.seed} (re-run of chain {chain_id})")
+
+
+# --- export -------------------------------------------------------------------------------
+
+
+@app.command("export-recipe")
+def export_recipe_cmd(
+    variant: str = typer.Argument(..., metavar="VARIANT", help="Variant name (latest version) or NAME@vN."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH", help="Write recipe.env here [default: stdout]."),
+    method_defaults: Optional[Path] = typer.Option(None, "--method-defaults", metavar="PATH", help="Also write the method knobs as a [method] TOML our trainer reads."),
+    force: bool = typer.Option(False, "--force", help="Export even without a succeeded chain."),
+) -> None:
+    """Write a variant as the official recipe.env: whitelisted keys only, stable order, a header with its hash."""
+    from opsdctl.fsutil import atomic_write_text
+    from opsdctl.recipes.export import export_recipe
+
+    cfg = _config()
+    exp = export_recipe(_store(cfg), variant, force=force)
+    warning = exp.warning()
+    if warning and method_defaults is None:
+        _warn(warning)
+    if method_defaults is not None:
+        atomic_write_text(method_defaults, exp.method_defaults)
+        _console(stderr=True).print(f"wrote method defaults to {_escape(str(method_defaults))}")
+    if output is None:
+        sys.stdout.write(exp.recipe_env)
+    else:
+        atomic_write_text(output, exp.recipe_env)
+        _console(stderr=True).print(f"wrote {_escape(str(output))} ({exp.label}, sha256 {exp.hash[:12]})")
+
+
+# --- listings -----------------------------------------------------------------------------
+
+
+@app.command()
+def variants(as_json: bool = typer.Option(False, "--json", help="Print the variants as JSON.")) -> None:
+    """Recorded variants: name, version, hash, knobs that differ from the released recipe, runs."""
+    from opsdctl.cli.listing import list_variants
+
+    cfg = _config()
+    rows = list_variants(_store(cfg))
+    if as_json:
+        _print_json(rows)
+        return
+    from opsdctl.cli.render import render_variants
+
+    render_variants(_console(), rows)
+
+
+@app.command("recipes")
+def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print the recipes as JSON.")) -> None:
+    """Recipe files under recipes_dir (and the shipped ones), validated, with their hashes."""
+    from opsdctl.cli.listing import list_recipes
+
+    cfg = _config()
+    rows = list_recipes(cfg)
+    if as_json:
+        _print_json(rows)
+        return
+    from opsdctl.cli.render import render_recipes
+
+    render_recipes(_console(), rows)
+
+
+@app.command()
+def logs(
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID"),
+    stage: Optional[str] = typer.Option(None, "--stage", help="train or eval [default: the chain's current/last stage]."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, help="How many lines from the end (0 = all)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows, until the stage ends."),
+) -> None:
+    """Print a chain's stage log (its path is in `opsdctl status --json`)."""
+    from opsdctl.cli.listing import follow_log, stage_log
+
+    cfg = _config()
+    store = _store(cfg)
+    path, text = stage_log(store, chain_id, stage, lines)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if follow:
+        follow_log(store, chain_id, path, sys.stdout)
+
+
+@app.command()
+def budget(
+    as_json: bool = typer.Option(False, "--json", help="Print the budget as JSON."),
+    restart_clock: bool = typer.Option(False, "--restart-clock", help="hours budgets: start counting again now."),
+) -> None:
+    """Time left, from [budget] remaining_file, deadline or hours, minus the margin."""
+    import time
+
+    from opsdctl.plan.budget import CLOCK_KEY, budget_now, clock_start
+    from opsdctl.store.engine import set_meta
+
+    cfg = _config()
+    store = _store(cfg)
+    if restart_clock:
+        with store.write() as s:
+            set_meta(s, CLOCK_KEY, repr(time.time()) if cfg.budget.kind == "hours" else None)
+    view = budget_now(cfg.budget, clock_start(store))
+    if as_json:
+        _print_json({**view.to_json(), "text": view.text()})
+        return
+    _console().print(f"budget: {_escape(view.text())}")
+
+
+@app.command()
+def compare(
+    variants: Optional[List[str]] = typer.Argument(None, metavar="[VARIANT]...",
+                                                   help="Variants to compare [default: every scored one]."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", "-b", help="Baseline variant [default: [baseline] variant]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG", help="Also draw the runs, means and 95% CIs to this PNG."),
+) -> None:
+    """Rank candidates against the baseline and the run-to-run noise floor.
+
+    One shared run-to-run sigma (pooled, with the published reference as prior), t intervals,
+    P(beat baseline), Bonferroni-corrected verdicts, and how many more runs would settle each
+    question. Partial evaluations are listed apart, never pooled.
+    """
+    from opsdctl.plan.report import compare_doc
+
+    cfg = _config()
+    store = _store(cfg)
+    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store))
+    if plot is not None:
+        from opsdctl.stats.plots import plot_compare
+
+        plot_compare(report, plot)
+    if as_json:
+        _print_json(report)
+        return
+    from opsdctl.stats.compare import render_compare
+
+    con = _console()
+    render_compare(report, con)
+    if plot is not None:
+        con.print(f"plot: {_escape(str(plot))}")
+
+
+def _chain_minutes(cfg, store) -> Optional[float]:
+    """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
+    the planner's high-quantile estimate from the store's history (the figure admission uses),
+    falling back to [planner] train_minutes/eval_minutes or the profile's defaults."""
+    from opsdctl.plan.durations import estimator_for
+    from opsdctl.store.engine import variants_named
+
+    hparams = {}
+    if cfg.baseline_variant:
+        with store.read() as s:
+            versions = variants_named(s, cfg.baseline_variant.split("@")[0])
+            hparams = dict(versions[-1].hparams) if versions else {}
+    train, evaluate = estimator_for(cfg, store).chain(cfg.profile, hparams)
+    return (train.high_s + evaluate.high_s) / 60.0
+
+
+@app.command()
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print the inventory as JSON.")) -> None:
+    """The GPUs (NVML), their free memory and the processes holding them (pid, name, MiB).
+
+    CUDA indices follow PCI bus order (stages run with CUDA_DEVICE_ORDER=PCI_BUS_ID), within an
+    inherited CUDA_VISIBLE_DEVICES when set. Looks only: opsdctl never signals a process it did
+    not start.
+    """
+    from opsdctl.plan.gpus import gpu_report
+
+    cfg = _config()
+    doc = gpu_report(cfg.devices, cfg.min_free_mib).to_json()
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_gpus
+
+    render_gpus(_console(), doc)
+
+
+@app.command()
+def durations(
+    as_json: bool = typer.Option(False, "--json", help="Print estimates and estimate-vs-actual as JSON."),
+    recent: int = typer.Option(20, "--recent", "-r", min=0, help="How many recent stages to list."),
+) -> None:
+    """Stage duration estimates from history (median and high quantile per cost key), and how
+    the estimates admission used compare with what the stages actually took."""
+    from opsdctl.plan.durations import durations_doc
+
+    cfg = _config()
+    doc = durations_doc(cfg, _store(cfg), recent)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_durations
+
+    render_durations(_console(), doc)
+
+
+@app.command()
+def simulate(
+    sessions: int = typer.Option(200, "--sessions", "-n", min=1, help="Simulated sessions per policy."),
+    seed: int = typer.Option(0, "--seed", help="Base seed (session i uses seed + i)."),
+    hours: float = typer.Option(6.0, "--hours", help="Budget of one session."),
+    effects: Optional[str] = typer.Option(None, "--effects", metavar="E1,E2,...",
+                                          help="True effects of the candidates, points [default: 0,0,+1,+2,+3,-2]."),
+    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Also write simulate.json and simulate.md here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
+
+    Drives the worker's own gate (opsdctl.plan.planner.PlannerGate: admission, adaptive policy,
+    futility) over simulated stage durations and scores; needs no config or store.
+    """
+    from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+
+    eff = DEFAULT_EFFECTS if effects is None else tuple(float(x) for x in effects.split(",") if x.strip())
+    doc = run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=eff)
+    if out is not None:
+        write_results(doc, out)
+    if as_json:
+        _print_json(doc)
+        return
+    sys.stdout.write(doc["markdown"] + "\n")
+
+
+@app.command()
+def show(
+    variant: str = typer.Argument(..., metavar="VARIANT", help="NAME (latest version) or NAME@vN."),
+    as_json: bool = typer.Option(False, "--json", help="Print the variant and its runs as JSON."),
+) -> None:
+    """One variant: its recipe and every run, with per-problem counts and training statistics."""
+    from opsdctl.stats.scores import show_doc
+
+    cfg = _config()
+    doc = show_doc(_store(cfg), variant)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_show
+
+    render_show(_console(), doc)
+
+
+@app.command()
+def demo(
+    directory: Path = typer.Option(Path("opsdctl-demo"), "--dir", "-d", metavar="DIR",
+                                   help="A fresh workspace for the demo (refused if it already holds one)."),
+) -> None:
+    """The whole job on this machine, no GPU, no downloads: a tiny model, three recipes, compare, export.
+
+    Builds (once) a tiny Qwen3-architecture model warm-started on generated arithmetic,
+    queues the baseline x3, token-clip x2 and cosine x2, runs the real trainer and evaluator
+    through the worker, then prints status, the compare table (and PNG) and the winner's recipe.env.
+    """
+    from opsdctl.cli import demo as d
+    from opsdctl.cli.render import render_status
+    from opsdctl.cli.status import gather_status
+    from opsdctl.config import load_config
+    from opsdctl.fsutil import atomic_write_text
+    from opsdctl.plan.report import compare_doc
+    from opsdctl.recipes.export import export_recipe
+    from opsdctl.stats.plots import plot_compare
+
+    con = _console()
+    t0 = __import__("time").time()
+    paths = d.prepare_workspace(directory)
+    con.print(f"workspace: [bold]{_escape(str(paths.root))}[/bold]")
+    d.build_tiny_assets(con, paths.worker_log)
+    cfg = load_config(paths.config)
+    store = _store(cfg)
+    total = d.queue_demo(cfg, store, con)
+    d.run_worker(paths, cfg, store, total, con)
+
+    con.print("[bold]4/4[/bold] results\n")
+    render_status(con, gather_status(cfg, store, None))
+    report = compare_doc(cfg, store, None, None, chain_minutes=_chain_minutes(cfg, store))
+    con.print()
+    from opsdctl.stats.compare import render_compare
+
+    render_compare(report, con)
+    plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
+    best = d.best_variant(report)
+    if best:
+        exp = export_recipe(store, best)
+        atomic_write_text(paths.recipe_env, exp.recipe_env)
+        atomic_write_text(paths.method_defaults, exp.method_defaults)
+        con.print(f"\n[bold]best variant: {_escape(best)}[/bold] -> {_escape(str(paths.recipe_env))}")
+        con.print(_escape(exp.recipe_env.rstrip()))
+        if exp.off_default_method:  # method knobs cannot travel in recipe.env: they ride as code defaults
+            knob_list = ", ".join(f"{k} = {v!r}" for k, v in exp.off_default_method.items())
+            con.print(f"[yellow]method knobs ({_escape(knob_list)}) cannot travel in recipe.env: written as "
+                      f"the trainer's defaults to {_escape(str(paths.method_defaults))}[/yellow]")
+    con.print(f"\n[bold]where everything is[/bold] (took {(__import__('time').time() - t0) / 60:.1f} min)")
+    for label, path in (("config", paths.config), ("store", paths.db), ("logs and outputs", paths.runs),
+                        ("worker log", paths.worker_log), ("compare plot", paths.plot),
+                        ("recipe.env", paths.recipe_env), ("method defaults", paths.method_defaults)):
+        con.print(f"  {label:17s} {_escape(str(path))}")
+    con.print(f"  next: cd {_escape(str(paths.root))} && opsdctl status / opsdctl compare / opsdctl show token-clip")
+
+
+def main() -> None:
+    from opsdctl.errors import EXIT_USER_ERROR, UserError
+
+    try:
+        app()
+    except UserError as exc:
+        from rich.console import Console
+
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/red] {_escape(str(exc))}")
+        sys.exit(getattr(exc, "exit_code", EXIT_USER_ERROR))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Rich tables for humans. Each function takes the same plain data `--json` prints."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Optional
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from opsdctl.plan.budget import fmt_duration
+
+STATE_STYLE = {
+    "queued": "cyan",
+    "running": "bold yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "interrupted": "dark_orange",
+    "skipped": "dim",
+    "stopped-futile": "blue",
+}
+
+
+def _state(state: str) -> str:
+    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+def _local(iso: Optional[str]) -> str:
+    if not iso:
+        return ""
+    t = dt.datetime.fromisoformat(iso).astimezone()
+    today = dt.datetime.now().astimezone().date()
+    return t.strftime("%H:%M:%S") if t.date() == today else t.strftime("%Y-%m-%d %H:%M")
+
+
+def _score(c: dict) -> str:
+    if c.get("score") is None:
+        return ""
+    s = f"{c['score']:.2f}"
+    if c.get("k"):
+        s += f" @{c['k']}"
+    if c.get("partial"):
+        s += " [yellow](partial)[/]"
+    return s
+
+
+def render_status(con: Console, doc: dict) -> None:
+    budget = doc["budget"]
+    worker = doc["worker"]
+    con.print(f"[bold]budget[/bold]  {escape(budget['text'])}")
+    wstyle = {"running": "green", "dead": "red"}.get(worker["state"], "dim")
+    con.print(f"[bold]worker[/bold]  [{wstyle}]{escape(worker['text'])}[/]")
+    chains = doc["chains"]
+    running = [c for c in chains if c["state"] == "running"]
+    queued = [c for c in chains if c["state"] == "queued"]
+    finished = [c for c in chains if c["state"] not in ("running", "queued")]
+
+    if running:
+        t = Table(title="running", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "stage", "elapsed", "progress", "log"):
+            t.add_column(col)
+        for c in running:
+            prog = (c.get("progress") or {}).get("text", "")
+            frac = (c.get("progress") or {}).get("fraction")
+            if frac is not None:
+                prog += f" ({frac:.0%})"
+            elapsed = fmt_duration(c.get("stage_elapsed_seconds") or c.get("elapsed_seconds") or 0)
+            t.add_row(str(c["chain_id"]), escape(c["variant"]), str(c["seed"]), c.get("stage") or "-",
+                      elapsed, escape(prog), escape(c.get("log") or ""))
+        con.print(t)
+        for c in running:
+            if c.get("note"):
+                con.print(f"[red]chain {c['chain_id']}: {escape(c['note'])}[/red]")
+    else:
+        con.print("[dim]nothing running[/dim]")
+
+    planner = doc.get("planner")
+    if queued and planner:
+        render_queue_timeline(con, queued, planner)
+    elif queued:
+        t = Table(title=f"queued ({len(queued)}, in run order)", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "repeat", "priority", "queued"):
+            t.add_column(col)
+        for c in queued:
+            extra = f" (re-run of {c['requeued_from']})" if c.get("requeued_from") else ""
+            t.add_row(str(c["chain_id"]), escape(c["variant"]) + extra, str(c["seed"]), str(c["repeat"]),
+                      str(c["priority"]), _local(c.get("queued_at")))
+        con.print(t)
+    else:
+        con.print("[dim]queue empty[/dim]")
+    if doc.get("gpus"):
+        render_gpu_lines(con, doc["gpus"])
+
+    if finished:
+        t = Table(title="finished (newest first)", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "state", "score", "took", "finished", "reason"):
+            t.add_column(col, overflow="fold")
+        for c in finished:
+            took = fmt_duration(c["elapsed_seconds"]) if c.get("elapsed_seconds") is not None else ""
+            t.add_row(str(c["chain_id"]), escape(c["variant"]), str(c["seed"]), _state(c["state"]), _score(c),
+                      took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
+        con.print(t)
+
+
+def _in(seconds) -> str:
+    """'+12m (14:05)': a projected time from now, with the local clock time."""
+    if seconds is None:
+        return "-"
+    at = dt.datetime.now() + dt.timedelta(seconds=seconds)
+    return f"+{fmt_duration(seconds)} ({at:%H:%M})"
+
+
+def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> None:
+    """The queue in the planner's order with projected start/end, and what will not fit."""
+    by_id = {c["chain_id"]: c for c in queued}
+    entries = [e for e in planner.get("timeline", []) if e["state"] == "queued" and e["chain_id"] in by_id]
+    title = (f"queued ({len(queued)}, {planner.get('order', 'queue order')}; policy {planner.get('policy')}"
+             + (", futility on" if planner.get("futility") else "") + ")")
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("chain", "variant", "seed", "starts", "ends", "p50/high", "fits"):
+        t.add_column(col, overflow="fold", no_wrap=col in ("starts", "ends", "p50/high"))
+    for e in entries:
+        c = by_id[e["chain_id"]]
+        why = (e.get("reason") or "").removeprefix("will not fit: ").removesuffix(" at its turn")
+        fits = "[green]yes[/green]" if e["fits"] else f"[red]no[/red]: {escape(why)}"
+        t.add_row(str(e["chain_id"]), escape(c["variant"]), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
+                  f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
+    con.print(t)
+
+
+def render_gpu_lines(con: Console, gpus: dict) -> None:
+    """One line per GPU with its holders; the note when the gate is off for want of NVML."""
+    if gpus.get("note") and gpus.get("devices"):
+        con.print(f"[yellow]gpus[/yellow]    {escape(gpus['note'])}")
+    for g in gpus.get("gpus", []):
+        procs = ", ".join(f"pid {p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in g["processes"]) or "no processes"
+        idx = "-" if g["index_cuda"] is None else str(g["index_cuda"])
+        con.print(f"[bold]gpu {idx}[/bold]   {g['free_mib']}/{g['total_mib']} MiB free; {escape(procs)}")
+    if gpus.get("blocked"):
+        con.print(f"[red]gpus not ready:[/red] {escape(gpus['blocked'])}")
+
+
+def render_gpus(con: Console, doc: dict) -> None:
+    """`opsdctl gpus`: the inventory with holders (the same data as `--json`)."""
+    if not doc["available"]:
+        con.print(f"[yellow]no GPU inventory:[/yellow] {escape(doc['error'] or '')}")
+        if doc.get("note"):
+            con.print(escape(doc["note"]))
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("cuda", "nvml", "name", "uuid", "used MiB", "free MiB", "total MiB", "processes (pid name MiB)"):
+        t.add_column(col, overflow="fold")
+    for g in doc["gpus"]:
+        procs = ", ".join(f"{p['pid']} {p['name']} {p['used_mib']}" for p in g["processes"]) or "-"
+        t.add_row("-" if g["index_cuda"] is None else str(g["index_cuda"]), str(g["index_nvml"]), escape(g["name"]),
+                  g["uuid"][:16], str(g["used_mib"]), str(g["free_mib"]), str(g["total_mib"]), escape(procs))
+    con.print(t)
+    cvd = doc.get("cuda_visible_devices")
+    con.print(f"configured devices: {doc['devices']!r}, min_free_mib {doc['min_free_mib']}"
+              + (f"; inherited CUDA_VISIBLE_DEVICES={escape(cvd)}" if cvd is not None else ""))
+    if doc.get("ready") is True:
+        con.print("[green]ready[/green]: every configured GPU has enough free memory")
+    elif doc.get("ready") is False:
+        con.print(f"[red]not ready:[/red] {escape(doc['blocked'])}")
+
+
+def render_durations(con: Console, doc: dict) -> None:
+    t = Table(title="stage duration estimates", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("cost key", "n", "median", "high", "min", "max", "source"):
+        t.add_column(col)
+    for r in doc["estimates"]:
+        t.add_row(escape(r["cost_key"]), str(r["n"]), fmt_duration(r["median_s"]), fmt_duration(r["high_s"]),
+                  fmt_duration(r["min_s"]), fmt_duration(r["max_s"]), r["source"])
+    con.print(t)
+    d = doc["defaults_s"]
+    con.print(f"rule: {escape(doc['rule'])}; defaults: train {fmt_duration(d['train'])}, eval {fmt_duration(d['eval'])}")
+    a = doc["accuracy"]
+    if a["stages_with_estimate"]:
+        con.print(f"estimate vs actual: {a['stages_with_estimate']} stages, {a['over_estimate']} ran longer than "
+                  f"estimated, mean error {a['mean_error_s']:+.0f}s, mean |error| {a['mean_abs_pct']:.0f}%")
+
+
+def _changes_text(changes: dict) -> str:
+    from opsdctl.recipes.knobs import format_value
+
+    return ", ".join(f"{k}={format_value(v)}" for k, v in changes.items()) or "(released recipe)"
+
+
+def render_variants(con: Console, rows: list[dict]) -> None:
+    if not rows:
+        con.print("[dim]no variants yet: opsdctl queue RECIPE[/dim]")
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("variant", "hash", "changes", "runs", "scores"):
+        t.add_column(col, overflow="fold")
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=48)
+    for r in rows:
+        runs = f"{r['succeeded']}/{r['chains']}" + (f" (+{r['queued']} queued)" if r["queued"] else "")
+        scores = " ".join(f"{x:.2f}" for x in r["scores"])
+        t.add_row(escape(r["variant"]), r["hash"][:12], escape(_changes_text(r["changes"])), runs, scores,
+                  escape(r["description"]))
+    con.print(t)
+
+
+def render_recipes(con: Console, rows: list[dict]) -> None:
+    if not rows:
+        con.print("[dim]no recipes found[/dim]")
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("recipe", "extends", "changes", "hash"):
+        t.add_column(col, overflow="fold")
+    t.add_column("description", no_wrap=True, overflow="ellipsis", max_width=48)
+    for r in rows:
+        name = escape(r["name"]) + (" [dim](shipped)[/dim]" if r["shipped"] else "")
+        if r["error"]:
+            t.add_row(name, "", f"[red]{escape(r['error'])}[/red]", "", "")
+            continue
+        t.add_row(name, escape(" -> ".join(r["extends"])), escape(_changes_text(r["changes"])), r["hash"][:12],
+                  escape(r["description"]))
+    con.print(t)
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def render_show(con: Console, doc: dict) -> None:
+    from opsdctl.cli.listing import recipe_changes
+
+    con.print(f"[bold]{escape(doc['variant'])}[/bold]  {doc['hash'][:12]}  {escape(doc['description'] or '')}")
+    con.print(f"changes: {escape(_changes_text(recipe_changes(doc['hparams'], doc['method'])))}")
+    if not doc["runs"]:
+        con.print("[dim]no chains yet[/dim]")
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped", "per-problem correct"):
+        t.add_column(col, overflow="fold")
+    for r in doc["runs"]:
+        tr = r["train"] or {}
+        kn = f"{r['k']} x {r['n_problems']}" if r["k"] else "-"
+        if r["partial"]:
+            kn += " [yellow]partial[/yellow]"
+        counts = " ".join(str(p["correct"]) for p in r["problems"]) if r["problems"] else "-"
+        state = _state(r["state"]) + (f" [dim]({escape(r['reason'])})[/dim]" if r["reason"] else "")
+        t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,
+                  _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
+                  _num(tr.get("frac_clipped"), "{:.1%}"), counts)
+    con.print(t)

@@ -1,0 +1,113 @@
+"""`opsdctl status`: what runs now, what is queued (in run order), what finished, time left.
+
+`gather_status` returns plain data (the `--json` document); the CLI renders it with rich.
+JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id", "variant",
+"state", "stage", "score", "reason", "started_at", "finished_at", ...}]}: running chains first,
+then queued ones in run order, then finished ones, newest first. "planner" (opsdctl.plan.timeline:
+policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.plan.gpus: inventory
+with the processes holding each GPU) complete it.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from opsdctl.config import Config
+from opsdctl.plan.budget import budget_now, clock_start
+from opsdctl.run.worker_view import worker_view
+from opsdctl.store.engine import (
+    Store,
+    all_variants,
+    chains_in_state,
+    finished_chains,
+    latest_worker,
+    queued_chains,
+    score_of,
+    stages_of,
+)
+from opsdctl.store.models import (
+    Chain,
+    Score,
+    Stage,
+    Variant,
+    iso,
+    seconds_since,
+    utcnow,
+)
+from opsdctl.store.states import State
+
+
+def chain_view(s, chain: Chain, variant: Variant, with_stages: bool = True) -> dict:
+    score: Optional[Score] = score_of(s, chain.id) if chain.state not in (State.QUEUED.value,) else None
+    out = {
+        "chain_id": chain.id,
+        "variant": variant.label,
+        "state": chain.state,
+        "stage": chain.stage,
+        "score": round(score.avg_at_k, 4) if score else None,
+        "reason": chain.reason,
+        "started_at": iso(chain.started_at),
+        "finished_at": iso(chain.finished_at),
+        "queued_at": iso(chain.queued_at),
+        "seed": chain.seed,
+        "repeat": chain.repeat,
+        "priority": chain.priority,
+        "requeued_from": chain.requeued_from,
+        "k": score.k if score else None,
+        "partial": score.partial if score else None,
+        "score_source": score.source if score else None,
+    }
+    if chain.started_at is not None:
+        end = chain.finished_at or utcnow()
+        out["elapsed_seconds"] = round((end - chain.started_at).total_seconds(), 1)
+    if with_stages and chain.state != State.QUEUED.value:
+        stage_rows = stages_of(s, chain.id)
+        out["stages"] = [stage_view(st) for st in stage_rows]
+        current = next((st for st in reversed(stage_rows) if st.name == chain.stage), None)
+        if current is not None:
+            out["progress"] = current.progress
+            out["log"] = current.log_path
+            if current.state == "running":
+                out["stage_elapsed_seconds"] = round(seconds_since(current.started_at) or 0.0, 1)
+    return out
+
+
+def stage_view(st: Stage) -> dict:
+    return {
+        "name": st.name,
+        "state": st.state,
+        "pid": st.pid,
+        "gpus": st.gpus,
+        "started_at": iso(st.started_at),
+        "finished_at": iso(st.finished_at),
+        "seconds": st.seconds,
+        "estimate_seconds": st.estimate_seconds,
+        "exit_code": st.exit_code,
+        "checkpoint": st.checkpoint,
+        "log": st.log_path,
+        "progress": st.progress,
+        "reason": st.reason,
+    }
+
+
+def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict:
+    started = clock_start(store) if cfg.budget.kind == "hours" else None
+    budget = budget_now(cfg.budget, started)
+    with store.read() as s:
+        worker = worker_view(latest_worker(s))
+        running = chains_in_state(s, State.RUNNING)
+        queued = queued_chains(s)
+        finished = finished_chains(s, recent)
+        variants = {v.id: v for v in all_variants(s)}
+        chains = [chain_view(s, c, variants[c.variant_id]) for c in running]
+        for c in chains:
+            if worker["state"] != "running":
+                c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
+        chains += [chain_view(s, c, variants[c.variant_id], with_stages=False) for c in queued]
+        chains += [chain_view(s, c, variants[c.variant_id]) for c in finished]
+    from opsdctl.plan.gpus import gpus_status
+    from opsdctl.plan.timeline import planner_status
+
+    return {"budget": {**budget.to_json(), "text": budget.text()}, "worker": worker, "chains": chains,
+            "planner": planner_status(cfg, store, budget.usable_seconds), "gpus": gpus_status(cfg),
+            "generated_at": iso(utcnow()), "store": store.safe_url()}

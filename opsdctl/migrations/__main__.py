@@ -1,5 +1,0 @@
-import sys
-
-from opsdctl.migrations import main
-
-sys.exit(main())

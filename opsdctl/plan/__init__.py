@@ -1,0 +1,1 @@
+"""Planning: GPU gate, budget, admission, duration estimates, policy, futility, timeline, simulator."""

@@ -1,0 +1,198 @@
+"""How long will a stage take? Estimates from the store's history, with honest fallbacks.
+
+Pure functions over plain samples, plus one store query (`history`).
+
+cost_key: the facts that change a stage's cost, as one string. A stage's duration depends on
+the fixed setting (the profile: model, data, benchmark, steps, evaluation protocol) and, for
+training, on the recipe knobs that change the work per step. Of the whitelisted knobs, only
+`max_completion_length` changes it materially (the on-policy rollouts and the loss run over
+that many tokens); learning rate, clip or teacher choices do not. The evaluation protocol is
+frozen by the profile, so its key is the profile alone.
+
+    train: "train|<profile>|mcl=<max_completion_length>"      eval: "eval|<profile>"
+
+The rule (ESTIMATE_RULE, shown by `opsdctl durations`), over the succeeded stages with the
+same cost_key:
+- n >= QUANTILE_MIN_N (5): median, and high = the HIGH_Q (0.9) quantile x TAIL_FACTOR (1.05);
+- 1 <= n < 5: median, and high = max x FEW_FACTOR (1.15): with few samples the 0.9 quantile is
+  not estimable, so the largest seen plus a safety margin stands in for it;
+- n = 0: the configured default ([planner] train_minutes / eval_minutes, else the profile's:
+  19 and 27 min for qwen3-1.7b, the top of the observed ranges) for both median and high; if
+  history with other knobs of the same stage and profile has a larger max, high is at least
+  that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one).
+The admission check uses `high`; timelines use `median`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional, Sequence
+
+HIGH_Q = 0.90
+QUANTILE_MIN_N = 5
+TAIL_FACTOR = 1.05
+FEW_FACTOR = 1.15
+COST_KNOBS = {"train": ("max_completion_length",), "eval": ()}
+
+ESTIMATE_RULE = (
+    f"n >= {QUANTILE_MIN_N}: high = p{int(HIGH_Q * 100)} x {TAIL_FACTOR}; "
+    f"1 <= n < {QUANTILE_MIN_N}: high = max x {FEW_FACTOR}; n = 0: configured/profile default "
+    f"(at least max of other-knob history x {FEW_FACTOR}); median for timelines"
+)
+
+
+def cost_key(stage: str, profile: str, hparams: Optional[Mapping] = None) -> str:
+    """The cost key of a stage of a recipe (see the module docstring)."""
+    parts = [stage, profile]
+    for knob in COST_KNOBS.get(stage, ()):
+        value = (hparams or {}).get(knob)
+        parts.append(f"{'mcl' if knob == 'max_completion_length' else knob}={value}")
+    return "|".join(parts)
+
+
+@dataclass(frozen=True)
+class Sample:
+    stage: str
+    key: str  # cost_key
+    seconds: float  # actual
+    estimate_seconds: Optional[float] = None  # what admission assumed when it started (high)
+    chain_id: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Estimate:
+    stage: str
+    key: str
+    n: int
+    median_s: float
+    high_s: float
+    source: str  # "history" | "default" | "default+other-knobs"
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "cost_key": self.key, "n": self.n, "median_s": round(self.median_s, 1),
+                "high_s": round(self.high_s, 1), "source": self.source}
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default, 'linear')."""
+    s = sorted(float(x) for x in xs)
+    if not s:
+        raise ValueError("quantile of no samples")
+    pos = (len(s) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def estimate_from_samples(
+    stage: str, key: str, same: Sequence[float], default_s: float, other: Sequence[float] = ()
+) -> Estimate:
+    """The rule of the module docstring. `same`: seconds of succeeded stages with this key;
+    `other`: the same stage and profile with other knob values."""
+    n = len(same)
+    if n >= QUANTILE_MIN_N:
+        return Estimate(stage, key, n, statistics.median(same), quantile(same, HIGH_Q) * TAIL_FACTOR, "history")
+    if n >= 1:
+        return Estimate(stage, key, n, statistics.median(same), max(same) * FEW_FACTOR, "history")
+    high, source = float(default_s), "default"
+    if other and max(other) * FEW_FACTOR > high:
+        high, source = max(other) * FEW_FACTOR, "default+other-knobs"
+    return Estimate(stage, key, 0, float(default_s), high, source)
+
+
+class Estimator:
+    """Estimates for one history snapshot (cheap to build; rebuild when history grows)."""
+
+    def __init__(self, samples: Iterable[Sample], defaults_s: Mapping[str, float]):
+        self.by_key: dict[str, list[float]] = {}
+        self.by_stage_profile: dict[str, list[float]] = {}
+        for s in samples:
+            self.by_key.setdefault(s.key, []).append(s.seconds)
+            self.by_stage_profile.setdefault(_stage_profile(s.key), []).append(s.seconds)
+        self.defaults_s = dict(defaults_s)
+
+    def stage(self, stage: str, profile: str, hparams: Optional[Mapping] = None) -> Estimate:
+        key = cost_key(stage, profile, hparams)
+        same = self.by_key.get(key, [])
+        other = [x for k, xs in self.by_key.items() if k != key and _stage_profile(k) == _stage_profile(key) for x in xs]
+        return estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+
+    def chain(self, profile: str, hparams: Optional[Mapping] = None) -> tuple[Estimate, Estimate]:
+        return self.stage("train", profile, hparams), self.stage("eval", profile, hparams)
+
+
+def _stage_profile(key: str) -> str:
+    return "|".join(key.split("|")[:2])
+
+
+def default_seconds(cfg) -> dict[str, float]:
+    """[planner] train_minutes / eval_minutes, else the profile's fallback durations."""
+    from opsdctl.recipes.profiles import get_profile
+
+    prof = get_profile(cfg.profile)
+    sec = cfg.section("planner") if hasattr(cfg, "section") else {}
+    train = sec.get("train_minutes") or prof.train_minutes
+    evaluate = sec.get("eval_minutes") or prof.eval_minutes
+    return {"train": float(train) * 60.0, "eval": float(evaluate) * 60.0}
+
+
+# --- the one store query ------------------------------------------------------------------
+
+
+def history(store) -> list[Sample]:
+    """Every succeeded stage with its actual seconds, keyed by cost_key (oldest first)."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Chain, Stage, Variant
+
+    stmt = (
+        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Variant.hparams)
+        .join(Chain, Chain.id == Stage.chain_id)
+        .join(Variant, Variant.id == Chain.variant_id)
+        .where(Stage.state == "succeeded", Stage.seconds.is_not(None))
+        .order_by(Stage.id)
+    )
+    with store.read() as s:
+        rows = list(s.execute(stmt))
+    return [Sample(name, cost_key(name, profile, hparams or {}), float(secs), est, cid)
+            for name, secs, est, cid, profile, hparams in rows]
+
+
+def estimator_for(cfg, store) -> Estimator:
+    return Estimator(history(store) if store is not None else [], default_seconds(cfg))
+
+
+def durations_doc(cfg, store, recent: int = 20) -> dict:
+    """`opsdctl durations --json`: the estimates per cost key, and estimate vs actual."""
+    samples = history(store)
+    est = Estimator(samples, default_seconds(cfg))
+    keys = sorted({s.key for s in samples})
+    rows = []
+    for key in keys:
+        stage, profile = key.split("|")[:2]
+        same = est.by_key[key]
+        other = [x for k, xs in est.by_key.items() if k != key and _stage_profile(k) == _stage_profile(key) for x in xs]
+        e = estimate_from_samples(stage, key, same, est.defaults_s[stage], other)
+        rows.append({**e.to_json(), "min_s": round(min(same), 1), "max_s": round(max(same), 1)})
+    checked = [s for s in samples if s.estimate_seconds]
+    errors = [s.seconds - s.estimate_seconds for s in checked]
+    return {
+        "rule": ESTIMATE_RULE,
+        "defaults_s": est.defaults_s,
+        "estimates": rows,
+        "accuracy": {
+            "stages_with_estimate": len(checked),
+            "over_estimate": sum(1 for e in errors if e > 0),  # ran longer than admission assumed
+            "mean_error_s": round(statistics.mean(errors), 1) if errors else None,
+            "mean_abs_pct": round(100 * statistics.mean(abs(s.seconds / s.estimate_seconds - 1) for s in checked), 1)
+            if checked else None,
+        },
+        "recent": [
+            {"chain_id": s.chain_id, "stage": s.stage, "cost_key": s.key, "estimate_s": s.estimate_seconds,
+             "actual_s": round(s.seconds, 1),
+             "error_s": None if not s.estimate_seconds else round(s.seconds - s.estimate_seconds, 1)}
+            for s in samples[-recent:]
+        ],
+    }

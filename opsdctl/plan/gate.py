@@ -1,0 +1,157 @@
+"""The worker's one seam for scheduling policy: which chain runs, on which GPUs, and when to stop.
+
+The worker asks its Gate, in this order:
+
+  order(queued)                 -> the queued chains in the order to try them
+  admit(chain)                  -> Start() | Skip(reason) | Wait(seconds, reason)   before a chain
+  grant(chain, stage)           -> Grant(gpus) | Skip(reason) | Wait(seconds, reason) before each stage
+  on_progress(chain, stage, rec)-> None | Stop(reason, state)   for every progress record of a stage
+  released(chain, stage, pids)  -> returns once the stage's own processes freed their GPU memory
+
+`Skip` from `admit` marks the chain `skipped` with the reason and the worker tries the next one;
+`Wait` keeps it queued and the worker asks again after the given seconds (waits are bounded by
+the gate, which turns them into a Skip when it gives up). `Skip` from `grant` ends a running chain
+`skipped`. `Stop` from `on_progress` stops the stage's process group and ends the chain in
+`state` with the reason (the stage's partial result is kept, flagged partial).
+
+DefaultGate admits everything while budget is left and grants the configured devices. The
+planner (opsdctl.plan.planner: GPU gate with NVML, budget admission, duration estimates, adaptive
+order, futility) is what `make_gate` builds for the worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol, Sequence, Union
+
+from opsdctl.errors import UserError
+from opsdctl.store.states import State
+
+
+@dataclass(frozen=True)
+class ChainInfo:
+    """What a policy may look at: one chain, its recipe, its history so far."""
+
+    chain_id: int
+    variant: str  # label: name or name@vN
+    variant_id: int
+    variant_name: str
+    version: int
+    hash: str
+    seed: int
+    repeat: int
+    priority: int
+    profile: str
+    hparams: dict = field(default_factory=dict)
+    method: dict = field(default_factory=dict)
+    requeued_from: Optional[int] = None
+
+
+def chain_info(chain, variant) -> ChainInfo:
+    """The policy's view of a store row pair (Chain, Variant)."""
+    return ChainInfo(
+        chain_id=chain.id,
+        variant=variant.label,
+        variant_id=variant.id,
+        variant_name=variant.name,
+        version=variant.version,
+        hash=variant.hash,
+        seed=chain.seed,
+        repeat=chain.repeat,
+        priority=chain.priority,
+        profile=chain.profile,
+        hparams=dict(variant.hparams),
+        method=dict(variant.method),
+        requeued_from=chain.requeued_from,
+    )
+
+
+@dataclass(frozen=True)
+class Start:
+    pass
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Grant:
+    gpus: tuple[int, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # extra environment for the stage (e.g. CUDA_DEVICE_ORDER)
+    visible: Optional[str] = None  # CUDA_VISIBLE_DEVICES and {gpus} text when not the indices themselves
+    estimate_seconds: Optional[float] = None  # the planner's estimate of the stage, recorded on its row
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str
+    state: State  # the chain's end state; must be allowed from `running`
+
+
+Admission = Union[Start, Skip, Wait]
+StageGrant = Union[Grant, Skip, Wait]
+
+
+class Gate(Protocol):
+    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]: ...
+
+    def admit(self, chain: ChainInfo) -> Admission: ...
+
+    def grant(self, chain: ChainInfo, stage: str) -> StageGrant: ...
+
+    def on_progress(self, chain: ChainInfo, stage: str, record: dict) -> Optional[Stop]: ...
+
+    def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None: ...
+
+
+def resolve_devices(devices) -> tuple[int, ...]:
+    """Configured devices as CUDA indices; "all" asks NVML how many there are."""
+    if devices == "all":
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                return tuple(range(pynvml.nvmlDeviceGetCount()))
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as exc:  # NVML missing: no driver, no GPUs
+            raise UserError(
+                f'[gpus] devices = "all" but NVIDIA\'s NVML is not available here ({type(exc).__name__}); '
+                "list the devices, or set devices = [] to run without GPUs"
+            ) from None
+    return tuple(devices)
+
+
+class DefaultGate:
+    """Admit every chain while the budget has time left; grant all configured devices."""
+
+    def __init__(self, devices: Sequence[int], budget_left: Optional[Callable[[], Optional[float]]] = None):
+        self.devices = tuple(devices)
+        self.budget_left = budget_left  # usable seconds left (after the margin), None = unlimited
+
+    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
+        return list(queued)  # the store's order: priority, then queue order
+
+    def admit(self, chain: ChainInfo) -> Admission:
+        left = self.budget_left() if self.budget_left else None
+        if left is not None and left <= 0:
+            return Skip("budget exhausted: no time left before the deadline margin")
+        return Start()
+
+    def grant(self, chain: ChainInfo, stage: str) -> StageGrant:
+        return Grant(self.devices)
+
+    def on_progress(self, chain: ChainInfo, stage: str, record: dict) -> Optional[Stop]:
+        return None
+
+    def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None:
+        return None

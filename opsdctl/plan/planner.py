@@ -1,0 +1,447 @@
+"""The planner: the worker's Gate (opsdctl.plan.gate) built from the pure decision functions.
+
+PlannerGate answers the worker's five questions with:
+  order     -> policy.plan over the queue and the compare report (fifo | adaptive), and with
+               --auto-repeat possibly one extra chain it queues itself;
+  admit     -> the policy's skips, then admission.admit_chain on the duration estimates;
+  grant     -> admission re-checks (the whole chain before train, the eval before eval), then
+               the GPU check (gpus.check_gpus: devices exist, >= min_free_mib free), waiting up
+               to gpu_wait_minutes and then skipping with the holders named;
+  on_progress -> futility.judge_look on the eval's look records (opt-in) -> Stop(stopped-futile);
+  released  -> waits (bounded) until the stage's own pids hold no GPU memory.
+It reads the world through `Facts` (the store for the worker, a simulated session for
+`opsdctl simulate`) and time through an injectable clock, so the simulator drives this very
+class, not a copy of its rules.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Optional, Protocol, Sequence
+
+from opsdctl.plan import admission, policy
+from opsdctl.plan.durations import Estimator, Sample
+from opsdctl.plan.futility import FutilityContext, judge_look
+from opsdctl.plan.gate import (
+    ChainInfo,
+    Gate,
+    Grant,
+    Skip,
+    Start,
+    Stop,
+    Wait,
+    chain_info,
+)
+from opsdctl.plan.timeline import PLAN_KEY, load_plan, planner_status  # noqa: F401  (status reads them there)
+from opsdctl.store.states import State
+
+RELEASE_POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class PlannerSettings:
+    policy: str = policy.FIFO
+    futility: bool = False
+    auto_repeat: bool = False
+    auto_repeat_max: int = 6
+    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no value of information
+    baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
+    reference: object = None  # config.Reference
+    defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
+    devices: tuple = ()  # CUDA indices to grant; () = no GPUs
+    gated: bool = False  # check GPUs through a probe before each stage
+    min_free_mib: int = 0
+    gpu_wait_s: float = 30 * 60.0
+    release_wait_s: float = 3 * 60.0
+    poll_s: float = 2.0
+
+    @property
+    def defaults(self) -> dict:
+        return dict(self.defaults_s)
+
+
+class Facts(Protocol):
+    """What the planner reads (and the one thing it may write: an --auto-repeat chain)."""
+
+    def runs(self) -> list: ...  # compare.RunRecord of every succeeded, scored chain
+
+    def samples(self) -> list[Sample]: ...  # succeeded stages' durations
+
+    def baseline_label(self) -> Optional[str]: ...
+
+    def dropped(self) -> dict[str, str]: ...  # variant label -> why its runs stop (futile)
+
+    def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]: ...
+
+    def save_plan(self, doc: dict) -> None: ...
+
+
+class PlannerGate:
+    def __init__(
+        self,
+        settings: PlannerSettings,
+        facts: Facts,
+        budget_left: Optional[Callable[[], Optional[float]]] = None,
+        probe=None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        report: Callable[[str], None] = lambda msg: None,
+    ):
+        self.settings = settings
+        self.facts = facts
+        self.budget_left = budget_left or (lambda: None)
+        self.probe = probe
+        self.clock = clock
+        self.sleep = sleep
+        self.report = report
+        self.plan: Optional[policy.Plan] = None
+        self.estimator = Estimator([], settings.defaults)
+        self.report_doc: Optional[dict] = None
+        self.extra_queued = 0
+        self._waits: dict[tuple[int, str], float] = {}
+        self._futility: dict[int, Optional[FutilityContext]] = {}
+        self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
+        self._last_saved: Optional[str] = None
+        self._probe_warned = False
+
+    # --- facts -> a compare report and estimates ------------------------------------------
+
+    def refresh(self) -> None:
+        from opsdctl.stats.compare import build_report
+
+        runs = self.facts.runs()
+        self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+        self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
+
+    def chain_estimate(self, chain: ChainInfo):
+        return self.estimator.chain(chain.profile, chain.hparams)
+
+    def usable(self) -> Optional[float]:
+        return self.budget_left()
+
+    # --- order ----------------------------------------------------------------------------
+
+    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
+        self.refresh()
+        usable = self.usable()
+        ests = [self.chain_estimate(c) for c in queued]
+        chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
+        chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
+        known = [e["name"] for e in self.report_doc["variants"] if e.get("n") and not e.get("partial")]
+        base = self.facts.baseline_label()
+        if base and (self.report_doc["baseline"] or {}).get("source") == "runs":
+            known.append(base)
+        can_extra = self.settings.auto_repeat and self.extra_queued < self.settings.auto_repeat_max
+        p = policy.plan(
+            [policy.QueuedItem(c.chain_id, c.variant, c.priority) for c in queued],
+            self.report_doc,
+            policy=self.settings.policy,
+            baseline=base,
+            usable_s=usable,
+            chain_s=chain_s,
+            chain_median_s=chain_median_s,
+            dropped=self.facts.dropped(),
+            auto_repeat=can_extra,
+            known_variants=known,
+            voi=not self.settings.try_every_variant,
+        )
+        self.plan = p
+        by_id = {c.chain_id: c for c in queued}
+        ordered = [by_id[i] for i in p.skips] + [by_id[i] for i in p.order]
+        if p.extra is not None:
+            info = self.facts.queue_repeat(p.extra, p.extra_why)
+            if info is not None:
+                self.extra_queued += 1
+                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({p.extra_why})")
+                if p.extra_first:  # the value-of-information pick: before the queued chains
+                    ordered.insert(len(p.skips), info)
+                    p.order.insert(0, info.chain_id)
+                else:
+                    ordered.append(info)
+                    p.order.append(info.chain_id)
+        self._save_plan(p)
+        return ordered
+
+    def _save_plan(self, p: policy.Plan) -> None:
+        doc = {"policy": self.settings.policy, "futility": self.settings.futility,
+               "auto_repeat": self.settings.auto_repeat, **p.to_json()}
+        text = json.dumps(doc, sort_keys=True)
+        if text != self._last_saved:
+            self._last_saved = text
+            try:
+                self.facts.save_plan({**doc, "at": time.time()})
+            except Exception as exc:  # status is a convenience; never stop the worker over it
+                self.report(f"could not save the plan for status: {exc}")
+
+    # --- admit ----------------------------------------------------------------------------
+
+    def admit(self, chain: ChainInfo):
+        if self.plan is not None and chain.chain_id in self.plan.skips:
+            return Skip(self.plan.skips[chain.chain_id])
+        usable = self.usable()
+        if usable is not None and usable <= 0:
+            return Skip("budget exhausted: no time left before the deadline margin")
+        train, evaluate = self.chain_estimate(chain)
+        fit = admission.admit_chain(train.high_s, evaluate.high_s, usable)
+        return Start() if fit.ok else Skip(fit.reason)
+
+    # --- grant ----------------------------------------------------------------------------
+
+    def grant(self, chain: ChainInfo, stage: str):
+        train, evaluate = self.chain_estimate(chain)
+        usable = self.usable()
+        fit = (admission.admit_chain(train.high_s, evaluate.high_s, usable) if stage == "train"
+               else admission.admit_eval(evaluate.high_s, usable))
+        if not fit.ok:
+            return Skip(fit.reason)
+        grant = self._gpu_grant(chain, stage)
+        if not isinstance(grant, Grant):
+            return grant
+        if stage == "eval" and self.settings.futility:
+            full = self.plan is not None and chain.variant in self.plan.full_eval  # the policy needs its full score
+            self._futility[chain.chain_id] = None if full else self._futility_context()
+        return replace(grant, estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
+
+    def _gpu_grant(self, chain: ChainInfo, stage: str):
+        s = self.settings
+        if not s.devices:
+            return Grant(())
+        if not s.gated or self.probe is None:
+            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
+        from opsdctl.plan.gpus import ProbeUnavailable, check_gpus
+
+        try:
+            inv = self.probe.inventory()
+        except ProbeUnavailable as exc:
+            if not self._probe_warned:
+                self._probe_warned = True
+                self.report(f"GPU check unavailable ({exc}); granting {list(s.devices)} without it")
+            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
+        check = check_gpus(inv, s.devices, s.min_free_mib)
+        key = (chain.chain_id, stage)
+        if not check.ok:
+            first = self._waits.setdefault(key, self.clock())
+            waited = self.clock() - first
+            if waited >= s.gpu_wait_s:
+                self._waits.pop(key, None)
+                return Skip(f"GPUs not ready after {waited / 60:.1f} min ([gpus] gpu_wait_minutes): {check.reason}")
+            return Wait(max(0.05, min(s.poll_s, s.gpu_wait_s - waited)), check.reason)
+        if key in self._waits:
+            waited = self.clock() - self._waits.pop(key)
+            self.report(f"chain {chain.chain_id}: GPUs ready for {stage} after waiting {waited:.0f}s")
+        tokens = {g.index_cuda: g.visible_as for g in inv if g.index_cuda is not None}
+        visible = None
+        if all(tokens.get(d) for d in s.devices):  # an inherited CUDA_VISIBLE_DEVICES: keep its spelling
+            visible = ",".join(tokens[d] for d in s.devices)
+        return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),), visible=visible)
+
+    # --- futility -------------------------------------------------------------------------
+
+    def _futility_context(self) -> Optional[FutilityContext]:
+        self.refresh()  # the report as it is when this eval starts
+        return FutilityContext.from_report(self.report_doc)
+
+    def on_progress(self, chain: ChainInfo, stage: str, record: dict):
+        if not self.settings.futility or stage != "eval" or "problems" not in record:
+            return None
+        if chain.variant == self.facts.baseline_label():
+            return None  # the baseline is not compared with itself
+        ctx = self._futility.get(chain.chain_id)
+        if ctx is None:
+            return None
+        look = judge_look(record, ctx)
+        if look is None:
+            return None
+        self.looks.append((chain.chain_id, look))
+        if look.stop:
+            return Stop(look.reason(), State.STOPPED_FUTILE)
+        self.report(f"chain {chain.chain_id}: look at k={look.k}: delta {look.delta:+.2f}, SE {look.se:.2f}: go on")
+        return None
+
+    # --- released -------------------------------------------------------------------------
+
+    def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None:
+        s = self.settings
+        if not s.gated or self.probe is None or not pids:
+            return
+        from opsdctl.plan.gpus import ProbeUnavailable, own_holdings
+
+        start = self.clock()
+        while True:
+            try:
+                held = own_holdings(self.probe.inventory(), pids)
+            except ProbeUnavailable:
+                return
+            waited = self.clock() - start
+            if not held:
+                if waited >= 0.5:
+                    self.report(f"chain {chain.chain_id}: {stage}'s GPU memory released after {waited:.1f}s")
+                return
+            if waited >= s.release_wait_s:
+                what = ", ".join(f"pid {p.pid} {p.used_mib} MiB on GPU {i}" for i, p in held)
+                self.report(f"chain {chain.chain_id}: {stage}'s processes still hold GPU memory after "
+                            f"{waited:.0f}s ({what}); going on (the next stage's GPU check waits for free memory)")
+                return
+            self.sleep(RELEASE_POLL_S)
+
+
+# --- the store as Facts -------------------------------------------------------------------
+
+
+class StoreFacts:
+    def __init__(self, cfg, store):
+        self.cfg = cfg
+        self.store = store
+
+    def runs(self) -> list:
+        from opsdctl.stats.scores import run_records
+
+        return run_records(self.store)
+
+    def samples(self) -> list[Sample]:
+        from opsdctl.plan.durations import history
+
+        return history(self.store)
+
+    def baseline_label(self) -> Optional[str]:
+        from opsdctl.store.engine import variants_named
+
+        base = self.cfg.baseline_variant
+        if not base or "@" in base:
+            return base
+        with self.store.read() as s:
+            versions = variants_named(s, base)
+        return versions[-1].label if versions else base
+
+    def dropped(self) -> dict[str, str]:
+        from sqlalchemy import select
+
+        from opsdctl.store.models import Chain, Variant, variant_label
+
+        stmt = (select(Chain.id, Chain.reason, Variant.name, Variant.version)
+                .join(Variant, Variant.id == Chain.variant_id)
+                .where(Chain.state == State.STOPPED_FUTILE.value).order_by(Chain.id))
+        out: dict[str, str] = {}
+        with self.store.read() as s:
+            for cid, reason, name, version in s.execute(stmt):
+                out.setdefault(variant_label(name, version),
+                               f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
+        return out
+
+    def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
+        """One more queued chain of `variant`: a fresh seed, the code snapshot of its latest chain."""
+        from sqlalchemy import func, select
+
+        from opsdctl.store.engine import find_variant, next_repeat, next_seq
+        from opsdctl.store.models import Chain, utcnow
+
+        with self.store.write() as s:
+            v = find_variant(s, variant)
+            last = s.scalars(select(Chain).where(Chain.variant_id == v.id).order_by(Chain.id.desc()).limit(1)).first()
+            if last is None:
+                return None
+            seed = int(s.scalar(select(func.max(Chain.seed)).where(Chain.variant_id == v.id)) or 0) + 1
+            chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
+                          state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
+                          code_dir=last.code_dir, queued_at=utcnow(), reason=f"auto-repeat: {why}")
+            s.add(chain)
+            s.flush()
+            return chain_info(chain, v)
+
+    def save_plan(self, doc: dict) -> None:
+        from opsdctl.store.engine import set_meta
+
+        with self.store.write() as s:
+            set_meta(s, PLAN_KEY, json.dumps(doc))
+
+
+# --- from the config ----------------------------------------------------------------------
+
+
+def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSettings:
+    from opsdctl.plan.durations import default_seconds
+
+    pl, gp = cfg.section("planner"), cfg.section("gpus")
+    return PlannerSettings(
+        policy=pl.get("policy") or policy.FIFO,
+        futility=bool(pl.get("futility")),
+        auto_repeat=bool(pl.get("auto_repeat")),
+        auto_repeat_max=int(pl.get("auto_repeat_max") or 6),
+        try_every_variant=bool(pl.get("try_every_variant")),
+        baseline=cfg.baseline_variant,
+        reference=cfg.reference,
+        defaults_s=tuple(default_seconds(cfg).items()),
+        devices=tuple(devices),
+        gated=gated,
+        min_free_mib=cfg.min_free_mib,
+        gpu_wait_s=float(gp.get("gpu_wait_minutes") or 30.0) * 60.0,
+        release_wait_s=float(gp.get("release_wait_minutes") or 3.0) * 60.0,
+        poll_s=min(cfg.poll_seconds, 5.0),
+    )
+
+
+def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional[bool] = None,
+                   auto_repeat: Optional[bool] = None, try_every_variant: Optional[bool] = None):
+    """The config with `worker --policy/--futility/--auto-repeat/--try-every-variant` applied to [planner]."""
+    sec = dict(cfg.section("planner"))
+    for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat),
+                       ("try_every_variant", try_every_variant)):
+        if value is not None:
+            sec[key] = value
+    return replace(cfg, sections={**cfg.sections, "planner": sec})
+
+
+def make_planner_gate(cfg, budget_left=None, store=None, report: Callable[[str], None] = lambda m: None,
+                      probe=None) -> PlannerGate:
+    """The worker's gate: devices from [gpus], the probe from the environment (NVML unless
+    OPSDCTL_GPU_PROBE says fake), the store as facts."""
+    from opsdctl.plan.gate import resolve_devices
+    from opsdctl.plan.gpus import ProbeUnavailable, probe_from_env
+
+    devices = resolve_devices(cfg.devices)
+    gated = False
+    if devices:
+        probe = probe if probe is not None else probe_from_env()
+        try:
+            probe.inventory()
+            gated = True
+        except ProbeUnavailable as exc:
+            report(f"[gpus] devices = {list(devices)} but {exc}: no GPU gate; stages get "
+                   f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))} without any check")
+            probe = None
+    settings = settings_from_config(cfg, devices, gated)
+    facts = StoreFacts(cfg, store) if store is not None else _NoFacts(cfg)
+    return PlannerGate(settings, facts, budget_left, probe=probe, report=report)
+
+
+class _NoFacts:
+    """No store (a gate built without one): no history, no runs."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def runs(self):
+        return []
+
+    def samples(self):
+        return []
+
+    def baseline_label(self):
+        return self.cfg.baseline_variant
+
+    def dropped(self):
+        return {}
+
+    def queue_repeat(self, variant, why):
+        return None
+
+    def save_plan(self, doc):
+        return None
+
+
+def make_gate(cfg, budget_left: Optional[Callable[[], Optional[float]]] = None, store=None,
+              report: Optional[Callable[[str], None]] = None) -> Gate:
+    """The gate the worker uses for this config: the planner (this module)."""
+    return make_planner_gate(cfg, budget_left, store, report or (lambda msg: None))

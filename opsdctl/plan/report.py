@@ -1,0 +1,39 @@
+"""The compare report as the user sees it: the configured baseline, and the time the budget has left.
+
+The statistics themselves (opsdctl.stats) know nothing of budgets; this puts the two together for
+`opsdctl compare` and the demo.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from opsdctl.plan.budget import budget_now, clock_start
+from opsdctl.stats.compare import build_report
+from opsdctl.stats.scores import run_records
+from opsdctl.store.engine import Store, variants_named
+
+
+def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
+                chain_minutes: Optional[float] = None) -> dict:
+    """The `opsdctl compare` report for the configured baseline and the time left."""
+    base = baseline or cfg.baseline_variant
+    if base and "@" not in base:  # a bare name means its latest version, as everywhere else
+        with store.read() as s:
+            versions = variants_named(s, base)
+            base = versions[-1].label if versions else base
+    refs = list(variant_refs or [])
+    runs = run_records(store, [*refs, base] if refs and base and base not in refs else refs or None)
+    shown = None
+    if refs:
+        shown = [base] + [r.variant for r in runs if r.variant in refs or r.variant.split("@")[0] in refs]
+    budget = budget_now(cfg.budget, clock_start(store) if cfg.budget.kind == "hours" else None)
+    usable = budget.usable_seconds
+    return build_report(
+        runs,
+        baseline=base,
+        reference=cfg.reference,
+        variants=shown,
+        chain_minutes=chain_minutes,
+        minutes_left=None if usable is None else max(0.0, usable / 60.0),
+    )

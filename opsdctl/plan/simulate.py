@@ -1,0 +1,563 @@
+"""Replay a 6-hour, 4-GPU session under a fake clock: FIFO by hand vs the planner's policies.
+
+The planner policies run through the worker's own gate, `opsdctl.plan.planner.PlannerGate`
+(policy.plan, admission, durations.Estimator, futility.judge_look, compare.build_report), with
+a simulated session as its Facts and a fake clock; the loop below does what the worker's loop
+and the executor do (order, admit, grant train, run, release, grant eval, progress looks, run).
+Only the world is simulated:
+
+- stage durations: train ~ U(16, 19) min, eval ~ U(22, 27) min (domain.md), and STAGE_GAP_S
+  of idle GPU between stages (release wait + the next start), for every policy alike;
+- the benchmark: 30 problems with fixed per-problem solve rates p_i (Beta quantiles, mean
+  54.22%); a run of a variant with true effect e has a true mean u ~ N(54.22 + e, tau^2) and
+  per-problem rates shifted on the logit scale to average u; each problem gets 12 Bernoulli
+  samples, so avg@12, per-problem counts, V_eval and the looks at k = 4, 8 all exist;
+  tau^2 = 1.48^2 - E[V_eval], so a run's total sd is the measured 1.48 points;
+- the baseline is the published reference (54.22, sd 1.48, n = 5), as users have it;
+- FIFO by hand: the user queues each variant once (round robin) or twice in a row, in a random
+  order, and keeps the GPUs busy until the budget ends; a chain running at the deadline is cut
+  (lost). The planner policies get the same queue (each variant twice).
+
+Figures per policy (mean over sessions, with standard errors): GPU-busy fraction of the budget
+and until the GPUs went idle for good (the last admissible chain), chains cut by the deadline,
+settled comparisons (final verdict better/worse), correct ones, and the wrong-verdict rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from opsdctl.config import Reference
+from opsdctl.plan.durations import Sample, cost_key
+from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop
+from opsdctl.plan.planner import PlannerGate, PlannerSettings
+from opsdctl.stats import inference
+from opsdctl.stats.compare import RunRecord, build_report
+
+BASELINE = "baseline"
+BASE_MEAN = 54.22
+SIGMA = 1.48
+REFERENCE = Reference(mean=BASE_MEAN, sd=SIGMA, n=5)
+N_PROBLEMS = 30
+K = 12
+LOOKS = (4, 8)
+TRAIN_MIN = (16.0, 19.0)
+EVAL_MIN = (22.0, 27.0)
+EVAL_LOAD_MIN = 1.5  # of an eval's duration, before sampling starts (model load, merge)
+STAGE_GAP_S = 10.0
+MARGIN_MIN = 5.0
+PROFILE = "qwen3-1.7b"
+HPARAMS = {"max_completion_length": 1024}
+DEFAULT_EFFECTS = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
+BETA_AB = (0.13, 0.11)  # per-problem solve rates: mostly near 0 or 1, as on AIME
+
+POLICIES = {
+    # name: (kind, the user's queue: each variant 1, 2 or "1or2" (at random) times in a row, planner settings)
+    "fifo-by-hand x1": ("hand", 1, None),
+    "fifo-by-hand 1-2": ("hand", "1or2", None),
+    "fifo-by-hand x2": ("hand", 2, None),
+    "planner fifo": ("planner", 2, dict(policy="fifo")),
+    "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
+    "adaptive + futility": ("planner", 2, dict(policy="adaptive", auto_repeat=True, futility=True)),
+    "adaptive, every variant first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, try_every_variant=True)),
+}
+
+
+# --- the benchmark world ------------------------------------------------------------------
+
+
+def _logit(p):
+    p = np.clip(p, 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def _shift_to_mean(logits: np.ndarray, target: float) -> np.ndarray:
+    """Per-problem rates sigmoid(logit_i + c) whose mean is `target` (bisection on c)."""
+    target = min(max(target, 0.005), 0.995)
+    lo, hi = -15.0, 15.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if np.mean(1.0 / (1.0 + np.exp(-(logits + mid)))) < target:
+            lo = mid
+        else:
+            hi = mid
+    return 1.0 / (1.0 + np.exp(-(logits + 0.5 * (lo + hi))))
+
+
+@dataclass
+class World:
+    logits: np.ndarray  # base per-problem logits (mean rate BASE_MEAN/100)
+    tau2: float  # training variance, points^2
+    v_eval: float  # eval-sampling variance of one run, points^2
+
+    @classmethod
+    def make(cls) -> "World":
+        from scipy.stats import beta
+
+        q = (np.arange(N_PROBLEMS) + 0.5) / N_PROBLEMS
+        p = _shift_to_mean(_logit(beta.ppf(q, *BETA_AB)), BASE_MEAN / 100.0)
+        v = float(1e4 / N_PROBLEMS**2 * np.sum(p * (1 - p)) / K)
+        return cls(_logit(p), max(0.0, SIGMA**2 - v), v)
+
+    def run(self, rng: np.random.Generator, effect: float) -> np.ndarray:
+        """One run's samples: problems x K booleans (cumulative counts give the looks)."""
+        u = BASE_MEAN + effect + rng.normal(0.0, math.sqrt(self.tau2))
+        p = _shift_to_mean(self.logits, u / 100.0)
+        return rng.random((N_PROBLEMS, K)) < p[:, None]
+
+
+# --- one session --------------------------------------------------------------------------
+
+
+@dataclass
+class SimChain:
+    chain_id: int
+    variant: str
+    seed: int
+    repeat: int
+    state: str = "queued"
+    reason: str = ""
+    auto: bool = False
+
+
+@dataclass
+class SessionResult:
+    policy: str
+    budget_s: float
+    busy_s: float = 0.0
+    useful_s: float = 0.0  # in chains that produced a full score
+    last_end_s: float = 0.0
+    started: int = 0
+    succeeded: int = 0
+    cut: int = 0
+    skipped_admission: int = 0
+    skipped_policy: int = 0
+    eval_skipped: int = 0
+    futility_stops: int = 0
+    futility_dropped_winners: int = 0
+    auto_repeats: int = 0
+    settled: int = 0
+    correct: int = 0
+    wrong: int = 0
+    winners_found: int = 0  # candidates with effect >= 2 settled better
+    tried: int = 0  # candidates with at least one full run (questions asked)
+    answered: int = 0  # settled verdicts, plus variants dropped as futile (answer: not a winner)
+    answered_correct: int = 0
+    chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
+    estimate_overruns: int = 0  # stages that took longer than the estimate admission used
+    verdicts: dict = field(default_factory=dict)
+
+
+class Session:
+    """A simulated store + clock; the Facts of a PlannerGate."""
+
+    def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats):
+        self.world = world
+        self.rng = np.random.default_rng(seed)
+        order = self.rng.permutation(len(effects))
+        self.effects = {f"c{i + 1}": float(effects[j]) for i, j in enumerate(order)}
+        self.budget_s = hours * 3600.0
+        self.t = 0.0
+        self.chains: list[SimChain] = []
+        self.runs: list[RunRecord] = []
+        self._samples: list[Sample] = []
+        self.repeats = repeats
+        self.queue_rng = np.random.default_rng([seed, 1])
+        self.queue_round()
+
+    # a user's queue: every variant `repeats` times in a row ("1or2": once or twice at random), in
+    # the drawn order; the draws come from their own generator, so every policy sees the same queue
+    def queue_round(self) -> None:
+        for name in self.effects:
+            n = self.repeats if self.repeats != "1or2" else int(self.queue_rng.integers(1, 3))
+            for _ in range(n):
+                self.add_chain(name)
+
+    def add_chain(self, variant: str, auto: bool = False) -> SimChain:
+        n = sum(1 for c in self.chains if c.variant == variant)
+        c = SimChain(len(self.chains) + 1, variant, n, n, auto=auto)
+        self.chains.append(c)
+        return c
+
+    def queued(self) -> list[SimChain]:
+        return [c for c in self.chains if c.state == "queued"]
+
+    def info(self, c: SimChain) -> ChainInfo:
+        return ChainInfo(chain_id=c.chain_id, variant=c.variant, variant_id=int(c.variant[1:]), variant_name=c.variant,
+                         version=1, hash=c.variant, seed=c.seed, repeat=c.repeat, priority=0, profile=PROFILE,
+                         hparams=dict(HPARAMS), method={})
+
+    def usable(self) -> float:
+        return self.budget_s - self.t - MARGIN_MIN * 60.0
+
+    # --- what the gate's Facts read ------------------------------------------------------------
+
+    def dropped(self):
+        return {c.variant: f"an evaluation of it was stopped as futile (chain {c.chain_id}: {c.reason})"
+                for c in self.chains if c.state == "stopped-futile"}
+
+    def queue_repeat(self, variant, why):
+        if variant not in self.effects:
+            return None
+        return self.info(self.add_chain(variant, auto=True))
+
+    # --- the world's answers ------------------------------------------------------------------
+
+    def draw(self, lo_hi) -> float:
+        return float(self.rng.uniform(*lo_hi)) * 60.0
+
+    def record(self, c: SimChain, samples: np.ndarray) -> None:
+        counts = tuple(int(x) for x in samples.sum(axis=1))
+        self.runs.append(RunRecord(c.variant, c.chain_id, inference.run_score(counts, K), K, N_PROBLEMS, counts,
+                                   tuple(f"P{i}" for i in range(N_PROBLEMS)), False))
+
+
+class _Facts:
+    """Adapter: the PlannerGate's Facts over a Session."""
+
+    def __init__(self, s: Session):
+        self.s = s
+
+    def runs(self):
+        return list(self.s.runs)
+
+    def samples(self):
+        return list(self.s._samples)
+
+    def baseline_label(self):
+        return BASELINE
+
+    def dropped(self):
+        return self.s.dropped()
+
+    def queue_repeat(self, variant, why):
+        return self.s.queue_repeat(variant, why)
+
+    def save_plan(self, doc):
+        return None
+
+
+def _run_stage(s: Session, res: SessionResult, seconds: float) -> bool:
+    """Advance the clock by a stage; False (and the clock at the deadline) when the deadline cuts it."""
+    if s.t + seconds > s.budget_s:
+        res.busy_s += max(0.0, s.budget_s - s.t)
+        s.t = s.budget_s
+        res.last_end_s = s.budget_s
+        return False
+    s.t += seconds
+    res.busy_s += seconds
+    res.last_end_s = s.t
+    return True
+
+
+def run_hand(s: Session, res: SessionResult) -> None:
+    """FIFO by hand: the queue as written, back to back, until the budget ends; no admission."""
+    while s.t < s.budget_s:
+        if not s.queued():
+            s.queue_round()  # the user keeps the GPUs busy: another round
+        c = s.queued()[0]
+        c.state = "running"
+        res.started += 1
+        tr = s.draw(TRAIN_MIN)
+        if not _run_stage(s, res, tr):
+            c.state, res.cut = "cut", res.cut + 1
+            break
+        s.t = min(s.budget_s, s.t + STAGE_GAP_S)
+        ev = s.draw(EVAL_MIN)
+        if not _run_stage(s, res, ev):
+            c.state, res.cut = "cut", res.cut + 1
+            break
+        s.record(c, s.world.run(s.rng, s.effects[c.variant]))
+        c.state = "succeeded"
+        res.succeeded += 1
+        res.useful_s += tr + ev
+        s.t = min(s.budget_s, s.t + STAGE_GAP_S)
+
+
+def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> None:
+    """The worker's loop over a PlannerGate (order, admit, grant, released, on_progress)."""
+    gate = PlannerGate(settings, _Facts(s), budget_left=s.usable, clock=lambda: s.t, sleep=lambda x: None)
+    requeued = False
+    while True:
+        if not s.queued() and not requeued:
+            s.queue_round()  # the user keeps the GPUs busy: another round of the same queue
+            requeued = True
+        picked = None
+        for info in gate.order([s.info(c) for c in s.queued()]):
+            chain = s.chains[info.chain_id - 1]
+            d = gate.admit(info)
+            if isinstance(d, Skip):
+                chain.state, chain.reason = "skipped", d.reason
+                is_policy = gate.plan is not None and info.chain_id in gate.plan.skips
+                res.skipped_policy += int(is_policy)
+                res.skipped_admission += int(not is_policy)
+                continue
+            assert isinstance(d, Start)
+            picked = (info, chain)
+            break
+        if picked is None:
+            if s.queued() or requeued:
+                break  # nothing admissible (or a fresh round had nothing to run): the GPUs go idle
+            continue
+        requeued = False
+        info, c = picked
+        c.state = "running"
+        res.started += 1
+        res.auto_repeats += int(c.auto)
+        g = gate.grant(info, "train")
+        if not isinstance(g, Grant):
+            c.state, c.reason = "skipped", g.reason
+            res.skipped_admission += 1
+            continue
+        tr = s.draw(TRAIN_MIN)
+        res.estimate_overruns += int(g.estimate_seconds is not None and tr > g.estimate_seconds)
+        admitted_high = sum(e.high_s for e in gate.chain_estimate(info))
+        if not _run_stage(s, res, tr):
+            c.state, res.cut = "cut", res.cut + 1
+            break
+        s._samples.append(Sample("train", cost_key("train", PROFILE, HPARAMS), tr, g.estimate_seconds, c.chain_id))
+        gate.released(info, "train", [])
+        s.t += STAGE_GAP_S
+        g = gate.grant(info, "eval")
+        if not isinstance(g, Grant):
+            c.state, c.reason = "skipped", g.reason
+            res.eval_skipped += 1
+            continue
+        ev = s.draw(EVAL_MIN)
+        res.estimate_overruns += int(g.estimate_seconds is not None and ev > g.estimate_seconds)
+        samples = s.world.run(s.rng, s.effects[c.variant])
+        stop: Optional[Stop] = None
+        at = ev
+        for k in LOOKS:
+            rec = {"done": N_PROBLEMS * k, "total": N_PROBLEMS * K, "look_k": k,
+                   "problems": [{"id": f"P{i}", "correct": int(x), "samples": k}
+                                for i, x in enumerate(samples[:, :k].sum(axis=1))]}
+            stop = gate.on_progress(info, "eval", rec)
+            if stop is not None:
+                at = EVAL_LOAD_MIN * 60.0 + (ev - EVAL_LOAD_MIN * 60.0) * k / K
+                break
+        if not _run_stage(s, res, at):
+            c.state, res.cut = "cut", res.cut + 1
+            break
+        res.chain_overruns += int(tr + STAGE_GAP_S + at > admitted_high)
+        gate.released(info, "eval", [])
+        if stop is not None:
+            c.state, c.reason = "stopped-futile", stop.reason
+            res.futility_stops += 1
+            res.futility_dropped_winners += int(s.effects[c.variant] > 0)
+        else:
+            s._samples.append(Sample("eval", cost_key("eval", PROFILE, HPARAMS), ev, g.estimate_seconds, c.chain_id))
+            s.record(c, samples)
+            c.state = "succeeded"
+            res.succeeded += 1
+            res.useful_s += tr + ev
+        s.t += STAGE_GAP_S
+
+
+def judge(s: Session, res: SessionResult) -> None:
+    """Final verdicts of the compare report against the true effects. A variant dropped as futile
+    (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
+    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
+    for e in rep["variants"]:
+        if e.get("partial") or not e.get("n"):
+            continue
+        v, eff = e["verdict"], s.effects[e["name"]]
+        res.verdicts[e["name"]] = (v, eff)
+        if v in (inference.BETTER, inference.WORSE):
+            res.settled += 1
+            ok = (v == inference.BETTER and eff > 0) or (v == inference.WORSE and eff < 0)
+            res.correct += int(ok)
+            res.wrong += int(not ok)
+            res.winners_found += int(v == inference.BETTER and eff >= 2.0)
+    res.tried = sum(1 for e in rep["variants"] if not e.get("partial") and e.get("n"))
+    res.answered, res.answered_correct = res.settled, res.correct
+    for name in s.dropped():
+        if res.verdicts.get(name, (None,))[0] not in (inference.BETTER, inference.WORSE):
+            res.answered += 1
+            res.answered_correct += int(s.effects[name] <= 0)
+
+
+def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: Sequence[float] = DEFAULT_EFFECTS,
+                     world: Optional[World] = None) -> SessionResult:
+    kind, repeats, overrides = POLICIES[policy_name]
+    world = world or World.make()
+    s = Session(world, effects, seed, hours, repeats)
+    res = SessionResult(policy_name, s.budget_s)
+    if kind == "hand":
+        run_hand(s, res)
+    else:
+        settings = PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
+                                   defaults_s=(("train", 19 * 60.0), ("eval", 27 * 60.0)), **overrides)
+        run_planner(s, res, settings)
+    judge(s, res)
+    return res
+
+
+# --- many sessions ------------------------------------------------------------------------
+
+
+def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray(xs, dtype=float)
+    return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size)) if a.size > 1 else 0.0
+
+
+def summarize(results: Sequence[SessionResult]) -> dict:
+    def ms(f):
+        m, se = _mean_se([f(r) for r in results])
+        return {"mean": round(m, 4), "se": round(se, 4)}
+
+    settled = sum(r.settled for r in results)
+    wrong = sum(r.wrong for r in results)
+    return {
+        "sessions": len(results),
+        "gpu_busy_frac_budget": ms(lambda r: r.busy_s / r.budget_s),
+        "gpu_busy_frac_until_idle": ms(lambda r: r.busy_s / r.last_end_s if r.last_end_s else 0.0),
+        "useful_frac_budget": ms(lambda r: r.useful_s / r.budget_s),
+        "tail_idle_min": ms(lambda r: (r.budget_s - r.last_end_s) / 60.0),
+        "chains_started": ms(lambda r: r.started),
+        "chains_scored": ms(lambda r: r.succeeded),
+        "chains_cut": ms(lambda r: r.cut),
+        "sessions_with_a_cut": sum(1 for r in results if r.cut),
+        "skipped_admission": ms(lambda r: r.skipped_admission),
+        "skipped_policy": ms(lambda r: r.skipped_policy),
+        "eval_skipped": ms(lambda r: r.eval_skipped),
+        "futility_stops": ms(lambda r: r.futility_stops),
+        "futility_dropped_winners": sum(r.futility_dropped_winners for r in results),
+        "auto_repeats": ms(lambda r: r.auto_repeats),
+        "estimate_overruns": sum(r.estimate_overruns for r in results),
+        "chain_overruns": sum(r.chain_overruns for r in results),
+        "variants_tried": ms(lambda r: r.tried),
+        "settled": ms(lambda r: r.settled),
+        "answered_incl_futility_drops": ms(lambda r: r.answered),
+        "answered_correct": ms(lambda r: r.answered_correct),
+        "correct": ms(lambda r: r.correct),
+        "wrong": ms(lambda r: r.wrong),
+        "winners_found": ms(lambda r: r.winners_found),
+        "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
+    }
+
+
+def run_benchmark(sessions: int = 200, seed: int = 0, hours: float = 6.0,
+                  effects: Sequence[float] = DEFAULT_EFFECTS, policies: Optional[Sequence[str]] = None) -> dict:
+    """Every policy over the same seeded sessions (same variant order, same world)."""
+    t0 = time.time()
+    world = World.make()
+    names = list(policies or POLICIES)
+    out = {}
+    for name in names:
+        out[name] = summarize([simulate_session(name, seed + i, hours, effects, world) for i in range(sessions)])
+    hand = [n for n in names if POLICIES[n][0] == "hand"]
+    best_hand = max(hand, key=lambda n: out[n]["correct"]["mean"]) if hand else None
+    doc = {
+        "setup": {
+            "sessions": sessions, "seed": seed, "hours": hours, "gpus": 4, "effects": list(effects),
+            "baseline_reference": {"mean": BASE_MEAN, "sd": SIGMA, "n": REFERENCE.n},
+            "sigma_run_to_run": SIGMA, "tau2": round(world.tau2, 3), "v_eval": round(world.v_eval, 3),
+            "problems": N_PROBLEMS, "k": K, "looks": list(LOOKS), "train_min": list(TRAIN_MIN),
+            "eval_min": list(EVAL_MIN), "stage_gap_s": STAGE_GAP_S, "margin_min": MARGIN_MIN,
+            "duration_defaults_min": {"train": 19, "eval": 27},
+        },
+        "policies": out,
+        "best_fifo_by_hand": best_hand,
+        "seconds": round(time.time() - t0, 1),
+    }
+    if best_hand:
+        base = out[best_hand]["correct"]["mean"]
+        doc["ratio_correct_vs_best_fifo"] = {n: (round(out[n]["correct"]["mean"] / base, 3) if base else None)
+                                             for n in names}
+    doc["markdown"] = markdown(doc)
+    return doc
+
+
+LEGEND = {
+    "fifo-by-hand x1": "the user queues each variant once and, when the queue runs dry, again (round robin); no admission",
+    "fifo-by-hand 1-2": "each variant once or twice in a row (at random); no admission",
+    "fifo-by-hand x2": "each variant twice in a row; no admission",
+    "planner fifo": "the x2 queue in queue order, with admission (a chain that cannot finish is skipped)",
+    "adaptive": "the x2 queue, `worker --policy adaptive --auto-repeat`",
+    "adaptive + futility": "the same with `--futility`",
+    "adaptive, every variant first": "`--policy adaptive --auto-repeat --try-every-variant`: the first run of every "
+                                     "queued variant before any repeat (the tiers alone, no value of information)",
+}
+
+
+def markdown(doc: dict) -> str:
+    st = doc["setup"]
+    lines = [
+        f"Simulated {st['sessions']} sessions per policy ({st['hours']:g} h, {st['gpus']} GPUs, seeds "
+        f"{st['seed']}..{st['seed'] + st['sessions'] - 1}); true effects {', '.join(f'{e:+g}' for e in st['effects'])} "
+        f"points vs the reference {st['baseline_reference']['mean']} (sd {st['sigma_run_to_run']}, n = "
+        f"{st['baseline_reference']['n']}); train {st['train_min'][0]:g}-{st['train_min'][1]:g} min, eval "
+        f"{st['eval_min'][0]:g}-{st['eval_min'][1]:g} min, tau^2 = {st['tau2']}, V_eval = {st['v_eval']}.",
+        "",
+        "| policy | GPU busy (of budget) | GPU busy (until idle) | chains scored | cut by deadline | variants tried | "
+        "settled / session | correct / session | vs best FIFO | wrong-verdict rate | futility stops "
+        "| answered incl. futility drops (correct) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratios = doc.get("ratio_correct_vs_best_fifo", {})
+    for name, r in doc["policies"].items():
+        wr = "-" if r["wrong_verdict_rate"] is None else f"{100 * r['wrong_verdict_rate']:.1f}%"
+        ratio = ratios.get(name)
+        lines.append(
+            f"| {name} | {100 * r['gpu_busy_frac_budget']['mean']:.1f}% | {100 * r['gpu_busy_frac_until_idle']['mean']:.1f}% "
+            f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
+            f"| {r['settled']['mean']:.2f} "
+            f"| {r['correct']['mean']:.2f} ± {r['correct']['se']:.2f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
+            f"| {wr} | {r['futility_stops']['mean']:.2f} "
+            f"| {r['answered_incl_futility_drops']['mean']:.2f} ({r['answered_correct']['mean']:.2f}) |"
+        )
+    lines += ["", "Policies: " + "; ".join(f"**{n}**: {LEGEND[n]}" for n in doc["policies"] if n in LEGEND) + "."]
+    lines += ["GPU busy (until idle): busy time over the time until the GPUs went idle for good (the end of the "
+              "last admissible chain); settled: final compare verdict `better`/`worse` (Bonferroni over the "
+              "variants tried); answered: settled, or dropped by futility (counted correct when the true effect "
+              "is <= 0)."]
+    return "\n".join(lines)
+
+
+PLANNER_POLICIES = ("planner fifo", "adaptive", "adaptive + futility", "adaptive, every variant first")
+
+
+def goals_markdown(docs: Sequence[dict]) -> str:
+    """The issue's goals against the figures, per scenario: met or missed, with the numbers."""
+    lines = ["Goals (issue 6):"]
+    for d in docs:
+        pol, eff = d["policies"], ", ".join(f"{e:+g}" for e in d["setup"]["effects"])
+        planner = [n for n in PLANNER_POLICIES if n in pol]
+        busy = min(pol[n]["gpu_busy_frac_until_idle"]["mean"] for n in planner)
+        cuts = max(pol[n]["chains_cut"]["mean"] for n in planner)
+        best = d.get("best_fifo_by_hand")
+        lines.append(f"- effects {eff}: GPU busy until the last admissible chain >= 99%: "
+                     f"{'met' if busy >= 0.99 else 'MISSED'} ({100 * busy:.1f}%); chains cut by the deadline = 0: "
+                     f"{'met' if cuts == 0 else 'MISSED'} ({cuts:g} per session; FIFO by hand loses "
+                     f"{pol[best]['chains_cut']['mean']:g})")
+        for n in ("adaptive", "adaptive + futility"):
+            r, ratio = pol[n], d["ratio_correct_vs_best_fifo"][n]
+            wr = r["wrong_verdict_rate"] or 0.0
+            ok = ratio is not None and ratio >= 1.3 and wr <= 0.05
+            lines.append(f"  - {n}: correct settled comparisons >= 1.3x the best FIFO by hand ({best}) with a "
+                         f"wrong-verdict rate <= 5%: {'met' if ok else 'MISSED'} ({ratio:.2f}x, "
+                         f"{r['correct']['mean']:.2f} vs {pol[best]['correct']['mean']:.2f} per session; wrong "
+                         f"{100 * wr:.1f}%; answered incl. futility drops {r['answered_correct']['mean']:.2f})")
+    return "\n".join(lines)
+
+
+def write_results(docs, out_dir: Path | str, notes: str = "") -> tuple[Path, Path]:
+    """simulate.json (one scenario, or {"scenarios": [...]}) and simulate.md (their tables)."""
+    import json
+
+    docs = [docs] if isinstance(docs, dict) else list(docs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    j, m = out / "simulate.json", out / "simulate.md"
+    plain = [{k: v for k, v in d.items() if k != "markdown"} for d in docs]
+    j.write_text(json.dumps(plain[0] if len(plain) == 1 else {"scenarios": plain}, indent=2) + "\n")
+    m.write_text("\n\n".join(d["markdown"] for d in docs) + "\n\n" + goals_markdown(docs)
+                 + ("\n\n" + notes if notes else "") + "\n")
+    return j, m

@@ -1,0 +1,228 @@
+"""`opsdctl queue`: recipes -> variants (by content hash) -> queued chains, with a code snapshot.
+
+Everything that can be wrong with the input (config, recipe files, names, versions) is found
+before the store is written; the store write is one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from opsdctl.config import Config
+from opsdctl.errors import UserError
+from opsdctl.recipes.load import Recipe, load_recipe
+from opsdctl.run import snapshot as snap
+from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
+from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
+from opsdctl.store.states import State, transition
+
+
+@dataclass(frozen=True)
+class QueuedChain:
+    chain_id: int
+    variant: str
+    seed: int
+    repeat: int
+
+    def to_json(self) -> dict:
+        return {"chain_id": self.chain_id, "variant": self.variant, "seed": self.seed, "repeat": self.repeat}
+
+
+@dataclass(frozen=True)
+class QueueResult:
+    chains: list[QueuedChain]
+    notes: list[str]  # e.g. "token-clip: new version 2 (content changed)"
+    snapshot: snap.Snapshot
+
+
+def store_sidecars(cfg: Config) -> list[Path]:
+    """Paths a code snapshot must never contain: the runs dir, the store file and its sidecars."""
+    out = [cfg.runs_dir]
+    if cfg.db.startswith("sqlite"):
+        from sqlalchemy.engine import make_url
+
+        db = Path(make_url(cfg.db).database)
+        out += [db] + [Path(str(db) + s) for s in ("-wal", "-shm", "-journal", ".worker.lock", ".init.lock")]
+    return out
+
+
+def queue_recipes(
+    cfg: Config,
+    store_factory,
+    refs: Sequence[str],
+    *,
+    repeats: int = 1,
+    seed: int = 0,
+    same_seed: bool = False,
+    priority: int = 0,
+    force: bool = False,
+) -> QueueResult:
+    if not refs:
+        raise UserError("queue: name at least one recipe (a path, or a name under recipes/)")
+    if repeats < 1:
+        raise UserError(f"--repeats {repeats}: must be at least 1")
+    # 1. Validate every recipe before anything is written.
+    recipes: list[Recipe] = []
+    for ref in refs:
+        recipes.append(load_recipe(ref, cfg.recipes_dir, cfg.extra_method_knobs))
+    names = [r.name for r in recipes]
+    for r in recipes:
+        if names.count(r.name) > 1 and len({x.hash for x in recipes if x.name == r.name}) > 1:
+            raise UserError(f"queue: two different recipes are both named {r.name!r}; rename one")
+    # 2. A name already recorded with other content is refused before any work (checked again,
+    #    race-free, inside the write transaction).
+    store: Store = store_factory()
+    if not force:
+        with store.read() as session:
+            for recipe in recipes:
+                versions = variants_named(session, recipe.name)
+                if versions and all(v.hash != recipe.hash for v in versions):
+                    _refuse_changed(versions[-1], recipe)
+    # 3. Freeze the code (outside the store transaction: git can take a moment).
+    frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+    # 4. One transaction: variants, snapshot row, chains.
+    notes: list[str] = []
+    out: list[QueuedChain] = []
+    with store.write() as session:
+        snapshot_row = _snapshot_row(session, frozen)
+        seen: dict[str, Variant] = {}
+        for recipe in recipes:
+            variant = seen.get(recipe.hash) or _register_variant(session, recipe, force, notes)
+            seen[recipe.hash] = variant
+            first = next_repeat(session, variant.id)
+            seq = next_seq(session)
+            for i in range(repeats):
+                repeat = first + i
+                chain = Chain(
+                    variant_id=variant.id,
+                    seed=seed if same_seed else seed + repeat,
+                    repeat=repeat,
+                    priority=priority,
+                    seq=seq + i,
+                    state=State.QUEUED.value,
+                    profile=cfg.profile,
+                    snapshot_id=snapshot_row.id,
+                    code_dir=frozen.path,
+                    queued_at=utcnow(),
+                )
+                session.add(chain)
+                session.flush()
+                out.append(QueuedChain(chain.id, variant.label, chain.seed, chain.repeat))
+    return QueueResult(out, notes, frozen)
+
+
+def _snapshot_row(session, frozen: snap.Snapshot) -> CodeSnapshot:
+    from sqlalchemy import select
+
+    row = session.scalars(
+        select(CodeSnapshot).where(
+            CodeSnapshot.kind == frozen.kind, CodeSnapshot.key == frozen.key, CodeSnapshot.prefix == frozen.prefix
+        )
+    ).first()
+    if row is not None:
+        return row
+    row = CodeSnapshot(
+        kind=frozen.kind,
+        key=frozen.key,
+        commit=frozen.commit,
+        head=frozen.head,
+        dirty=frozen.dirty,
+        diffstat=frozen.diffstat,
+        source_dir=frozen.source_dir,
+        prefix=frozen.prefix,
+        path=frozen.path,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def _register_variant(session, recipe: Recipe, force: bool, notes: list[str]) -> Variant:
+    versions = variants_named(session, recipe.name)
+    for v in versions:
+        if v.hash == recipe.hash:
+            return v  # same content: reuse
+    if versions and not force:
+        _refuse_changed(versions[-1], recipe)
+    version = versions[-1].version + 1 if versions else 1
+    variant = Variant(
+        name=recipe.name,
+        version=version,
+        hash=recipe.hash,
+        description=recipe.description,
+        hparams=recipe.hparams,
+        method=recipe.method,
+        source=str(recipe.path),
+    )
+    session.add(variant)
+    session.flush()
+    if version > 1:
+        notes.append(f"{recipe.name}: recorded as {variant.label} (content differs from earlier versions)")
+    from sqlalchemy import select
+
+    twin = session.scalars(
+        select(Variant).where(Variant.hash == recipe.hash, Variant.id != variant.id)
+    ).first()
+    if twin is not None:
+        notes.append(f"{variant.label}: same knobs as variant {twin.label}")
+    return variant
+
+
+def _refuse_changed(latest: Variant, recipe: Recipe) -> None:
+    raise UserError(
+        f"{recipe.path}: variant {latest.label} is already recorded with different content "
+        f"({_diff_keys(latest, recipe)}); rename the recipe, or pass --force to record it as "
+        f"{variant_label(recipe.name, latest.version + 1)}"
+    )
+
+
+def _diff_keys(old: Variant, recipe: Recipe) -> str:
+    diffs = [
+        f"{k} {old.hparams.get(k)!r} -> {v!r}" for k, v in recipe.hparams.items() if old.hparams.get(k) != v
+    ] + [f"{k} {old.method.get(k)!r} -> {v!r}" for k, v in recipe.method.items() if old.method.get(k) != v]
+    diffs += [f"{k} removed" for k in old.method if k not in recipe.method]
+    if not diffs:
+        return "hash differs"
+    return ", ".join(diffs[:3]) + (f", +{len(diffs) - 3} more" if len(diffs) > 3 else "")
+
+
+def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None) -> QueuedChain:
+    """A fresh queued copy of a finished chain (same variant, seed, repeat and code snapshot)."""
+    with store.write() as session:
+        old = get_chain(session, chain_id)
+        if old.state in (State.QUEUED.value, State.RUNNING.value):
+            raise UserError(f"chain {chain_id} is {old.state}; only a finished chain can be re-queued")
+        new = _copy_chain(session, old, priority)
+        variant = session.get(Variant, new.variant_id)
+        return QueuedChain(new.id, variant.label, new.seed, new.repeat)
+
+
+def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
+    new = Chain(
+        variant_id=old.variant_id,
+        seed=old.seed,
+        repeat=old.repeat,
+        priority=old.priority if priority is None else priority,
+        seq=old.seq,  # keeps its place in the queue
+        state=State.QUEUED.value,
+        profile=old.profile,
+        snapshot_id=old.snapshot_id,
+        code_dir=old.code_dir,
+        requeued_from=old.id,
+        queued_at=utcnow(),
+    )
+    session.add(new)
+    session.flush()
+    return new
+
+
+def interrupt_and_requeue(session, chain: Chain, reason: str, requeue: bool) -> Optional[Chain]:
+    """running -> interrupted (guarded); optionally a fresh queued copy pointing at it."""
+    if not transition(session, chain.id, State.RUNNING, State.INTERRUPTED, reason=reason):
+        return None
+    if not requeue:
+        return None
+    fresh = get_chain(session, chain.id)
+    return _copy_chain(session, fresh)

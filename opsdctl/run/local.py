@@ -1,0 +1,560 @@
+"""Run one chain's stages on this machine: the `local` executor.
+
+`LocalExecutor.run_chain(chain_id)` is the whole life of a claimed (`running`) chain: prepare
+its run dir, then for each stage ask the gate for GPUs, render the command, start it in its own
+process group, watch it (exit, progress, cancel from another process, a stop signal to the
+worker, a timeout, a policy stop), clean up its leftover processes, ingest its result, and move
+the chain to its end state with one guarded transition. Another executor (Ray, issue 8) runs
+the same stages elsewhere by implementing `run_chain` and `stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from opsdctl.config import Config
+from opsdctl.fsutil import atomic_write_json, atomic_write_text, read_tail
+from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_info
+from opsdctl.recipes import knobs
+from opsdctl.recipes.load import recipe_json
+from opsdctl.recipes.profiles import PROFILES
+from opsdctl.run import procs, results, stages
+from opsdctl.run.snapshot import ensure_materialized
+from opsdctl.store.engine import Store, snapshot_of
+from opsdctl.store.models import (
+    Chain,
+    Score,
+    Stage,
+    TrainStats,
+    Variant,
+    WorkerRun,
+    utcnow,
+)
+from opsdctl.store.states import StageState, State, transition
+
+POLL_S = 0.2  # how often a running stage is checked for exit
+PROGRESS_S = 0.5  # how often its progress files are read
+STATE_CHECK_S = 1.0  # how often the store is asked whether the chain was cancelled
+PROGRESS_WRITE_S = 2.0  # how often progress is written to the store (when it changed)
+HEARTBEAT_S = 10.0
+REPORT_S = 30.0  # how often the worker prints a running stage's progress (when it changed)
+
+
+class StopRequest:
+    """Set by the worker's signal handler; read by the running stage's watch loop."""
+
+    def __init__(self):
+        self.reason: Optional[str] = None
+        self.force = False
+
+    def set(self, reason: str) -> None:
+        if self.reason is not None:
+            self.force = True  # a second signal: do not wait for the grace period
+        else:
+            self.reason = reason
+
+    def __bool__(self) -> bool:
+        return self.reason is not None
+
+
+@dataclass
+class StageOutcome:
+    ok: bool
+    end: Optional[State] = None  # the chain's end state when the chain must stop here
+    reason: Optional[str] = None
+    checkpoint: Optional[str] = None
+
+
+@dataclass
+class _Watch:
+    progress_offset: int = 0
+    log_offset: int = 0
+    last_progress: Optional[dict] = None
+    last_problems_record: Optional[dict] = None
+    written_progress: Optional[dict] = None
+    pids: set = field(default_factory=set)
+
+
+def run_dir_of(cfg: Config, chain_id: int) -> Path:
+    return cfg.runs_dir / str(chain_id)
+
+
+class LocalExecutor:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        gate: Gate,
+        stop: StopRequest,
+        report: Callable[[str], None] = lambda msg: None,
+        worker_run_id: Optional[int] = None,
+    ):
+        self.cfg = cfg
+        self.store = store
+        self.gate = gate
+        self.stop_request = stop
+        self.report = report
+        self.worker_run_id = worker_run_id
+        self.host = socket.gethostname()
+        self._last_heartbeat = 0.0
+        self._live: Optional[procs.StageIdentity] = None  # the stage process group running now
+
+    # --- the chain ------------------------------------------------------------------------
+
+    def run_chain(self, chain_id: int) -> State:
+        """Run a claimed chain to its end state and return it."""
+        with self.store.read() as s:
+            chain = s.get(Chain, chain_id)
+            variant = s.get(Variant, chain.variant_id)
+            snap = snapshot_of(s, chain.snapshot_id)
+        info = chain_info(chain, variant)
+        try:
+            code_dir = Path(chain.code_dir)
+            if not code_dir.is_dir() and snap is not None:
+                code_dir = ensure_materialized(snap.kind, snap.key, snap.source_dir, self.cfg.runs_dir, snap.prefix)
+            if not code_dir.is_dir():
+                return self._end(chain_id, State.FAILED, f"code dir {code_dir} is missing")
+            run_dir = self._prepare_run_dir(chain, variant)
+        except Exception as exc:  # a broken snapshot or an unwritable runs dir fails this chain only
+            return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
+
+        checkpoint: Optional[str] = None
+        try:
+            for stage in stages.STAGES:
+                outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
+                if not outcome.ok:
+                    if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
+                        return self._current_state(chain_id)
+                    return self._end(chain_id, outcome.end, outcome.reason)
+                checkpoint = outcome.checkpoint or checkpoint
+        except BaseException as exc:
+            # A bug or a store failure in the worker: stop the stage (orphans hold GPU memory),
+            # record what we can, and let the error surface. If even that fails, the chain stays
+            # `running` and the next worker start interrupts and re-queues it.
+            if self._live is not None:
+                try:
+                    procs.stop_stage(self._live, self._grace())
+                except Exception:
+                    pass
+            try:
+                self._end(chain_id, State.INTERRUPTED, f"worker error: {type(exc).__name__}: {exc}"[:500])
+            except Exception:
+                pass
+            raise
+        finally:
+            self._live = None
+        return self._current_state(chain_id)
+
+    def _prepare_run_dir(self, chain: Chain, variant: Variant) -> Path:
+        run_dir = run_dir_of(self.cfg, chain.id)
+        if run_dir.exists() and any(run_dir.iterdir()):
+            # Left by an older store that reused this id: keep it, out of the way.
+            stale = run_dir.with_name(f"{run_dir.name}.stale-{int(time.time())}")
+            os.rename(run_dir, stale)
+            self.report(f"chain {chain.id}: moved an old {run_dir} aside to {stale.name}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        doc = recipe_json(variant.name, variant.version, variant.description, variant.hparams, variant.method)
+        atomic_write_json(run_dir / "recipe.json", doc)
+        header = [f"opsdctl variant {variant.label} (sha256 {variant.hash})", f"chain {chain.id}, seed {chain.seed}"]
+        atomic_write_text(run_dir / "recipe.env", knobs.format_recipe_env(variant.hparams, header))
+        return run_dir
+
+    def _current_state(self, chain_id: int) -> State:
+        with self.store.read() as s:
+            return State(s.get(Chain, chain_id).state)
+
+    def _end(self, chain_id: int, state: State, reason: Optional[str], score=None) -> State:
+        """Move the chain to its end state (guarded: a concurrent cancel wins)."""
+        with self.store.write() as s:
+            moved = transition(s, chain_id, State.RUNNING, state, reason=reason)
+            if moved and score is not None:
+                s.add(score)
+            current = State(s.get(Chain, chain_id).state)
+        if moved and state != State.SUCCEEDED:
+            tail = f": {reason}" if reason else ""
+            self.report(f"chain {chain_id}: {state}{tail}")
+        return current
+
+    # --- one stage ------------------------------------------------------------------------
+
+    def _run_stage(self, info, chain, variant, stage, run_dir, code_dir, checkpoint) -> StageOutcome:
+        grant = self._wait_for_grant(info, stage)
+        if not isinstance(grant, Grant):
+            return grant  # a StageOutcome that ends the chain
+        gpus = tuple(grant.gpus)
+        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
+        stage_dir = run_dir / stage
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        log_path = run_dir / f"{stage}.log"
+        values = {
+            "chain_id": chain.id,
+            "variant": variant.label,
+            "seed": chain.seed,
+            "run_dir": run_dir,
+            "stage_dir": stage_dir,
+            "code_dir": code_dir,
+            "recipe_env": run_dir / "recipe.env",
+            "recipe_json": run_dir / "recipe.json",
+            "gpus": gpus_text,
+            "num_gpus": len(gpus),
+            "python": stages.python_executable(),
+            "profile": chain.profile,
+        }
+        if checkpoint is not None:
+            values["checkpoint"] = checkpoint
+        stage_cfg = self.cfg.stages[stage]
+        command = stages.render(stage_cfg.command, values)
+        token = uuid.uuid4().hex
+        with self.store.write() as s:
+            if s.get(Chain, chain.id).state != State.RUNNING.value:
+                return StageOutcome(False, None, None)  # cancelled before it started
+            s.get(Chain, chain.id).stage = stage
+            row = Stage(
+                chain_id=chain.id, name=stage, state=StageState.RUNNING.value, command=command, cwd=str(code_dir),
+                token=token, host=self.host, gpus=values["gpus"], log_path=str(log_path), stage_dir=str(stage_dir),
+                estimate_seconds=grant.estimate_seconds,
+            )
+            s.add(row)
+            s.flush()
+            stage_id = row.id
+        if self.stop_request:  # a signal arrived between the claim and the start
+            reason = f"worker stopped ({self.stop_request.reason}) before {stage}"
+            self._finish_stage(stage_id, StageState.INTERRUPTED, None, 0.0, reason)
+            return StageOutcome(False, State.INTERRUPTED, reason)
+        env = stages.stage_env(
+            hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
+            run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir,
+        )
+        env.update(dict(grant.env))
+        env["CUDA_VISIBLE_DEVICES"] = gpus_text
+        started = time.monotonic()
+        try:
+            proc = stages.spawn(command, code_dir, env, log_path)
+        except OSError as exc:
+            self._finish_stage(stage_id, StageState.FAILED, None, time.monotonic() - started, f"could not start: {exc}")
+            return StageOutcome(False, State.FAILED, f"{stage} could not start: {exc}")
+        ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
+        self._live = ident
+        with self.store.write() as s:
+            row = s.get(Stage, stage_id)
+            row.pid, row.pgid, row.create_time = proc.pid, proc.pid, ident.create_time
+        self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: {stage} started (pid {proc.pid}, log {log_path})")
+        self._activity(f"chain {chain.id}: {stage} (pid {proc.pid})")
+
+        watch = _Watch()
+        how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
+        seconds = time.monotonic() - started
+        rc = proc.returncode
+        if how == "exited" and self._current_state(chain.id) != State.RUNNING:
+            how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
+
+        # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
+        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll())
+        self._live = None
+        if how == "exited" and leftover.found:
+            self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
+        try:
+            self.gate.released(info, stage, sorted(watch.pids | {proc.pid}))
+        except Exception as exc:  # a policy error must not leave the chain running
+            self.report(f"chain {chain.id}: gate.released failed: {exc}")
+        self._record_train_stats(chain.id, stage, stage_dir, log_path)
+
+        if how == "cancelled":
+            self._finish_stage(stage_id, StageState.CANCELLED, rc, seconds, detail, watch)
+            return StageOutcome(False, None, None)
+        if how == "interrupted":
+            self._finish_stage(stage_id, StageState.INTERRUPTED, rc, seconds, detail, watch)
+            return StageOutcome(False, State.INTERRUPTED, detail)
+        if how == "timeout":
+            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, detail, watch)
+            return StageOutcome(False, State.FAILED, detail)
+        if how == "policy":
+            stop: Stop = detail
+            self._finish_stage(stage_id, StageState.STOPPED, rc, seconds, stop.reason, watch)
+            partial = self._partial_score(chain.id, stage, stage_dir, watch) if stage == "eval" else None
+            self._end(chain.id, stop.state, stop.reason, score=partial)
+            return StageOutcome(False, None, stop.reason)
+
+        # The process exited on its own.
+        if rc != 0:
+            reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}"
+            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
+            return StageOutcome(False, State.FAILED, reason)
+        if stage == "train":
+            ckpt = Path(stages.render(self.cfg.stages["train"].checkpoint, values, quote=False))
+            if not ckpt.is_absolute():
+                ckpt = code_dir / ckpt
+            if not ckpt.exists():
+                reason = f"train exited 0 but left no checkpoint at {ckpt} (see [stages.train] checkpoint)"
+                self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
+                return StageOutcome(False, State.FAILED, reason)
+            self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch, checkpoint=str(ckpt))
+            self.report(f"chain {chain.id}: train done in {seconds:.1f}s, checkpoint {ckpt}")
+            return StageOutcome(True, checkpoint=str(ckpt))
+        try:
+            result = results.read_eval_result(stage_dir, log_path)
+        except results.ResultError as exc:
+            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, str(exc), watch)
+            return StageOutcome(False, State.FAILED, f"eval result unreadable: {exc}")
+        if result is None:
+            reason = f"eval exited 0 but wrote no {stage_dir / 'result.json'} and no FINAL line in its log"
+            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
+            return StageOutcome(False, State.FAILED, reason)
+        self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch)
+        score = _score_row(chain.id, result, seconds)
+        state = self._end(chain.id, State.SUCCEEDED, None, score=score)
+        if state == State.SUCCEEDED:
+            self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: succeeded, avg@{result.k} = "
+                        f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
+        return StageOutcome(state == State.SUCCEEDED, None)
+
+    def _wait_for_grant(self, info: ChainInfo, stage: str):
+        while True:
+            decision = self.gate.grant(info, stage)
+            if isinstance(decision, Grant):
+                return decision
+            if isinstance(decision, Skip):
+                return StageOutcome(False, State.SKIPPED, f"{stage}: {decision.reason}")
+            if isinstance(decision, Wait):
+                self._activity(f"chain {info.chain_id}: {stage} waits: {decision.reason}")
+                end = time.monotonic() + max(0.05, decision.seconds)
+                while time.monotonic() < end:
+                    if self.stop_request:
+                        return StageOutcome(False, State.INTERRUPTED, f"worker stopped ({self.stop_request.reason}) before {stage}")
+                    if self._current_state(info.chain_id) != State.RUNNING:
+                        return StageOutcome(False, None, None)
+                    time.sleep(min(0.5, max(0.0, end - time.monotonic())))
+                continue
+            raise TypeError(f"gate.grant returned {decision!r}; expected Grant, Skip or Wait")
+
+    def _watch(self, info, stage, stage_id, proc, ident, stage_dir, log_path, timeout_min, watch, started):
+        """Wait for the stage to end. Returns (how, detail): how in exited | cancelled |
+        interrupted | timeout | policy."""
+        profile = PROFILES.get(info.profile)
+        adapter = results.LogProgress(stage, profile.max_steps if profile and stage == "train" else None)
+        deadline = started + timeout_min * 60.0 if timeout_min else None
+        next_progress = next_state = next_write = 0.0
+        next_pids = 0.0
+        next_report = started + REPORT_S
+        reported = None
+        while True:
+            if proc.poll() is not None:
+                self._read_progress(info, stage, stage_dir, log_path, adapter, watch)
+                self._write_progress(stage_id, watch)
+                return "exited", None
+            now = time.monotonic()
+            if self.stop_request:
+                reason = f"worker stopped ({self.stop_request.reason}) during {stage}"
+                self._stop(ident, proc, force=self.stop_request.force)
+                return "interrupted", reason
+            if deadline is not None and now >= deadline:
+                self._stop(ident, proc)
+                return "timeout", f"{stage} timed out after {timeout_min:g} min ([stages.{stage}] timeout_minutes)"
+            if now >= next_pids:
+                watch.pids.update(procs.descendants(proc.pid))
+                next_pids = now + 2.0
+            if now >= next_progress:
+                stop = self._read_progress(info, stage, stage_dir, log_path, adapter, watch)
+                next_progress = now + PROGRESS_S
+                if stop is not None:
+                    self._stop(ident, proc)
+                    return "policy", stop
+            if now >= next_state:
+                next_state = now + STATE_CHECK_S
+                if self._current_state(info.chain_id) != State.RUNNING:
+                    self._stop(ident, proc)
+                    return "cancelled", "cancelled while running"
+            if now >= next_write:
+                self._write_progress(stage_id, watch)
+                next_write = now + PROGRESS_WRITE_S
+            if now >= next_report:
+                next_report = now + REPORT_S
+                p = results.progress_from_record(watch.last_progress) if watch.last_progress else None
+                text = p.text() if p else "running"
+                if text != reported:
+                    reported = text
+                    self.report(f"chain {info.chain_id}: {stage} {text} ({_fmt_s(now - started)})")
+            self._heartbeat()
+            time.sleep(POLL_S)
+
+    def _stop(self, ident, proc, force: bool = False) -> None:
+        grace = 0.0 if force else self._grace()
+        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll())
+        if report.survivors:
+            self.report(f"pid(s) {report.survivors} survived SIGKILL (uninterruptible?)")
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _grace(self) -> float:
+        return 0.0 if self.stop_request.force else self.cfg.kill_grace_seconds
+
+    # --- progress -------------------------------------------------------------------------
+
+    def _read_progress(self, info, stage, stage_dir, log_path, adapter, watch) -> Optional[Stop]:
+        records: list[dict] = []
+        pfile = stage_dir / "progress.jsonl"
+        if pfile.is_file():
+            with open(pfile, "rb") as f:
+                f.seek(watch.progress_offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
+            watch.progress_offset += end
+            for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(rec, dict):
+                    rec.setdefault("source", "progress.jsonl")
+                    records.append(rec)
+        try:
+            with open(log_path, "rb") as f:
+                f.seek(watch.log_offset)
+                chunk = f.read(4 << 20)
+            watch.log_offset += len(chunk)
+            log_records = adapter.feed(chunk.decode("utf-8", errors="replace"))
+        except FileNotFoundError:
+            log_records = []
+        for rec in records + log_records:
+            # progress.jsonl is authoritative; log adapters speak only while it is silent.
+            if results.progress_from_record(rec) is not None and (
+                rec.get("source") != "log" or not _has_file_progress(watch)
+            ):
+                watch.last_progress = rec
+            if isinstance(rec.get("problems"), list):
+                watch.last_problems_record = rec
+            try:
+                stop = self.gate.on_progress(info, stage, rec)
+            except Exception as exc:
+                self.report(f"chain {info.chain_id}: gate.on_progress failed: {exc}")
+                stop = None
+            if stop is not None:
+                return stop
+        return None
+
+    def _write_progress(self, stage_id: int, watch: _Watch) -> None:
+        if watch.last_progress is None or watch.last_progress == watch.written_progress:
+            return
+        p = results.progress_from_record(watch.last_progress)
+        if p is None:
+            return
+        p.source = watch.last_progress.get("source", p.source)
+        with self.store.write() as s:
+            s.get(Stage, stage_id).progress = p.to_dict()
+        watch.written_progress = watch.last_progress
+
+    # --- records --------------------------------------------------------------------------
+
+    def _finish_stage(self, stage_id, state: StageState, rc, seconds, reason, watch: Optional[_Watch] = None, checkpoint=None):
+        with self.store.write() as s:
+            row = s.get(Stage, stage_id)
+            row.state = state.value
+            row.exit_code = rc
+            row.finished_at = utcnow()
+            row.seconds = round(seconds, 3)
+            row.reason = reason
+            if checkpoint is not None:
+                row.checkpoint = checkpoint
+            if watch is not None:
+                row.pids = sorted(watch.pids | ({row.pid} if row.pid else set()))
+                p = results.progress_from_record(watch.last_progress) if watch.last_progress else None
+                if p is not None:
+                    p.source = watch.last_progress.get("source", p.source)
+                    row.progress = p.to_dict()
+
+    def _record_train_stats(self, chain_id: int, stage: str, stage_dir: Path, log_path: Path) -> None:
+        if stage != "train":
+            return
+        try:
+            summary = results.read_train_summary(stage_dir, log_path)
+        except Exception as exc:  # statistics are a bonus; never fail a chain over them
+            self.report(f"chain {chain_id}: could not read training statistics: {exc}")
+            return
+        if summary is None:
+            return
+        with self.store.write() as s:
+            s.add(TrainStats(chain_id=chain_id, **summary.to_dict()))
+
+    def _partial_score(self, chain_id, stage, stage_dir: Path, watch: _Watch) -> Optional[Score]:
+        result = None
+        try:
+            if (stage_dir / "result.json").is_file():
+                result = results.parse_result_json((stage_dir / "result.json").read_text(), "result.json")
+        except results.ResultError:
+            result = None
+        if result is None and watch.last_problems_record is not None:
+            result = results.partial_from_progress(watch.last_problems_record)
+        if result is None:
+            return None
+        result.partial = True
+        return _score_row(chain_id, result, None)
+
+    def _activity(self, text: str) -> None:
+        if self.worker_run_id is None:
+            return
+        with self.store.write() as s:
+            row = s.get(WorkerRun, self.worker_run_id)
+            row.activity = text
+            row.heartbeat_at = utcnow()
+        self._last_heartbeat = time.monotonic()
+
+    def _heartbeat(self) -> None:
+        if self.worker_run_id is None or time.monotonic() - self._last_heartbeat < HEARTBEAT_S:
+            return
+        self._last_heartbeat = time.monotonic()
+        with self.store.write() as s:
+            s.get(WorkerRun, self.worker_run_id).heartbeat_at = utcnow()
+
+
+def _has_file_progress(watch: _Watch) -> bool:
+    return watch.last_progress is not None and watch.last_progress.get("source") == "progress.jsonl"
+
+
+def _score_row(chain_id: int, result: results.EvalResult, stage_seconds: Optional[float]) -> Score:
+    return Score(
+        chain_id=chain_id,
+        k=result.k,
+        avg_at_k=round(result.avg_at_k, 6),
+        n_problems=result.n_problems,
+        n_correct=result.n_correct,
+        n_samples=result.n_samples,
+        problems=result.problems,
+        partial=result.partial,
+        seconds=result.seconds if result.seconds is not None else (round(stage_seconds, 3) if stage_seconds else None),
+        source=result.source,
+    )
+
+
+def _fmt_s(seconds: float) -> str:
+    from opsdctl.plan.budget import fmt_duration
+
+    return fmt_duration(seconds)
+
+
+def _exit_words(rc: int) -> str:
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"was killed by {name}"
+    return f"exited with code {rc}"
+
+
+def _last_line(log_path: Path) -> str:
+    lines = [l.strip() for l in read_tail(log_path, 8192).replace("\r", "\n").splitlines() if l.strip()]
+    if not lines:
+        return " (empty log)"
+    last = lines[-1]
+    return f"; last log line: {last[:200]}"

@@ -1,0 +1,76 @@
+"""The stage contract (design.md): render a command template, build its environment, start it.
+
+A stage is a command line run by /bin/sh in its own session (so its whole process tree is one
+process group opsdctl can stop), with cwd = the chain's code snapshot, stdout+stderr appended to
+`<runs_dir>/<chain_id>/<stage>.log`, and an environment that carries the recipe's knobs.
+Each placeholder is substituted shell-quoted; `{{` and `}}` are literal braces, and a `$` before
+`{` (shell `${VAR}`) is left to the shell.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Mapping
+
+from opsdctl.recipes import knobs
+from opsdctl.templates import (  # noqa: F401
+    PLACEHOLDERS,
+    STAGE_PLACEHOLDERS,
+    STAGES,
+    check_template,
+    render,
+)
+
+ENV_CHAIN_ID = "OPSDCTL_CHAIN_ID"
+ENV_STAGE_DIR = "OPSDCTL_STAGE_DIR"
+ENV_STAGE_TOKEN = "OPSDCTL_STAGE_TOKEN"
+
+
+def stage_env(
+    *,
+    hparams: dict,
+    method: dict,
+    chain_id: int,
+    stage: str,
+    stage_dir: Path,
+    run_dir: Path,
+    token: str,
+    gpus: tuple[int, ...],
+    code_dir: Path,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(knobs.knob_env(hparams, method))
+    env[ENV_CHAIN_ID] = str(chain_id)
+    env[ENV_STAGE_DIR] = str(stage_dir)
+    env[ENV_STAGE_TOKEN] = token
+    env["OPSDCTL_STAGE"] = stage
+    env["OPSDCTL_RUN_DIR"] = str(run_dir)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+    old = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(code_dir) + (os.pathsep + old if old else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # progress lines reach the log as they happen
+    return env
+
+
+def spawn(command: str, cwd: Path, env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+    """Start `command` under /bin/sh in a new session, output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab", buffering=0) as log:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=str(cwd),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def python_executable() -> str:
+    return sys.executable

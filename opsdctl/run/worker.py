@@ -1,0 +1,304 @@
+"""`opsdctl worker`: the one process per store that runs queued chains, one at a time.
+
+Start-up: take the store's worker lock (a second worker exits naming the holder), record this
+worker run, start the budget clock (hours budgets), then recover: every chain still marked
+`running` was left by a worker that died; its stage processes, when still alive and provably
+ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupted` and
+re-queued as a fresh chain pointing at it.
+
+Loop: ask the gate for the run order, admit the first chain it starts, claim it with a guarded
+`queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
+its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
+the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
+running stage's process group and mark its chain `interrupted` (not re-queued: the user stopped
+it; `opsdctl requeue ID` runs it again); a second signal skips the TERM grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from opsdctl.config import Config
+from opsdctl.plan.budget import CLOCK_KEY, budget_now
+from opsdctl.plan.gate import Gate, Skip, Start, Wait, chain_info
+from opsdctl.plan.planner import make_gate
+from opsdctl.run import procs
+from opsdctl.run.enqueue import interrupt_and_requeue
+from opsdctl.run.executors import make_executor, worker_gate_config
+from opsdctl.run.local import StopRequest
+from opsdctl.store.engine import (
+    Store,
+    chains_in_state,
+    get_meta,
+    queued_chains,
+    running_stages,
+    set_meta,
+)
+from opsdctl.store.locks import WorkerBusy, worker_lock, worker_lock_path  # noqa: F401  (re-exported)
+from opsdctl.store.models import Chain, Stage, Variant, WorkerRun, utcnow
+from opsdctl.store.states import StageState, State, transition
+
+IDLE_LOG_S = 60.0
+BUSY_POLL_S = 0.5  # while chains run elsewhere (executor = "ray"): how often to look again
+
+
+# --- recovery -----------------------------------------------------------------------------
+
+
+@dataclass
+class Recovered:
+    chain_id: int
+    requeued_as: Optional[int]
+    stopped: int  # stage processes stopped
+
+
+def recover(store: Store, cfg: Config, report: Callable[[str], None],
+            remote_stop: Optional[Callable[[Stage], Optional[procs.KillReport]]] = None,
+            any_host: bool = False) -> list[Recovered]:
+    """Chains left `running` by a dead worker: stop their stage processes if they are still
+    alive and provably ours, mark the chains interrupted, and re-queue them.
+
+    `remote_stop` (the executor's) stops a stage that ran elsewhere (a Ray node) and returns
+    None for one it does not know. `any_host`: this worker's lock is store-wide (PostgreSQL), so
+    no other worker can be alive anywhere and chains claimed on other hosts are stale too."""
+    out = []
+    # Stage rows still `running` (their chain may already be cancelled): stop what is left.
+    with store.read() as s:
+        stale_stages = running_stages(s)
+        stale_chains = chains_in_state(s, State.RUNNING)
+    stopped_by_chain: dict[int, int] = {}
+    for st in stale_stages:
+        rep = remote_stop(st) if remote_stop is not None else None
+        if rep is None and st.host and st.host != socket.gethostname():
+            report(f"chain {st.chain_id}: its {st.name} stage ran on {st.host}; cannot stop processes there")
+            continue
+        if rep is None:
+            ident = procs.StageIdentity(st.pgid, st.pid, st.create_time, st.token)
+            rep = procs.stop_stage(ident, cfg.kill_grace_seconds)
+        if rep.unverified_group:
+            report(f"chain {st.chain_id}: process group {st.pgid} exists but is not provably ours; left alone")
+        stopped_by_chain[st.chain_id] = stopped_by_chain.get(st.chain_id, 0) + rep.found
+        with store.write() as s:
+            row = s.get(Stage, st.id)
+            if row.state == StageState.RUNNING.value:
+                row.state = StageState.INTERRUPTED.value
+                row.finished_at = utcnow()
+                row.reason = "its worker died" + (f"; {rep.summary()}" if rep.found else "")
+    here = socket.gethostname()
+    for chain in stale_chains:
+        if chain.worker_host and chain.worker_host != here and not any_host:
+            report(f"chain {chain.id}: runs under a worker on {chain.worker_host}; left to that host")
+            continue
+        n = stopped_by_chain.get(chain.id, 0)
+        where = f" during {chain.stage}" if chain.stage else ""
+        pid = f" (pid {chain.worker_pid})" if chain.worker_pid else ""
+        reason = f"worker{pid} died{where}" + (
+            f"; stopped {n} orphaned stage process{'es' if n != 1 else ''}" if n else "; its stage processes were gone"
+        )
+        with store.write() as s:
+            fresh = interrupt_and_requeue(s, s.get(Chain, chain.id), reason, requeue=True)
+            new_id = fresh.id if fresh is not None else None
+        report(f"chain {chain.id}: interrupted ({reason}); re-queued as chain {new_id}")
+        out.append(Recovered(chain.id, new_id, n))
+    return out
+
+
+# --- the worker ---------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        *,
+        drain: bool = False,
+        gate: Optional[Gate] = None,
+        report: Callable[[str], None] = print,
+        max_chains: Optional[int] = None,
+    ):
+        self.cfg = cfg
+        self.store = store
+        self.drain = drain
+        self.report = report
+        self.max_chains = max_chains
+        self.stop = StopRequest()
+        self.gate = gate if gate is not None else make_gate(worker_gate_config(cfg), self.usable_seconds, store, report)
+        self.run_id: Optional[int] = None
+        self.clock_start: Optional[float] = None
+
+    def usable_seconds(self) -> Optional[float]:
+        return budget_now(self.cfg.budget, self.clock_start).usable_seconds
+
+    # signals --------------------------------------------------------------------------------
+
+    def _on_signal(self, signum, _frame) -> None:
+        name = signal.Signals(signum).name
+        first = not self.stop
+        self.stop.set(name)
+        if first:
+            self.report(f"{name}: stopping the running stage (again to skip the {self.cfg.kill_grace_seconds:g}s grace)")
+        else:
+            self.report(f"{name} again: killing now")
+
+    @contextmanager
+    def _signals(self):
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    # life -----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until drained (with --drain) or stopped. Returns the number of chains run."""
+        with worker_lock(self.cfg, self.store) as lock, self._signals():
+            self._register()
+            ran = 0
+            exit_reason = "stopped"
+            try:
+                executor = make_executor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id,
+                                         self.usable_seconds)
+                try:
+                    recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
+                            any_host=lock.store_wide)
+                    ran = self._loop(executor)
+                finally:
+                    executor.close()  # on a stop or an error: stop what still runs elsewhere
+                exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
+            except BaseException as exc:
+                exit_reason = f"crashed: {type(exc).__name__}: {exc}"
+                raise
+            finally:
+                self._unregister(exit_reason)
+            return ran
+
+    def _register(self) -> None:
+        with self.store.write() as s:
+            row = WorkerRun(pid=os.getpid(), host=socket.gethostname(), create_time=procs.create_time_of(os.getpid()),
+                            drain=self.drain, activity="starting")
+            s.add(row)
+            s.flush()
+            self.run_id = row.id
+            if self.cfg.budget.kind == "hours":
+                start = get_meta(s, CLOCK_KEY)
+                if start is None:
+                    start = repr(time.time())
+                    set_meta(s, CLOCK_KEY, start)
+                self.clock_start = float(start)
+        budget = budget_now(self.cfg.budget, self.clock_start)
+        self.report(f"worker {os.getpid()} on {self.store.safe_url()}; budget: {budget.text()}")
+
+    def _unregister(self, reason: str) -> None:
+        try:
+            with self.store.write() as s:
+                row = s.get(WorkerRun, self.run_id)
+                row.stopped_at = utcnow()
+                row.exit_reason = reason
+                row.activity = ""
+        except Exception:  # the store may be the reason we are exiting
+            pass
+
+    def _activity(self, text: str) -> None:
+        with self.store.write() as s:
+            row = s.get(WorkerRun, self.run_id)
+            row.activity = text
+            row.heartbeat_at = utcnow()
+
+    def _loop(self, executor) -> int:
+        """Start chains while the executor has room (the local one: one at a time, each run to
+        its end inside start()); collect the ones that ended; drain or idle as asked."""
+        ran = 0
+        last_idle_note = 0.0
+        idle_since: Optional[float] = None
+        while True:
+            for chain_id, state in executor.poll():
+                ran += 1
+                self._activity(f"chain {chain_id}: {state}")
+            if self.stop:
+                break
+            busy = executor.busy()
+            if self.max_chains is not None and ran + busy >= self.max_chains:
+                if not busy:
+                    break
+                self._sleep(BUSY_POLL_S)
+                continue
+            if executor.has_room():
+                picked, wait = self._pick()
+            elif busy or self._queued_any():  # a slot frees up, or one is being reserved
+                self._sleep(BUSY_POLL_S)
+                continue
+            else:  # no room because nothing runs and nothing is queued
+                picked, wait = None, None
+            if picked is None:
+                if wait is not None:
+                    self._activity(f"waiting: {wait.reason}")
+                    self._sleep(min(wait.seconds, BUSY_POLL_S) if busy else wait.seconds)
+                    continue
+                if busy:  # others still run: they may end, or free room for what waits
+                    self._sleep(BUSY_POLL_S)
+                    continue
+                if self.drain:
+                    self.report("queue drained")
+                    break
+                if idle_since is None:
+                    idle_since = time.monotonic()
+                    self._activity("idle: waiting for queued chains")
+                if time.monotonic() - last_idle_note > IDLE_LOG_S:
+                    self.report("idle: nothing queued (Ctrl-C to stop)")
+                    last_idle_note = time.monotonic()
+                self._sleep(self.cfg.poll_seconds)
+                continue
+            idle_since = None
+            executor.start(picked)
+        return ran
+
+    def _queued_any(self) -> bool:
+        with self.store.read() as s:
+            return bool(queued_chains(s))
+
+    def _pick(self) -> tuple[Optional[int], Optional[Wait]]:
+        """Claim the first chain the gate starts; mark the ones it skips."""
+        with self.store.read() as s:
+            queued = queued_chains(s)
+            variants = {v.id: v for v in (s.get(Variant, c.variant_id) for c in queued)}
+        infos = [chain_info(c, variants[c.variant_id]) for c in queued]
+        shortest_wait: Optional[Wait] = None
+        for info in self.gate.order(infos):
+            decision = self.gate.admit(info)
+            if isinstance(decision, Skip):
+                with self.store.write() as s:
+                    if transition(s, info.chain_id, State.QUEUED, State.SKIPPED, reason=decision.reason):
+                        self.report(f"chain {info.chain_id} {info.variant}: skipped: {decision.reason}")
+                continue
+            if isinstance(decision, Wait):
+                if shortest_wait is None or decision.seconds < shortest_wait.seconds:
+                    shortest_wait = decision
+                continue
+            if not isinstance(decision, Start):
+                raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
+            with self.store.write() as s:
+                claimed = transition(
+                    s, info.chain_id, State.QUEUED, State.RUNNING,
+                    started_at=utcnow(), worker_pid=os.getpid(), worker_host=socket.gethostname(), stage=None,
+                )
+            if claimed:
+                return info.chain_id, None
+        return None, shortest_wait
+
+    def _sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not self.stop and time.monotonic() < end:
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+
+
+def run_worker(cfg: Config, store: Store, drain: bool = False, report: Callable[[str], None] = print) -> int:
+    return Worker(cfg, store, drain=drain, report=report).run()

@@ -1,0 +1,374 @@
+"""The store: engine creation, transactions, and the small queries everything else uses.
+
+All access goes through SQLModel/SQLAlchemy, so the same code runs on PostgreSQL. Only for
+SQLite URLs do we add: WAL journal (readers never block the writer), a long busy timeout, and
+`BEGIN IMMEDIATE` for every write transaction, so a write never has to upgrade a read lock
+(the upgrade is what fails with "database is locked" under concurrency; an immediate writer
+simply waits its turn). Twenty `opsdctl queue` processes and a worker can write at once.
+
+The schema is Alembic's (opsdctl/store/migrations/): opening a store upgrades it to the head revision,
+including a pre-migration SQLite runs.db, in place. Credentials come only from the URL or the
+environment (libpq's PGPASSWORD, PGPASSFILE, PGSERVICE...); messages show `safe_url()` and
+`redact()` every database error before it reaches the user.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+from urllib.parse import quote, quote_plus
+
+from sqlalchemy import create_engine, event, func, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlmodel import Session, SQLModel
+
+from opsdctl.errors import UserError
+from opsdctl.store.models import (
+    Chain,
+    CodeSnapshot,
+    Meta,
+    Score,
+    Stage,
+    TrainStats,
+    Variant,
+    WorkerRun,
+)
+from opsdctl.store.states import State
+
+SQLITE_BUSY_TIMEOUT_S = 120.0
+PG_CONNECT_TIMEOUT_S = 10  # unless the URL or PGCONNECT_TIMEOUT says otherwise
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        self.is_sqlite = self.dialect == "sqlite"
+        self.engine = _make_engine(url)
+        self._writer = self.engine.execution_options(sqlite_immediate=True)
+
+    def __repr__(self) -> str:
+        return f"Store({self.safe_url()})"
+
+    @property
+    def sqlite_path(self) -> Optional[Path]:
+        if not self.is_sqlite:
+            return None
+        db = make_url(self.url).database
+        return Path(db) if db and db != ":memory:" else None
+
+    def safe_url(self) -> str:
+        """The URL without its password, for messages and status."""
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    def redact(self, message: str) -> str:
+        """`message` with the store's password (from the URL or PGPASSWORD) replaced by ***."""
+        return redact(message, self.url)
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite, a transaction advisory lock on
+        PostgreSQL: one writer at a time either way); commits on success."""
+        with Session(self._writer, expire_on_commit=False) as session:
+            if self.dialect == "postgresql":
+                # Writers take turns, as with BEGIN IMMEDIATE on SQLite: read-then-write
+                # sequences (next repeat, next version, guarded moves) see every earlier commit.
+                # As SQLite's busy timeout: waiting longer is an error, never a silent hang.
+                from opsdctl.store.locks import LOCK_CLASS, WRITE_KEY
+
+                session.execute(text(f"SET LOCAL lock_timeout = '{int(SQLITE_BUSY_TIMEOUT_S)}s'"))
+                session.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
+                                {"c": LOCK_CLASS, "k": WRITE_KEY})
+            yield session
+            session.commit()
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    def ensure_schema(self) -> None:
+        """Bring the schema to the migrations' head: one cheap query when it is there already;
+        otherwise upgrade it once, under a lock, whoever else opens the store at the same time."""
+        from opsdctl.store import migrations
+        if self.revision() == migrations.HEAD:
+            return
+        path = self.sqlite_path
+        if path is None:
+            self._upgrade()
+            return
+        from filelock import FileLock
+
+        with FileLock(str(path) + ".init.lock", timeout=SQLITE_BUSY_TIMEOUT_S):
+            if self.revision() == migrations.HEAD:
+                return
+            raw = self.engine.raw_connection()  # outside any transaction: WAL cannot switch inside one
+            try:
+                raw.driver_connection.execute("PRAGMA journal_mode=WAL")
+            finally:
+                raw.close()
+            self._upgrade()
+
+    def revision(self) -> Optional[str]:
+        """The store's Alembic revision; None for an empty or pre-migration database."""
+        from opsdctl.store.migrations import VERSION_TABLE
+
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}").scalars().all()
+        except ProgrammingError:  # PostgreSQL: no such table
+            return None
+        except OperationalError as exc:
+            if self.is_sqlite and "no such table" in str(exc):
+                return None
+            raise
+        return rows[0] if len(rows) == 1 else None
+
+    def _upgrade(self) -> None:
+        from opsdctl.store import migrations
+        from opsdctl.store.locks import LOCK_CLASS, MIGRATION_KEY
+
+        with self._writer.begin() as conn:
+            if self.dialect == "postgresql":  # concurrent openers wait here, then find it done
+                conn.execute(text(f"SET LOCAL lock_timeout = '{int(SQLITE_BUSY_TIMEOUT_S)}s'"))
+                conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
+                             {"c": LOCK_CLASS, "k": MIGRATION_KEY})
+            migrations.upgrade(conn, where=self.safe_url())
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def redact(message: str, url: Optional[str] = None) -> str:
+    secrets = set()
+    if url:
+        try:
+            password = make_url(url).password
+        except Exception:
+            password = None
+        if password:
+            secrets |= {str(password), quote_plus(str(password)), quote(str(password), safe="")}
+    env_pw = os.environ.get("PGPASSWORD")
+    if env_pw and len(env_pw) >= 4:
+        secrets.add(env_pw)
+    for secret in sorted(secrets, key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
+
+
+def _make_engine(url: str):
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        connect_args = {}
+        if (parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query
+                and "PGCONNECT_TIMEOUT" not in os.environ):
+            connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+        try:
+            return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        except ImportError as exc:
+            safe = parsed.render_as_string(hide_password=True)
+            extra = " (pip install 'opsdctl[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
+            raise UserError(f"db = {safe}: its driver is not installed: {exc}{extra}") from None
+    db = make_url(url).database
+    if db and db != ":memory:":
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "isolation_level": None, "check_same_thread": False}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # pragma: no branch - sqlite only
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn):
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def open_store(db_url: str) -> Store:
+    """The store at `db_url`, its schema at the migrations' head. Database errors (server down,
+    wrong password, ...) become one UserError line, without the password."""
+    store = Store(db_url)
+    try:
+        store.ensure_schema()
+    except DBAPIError as exc:
+        store.dispose()
+        raise UserError(f"store {store.safe_url()}: {store.redact(db_error_text(exc))}") from None
+    return store
+
+
+def db_error_text(exc: BaseException) -> str:
+    """The driver's own message of a database error, on one line (no SQL, no parameters)."""
+    orig = getattr(exc, "orig", None) or exc
+    return " ".join(str(orig).split()) or type(orig).__name__
+
+
+# --- queries ------------------------------------------------------------------------------
+
+
+def get_chain(session: Session, chain_id: int) -> Chain:
+    chain = session.get(Chain, chain_id)
+    if chain is None:
+        raise UserError(f"chain {chain_id}: no such chain (see `opsdctl status --all`)")
+    return chain
+
+
+def get_variant(session: Session, variant_id: int) -> Variant:
+    return session.get(Variant, variant_id)
+
+
+def queued_chains(session: Session) -> list[Chain]:
+    """Queued chains in run order: higher priority first, then queue order."""
+    stmt = (
+        select(Chain)
+        .where(Chain.state == State.QUEUED.value)
+        .order_by(Chain.priority.desc(), Chain.seq, Chain.id)
+    )
+    return list(session.scalars(stmt))
+
+
+def chains_in_state(session: Session, state: State) -> list[Chain]:
+    return list(session.scalars(select(Chain).where(Chain.state == state.value).order_by(Chain.id)))
+
+
+def finished_chains(session: Session, limit: Optional[int]) -> list[Chain]:
+    stmt = (
+        select(Chain)
+        .where(Chain.state.not_in([State.QUEUED.value, State.RUNNING.value]))
+        .order_by(func.coalesce(Chain.finished_at, Chain.queued_at).desc(), Chain.id.desc())
+    )
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return list(session.scalars(stmt))
+
+
+def stages_of(session: Session, chain_id: int) -> list[Stage]:
+    return list(session.scalars(select(Stage).where(Stage.chain_id == chain_id).order_by(Stage.id)))
+
+
+def stage_of(session: Session, chain_id: int, name: str) -> Optional[Stage]:
+    return session.scalars(select(Stage).where(Stage.chain_id == chain_id, Stage.name == name)).first()
+
+
+def running_stages(session: Session) -> list[Stage]:
+    return list(session.scalars(select(Stage).where(Stage.state == "running").order_by(Stage.id)))
+
+
+def score_of(session: Session, chain_id: int) -> Optional[Score]:
+    return session.scalars(select(Score).where(Score.chain_id == chain_id)).first()
+
+
+def train_stats_of(session: Session, chain_id: int) -> Optional[TrainStats]:
+    return session.scalars(select(TrainStats).where(TrainStats.chain_id == chain_id)).first()
+
+
+def variants_named(session: Session, name: str) -> list[Variant]:
+    return list(session.scalars(select(Variant).where(Variant.name == name).order_by(Variant.version)))
+
+
+def all_variants(session: Session) -> list[Variant]:
+    return list(session.scalars(select(Variant).order_by(Variant.name, Variant.version)))
+
+
+def find_variant(session: Session, ref: str) -> Variant:
+    """`name` (its latest version) or `name@vN` / `name@N`."""
+    name, _, ver = ref.partition("@")
+    versions = variants_named(session, name)
+    if not versions:
+        known = sorted({v.name for v in all_variants(session)})
+        hint = f"; known: {', '.join(known)}" if known else "; queue a recipe first"
+        raise UserError(f"variant {name!r}: not in the store{hint}")
+    if not ver:
+        return versions[-1]
+    try:
+        number = int(ver.lstrip("vV"))
+    except ValueError:
+        raise UserError(f"variant {ref!r}: write NAME or NAME@vN (e.g. {name}@v2)") from None
+    for v in versions:
+        if v.version == number:
+            return v
+    raise UserError(
+        f"variant {ref!r}: no version {number}; versions: {', '.join(str(v.version) for v in versions)}"
+    )
+
+
+def chains_of_variant(session: Session, variant_id: int, state: Optional[State] = None) -> list[Chain]:
+    stmt = select(Chain).where(Chain.variant_id == variant_id)
+    if state is not None:
+        stmt = stmt.where(Chain.state == state.value)
+    return list(session.scalars(stmt.order_by(Chain.id)))
+
+
+def scored_runs(session: Session, variant_ids: Optional[Sequence[int]] = None) -> list[tuple[Chain, Variant, Score]]:
+    """Succeeded chains with their score, for compare/show: (chain, variant, score)."""
+    stmt = (
+        select(Chain, Variant, Score)
+        .join(Variant, Variant.id == Chain.variant_id)
+        .join(Score, Score.chain_id == Chain.id)
+        .where(Chain.state == State.SUCCEEDED.value)
+        .order_by(Variant.name, Variant.version, Chain.id)
+    )
+    if variant_ids is not None:
+        stmt = stmt.where(Chain.variant_id.in_(list(variant_ids)))
+    return [tuple(row) for row in session.execute(stmt)]
+
+
+def next_seq(session: Session) -> int:
+    return int(session.scalar(select(func.coalesce(func.max(Chain.seq), 0))) or 0) + 1
+
+
+def next_repeat(session: Session, variant_id: int) -> int:
+    """Repeats count the variant's originally queued chains (re-queued copies keep theirs)."""
+    stmt = select(func.count()).select_from(Chain).where(
+        Chain.variant_id == variant_id, Chain.requeued_from.is_(None)
+    )
+    return int(session.scalar(stmt) or 0)
+
+
+def get_meta(session: Session, key: str) -> Optional[str]:
+    row = session.get(Meta, key)
+    return row.value if row else None
+
+
+def set_meta(session: Session, key: str, value: Optional[str]) -> None:
+    row = session.get(Meta, key)
+    if value is None:
+        if row is not None:
+            session.delete(row)
+        return
+    if row is None:
+        session.add(Meta(key=key, value=value))
+    else:
+        row.value = value
+
+
+def latest_worker(session: Session) -> Optional[WorkerRun]:
+    return session.scalars(select(WorkerRun).order_by(WorkerRun.id.desc()).limit(1)).first()
+
+
+def snapshot_of(session: Session, snapshot_id: Optional[int]) -> Optional[CodeSnapshot]:
+    return session.get(CodeSnapshot, snapshot_id) if snapshot_id is not None else None
+
+
+def counts(session: Session) -> dict[str, int]:
+    """Row counts per table (tests and `doctor`-style checks)."""
+    out = {}
+    for table in SQLModel.metadata.sorted_tables:
+        out[table.name] = int(session.scalar(select(func.count()).select_from(table)) or 0)
+    return out
+
+
+def sqlite_worker_lock_path(store: Store) -> Optional[Path]:
+    path = store.sqlite_path
+    return Path(str(path) + ".worker.lock") if path else None

@@ -1,0 +1,226 @@
+"""The store's tables (SQLModel, so the same code runs on SQLite and PostgreSQL).
+
+Variant  a resolved recipe, identified by its content hash; unique on (name, version).
+Chain    one train -> eval run of a variant at a seed; the unit that is queued, run, scored.
+Stage    one stage process of a chain: command, process identity, timings, result location.
+Score    an evaluation's result (avg@k in points 0-100, per-problem counts when known).
+TrainStats  what the train stage reported (loss, KL, clipping, timings, memory, curve).
+CodeSnapshot  the code state a chain runs (git tree or content-addressed copy).
+WorkerRun  one worker process's life (pid, heartbeat, budget clock), for `status`.
+Transition  every chain state change, with its reason: the audit trail.
+Meta     small key/value facts (budget clock start).
+
+The schema is versioned by Alembic (opsdctl/store/migrations/): a change here needs a new revision
+there (`python -m opsdctl.store.migrations revision -m ...`); tests/test_store_migrations.py checks.
+
+No `from __future__ import annotations` here: SQLModel reads the annotations at class creation.
+"""
+
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """Now, as an aware UTC datetime: every datetime in the store is UTC."""
+    return datetime.now(timezone.utc)
+
+
+def iso(t: Optional[datetime]) -> Optional[str]:
+    if t is None:
+        return None
+    return t.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def seconds_since(t: Optional[datetime]) -> Optional[float]:
+    if t is None:
+        return None
+    return max(0.0, (utcnow() - t).total_seconds())
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware datetimes in, aware UTC datetimes out, on every database (SQLite keeps no zone:
+    it stores naive UTC; PostgreSQL stores timestamptz)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        if value.utcoffset() is None:
+            raise ValueError("store datetimes must be timezone-aware (use models.utcnow())")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+
+
+class Variant(SQLModel, table=True):
+    __tablename__ = "variant"
+    __table_args__ = (UniqueConstraint("name", "version", name="uq_variant_name_version"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True)
+    version: int = 1
+    hash: str = Field(index=True)
+    description: str = ""
+    hparams: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    method: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    source: str = ""  # the recipe file it was queued from
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+    @property
+    def label(self) -> str:
+        return variant_label(self.name, self.version)
+
+
+def variant_label(name: str, version: int) -> str:
+    return name if version == 1 else f"{name}@v{version}"
+
+
+class CodeSnapshot(SQLModel, table=True):
+    __tablename__ = "code_snapshot"
+    __table_args__ = (UniqueConstraint("kind", "key", "prefix", name="uq_snapshot_kind_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    kind: str  # "git" | "copy" | "live"
+    key: str  # git tree id | sha256 of the copied files | the live code_dir
+    commit: Optional[str] = None  # snapshot commit (git), kept alive under refs/opsdctl/
+    head: Optional[str] = None  # HEAD at queue time (git)
+    dirty: bool = False  # working tree differed from HEAD
+    diffstat: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    source_dir: str = ""  # the code_dir it was taken from
+    prefix: str = ""  # code_dir relative to the repository root (git)
+    path: str = ""  # materialized copy the stages run in
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class Chain(SQLModel, table=True):
+    __tablename__ = "chain"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    variant_id: int = Field(foreign_key="variant.id", index=True)
+    seed: int = 0
+    repeat: int = 0
+    priority: int = 0
+    seq: int = 0  # queue order; a re-queued chain keeps its original's
+    state: str = Field(default="queued", index=True)
+    stage: Optional[str] = None  # current or last stage
+    reason: Optional[str] = None
+    profile: str = ""
+    snapshot_id: Optional[int] = Field(default=None, foreign_key="code_snapshot.id")
+    code_dir: str = ""
+    requeued_from: Optional[int] = Field(default=None, foreign_key="chain.id")
+    worker_pid: Optional[int] = None  # the worker that claimed it ...
+    worker_host: Optional[str] = None  # ... and where it runs
+    node_id: Optional[str] = None  # the Ray node its stages run on (executor = "ray"), else None
+    queued_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
+    finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
+
+
+class Stage(SQLModel, table=True):
+    __tablename__ = "stage"
+    __table_args__ = (UniqueConstraint("chain_id", "name", name="uq_stage_chain_name"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    chain_id: int = Field(foreign_key="chain.id", index=True)
+    name: str  # "train" | "eval"
+    state: str = "running"
+    command: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    cwd: str = ""
+    token: str = ""  # OPSDCTL_STAGE_TOKEN in the stage's environment: proves a process is ours
+    host: str = ""
+    pid: Optional[int] = None
+    pgid: Optional[int] = None
+    create_time: Optional[float] = None  # the leader's start time (psutil), guards pid reuse
+    gpus: str = ""
+    log_path: str = ""
+    stage_dir: str = ""
+    checkpoint: Optional[str] = None
+    started_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
+    exit_code: Optional[int] = None
+    estimate_seconds: Optional[float] = None  # filled by the planner
+    seconds: Optional[float] = None  # actual
+    reason: Optional[str] = None
+    progress: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    pids: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+
+
+class Score(SQLModel, table=True):
+    __tablename__ = "score"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    chain_id: int = Field(foreign_key="chain.id", index=True, unique=True)
+    k: int
+    avg_at_k: float  # points, 0-100
+    n_problems: int
+    n_correct: Optional[int] = None  # solutions correct (of n_problems * k)
+    n_samples: Optional[int] = None
+    problems: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    partial: bool = False
+    seconds: Optional[float] = None
+    source: str = "result.json"  # "result.json" | "final-line" | "progress"
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class TrainStats(SQLModel, table=True):
+    __tablename__ = "train_stats"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    chain_id: int = Field(foreign_key="chain.id", index=True, unique=True)
+    steps: Optional[int] = None
+    final_loss: Optional[float] = None
+    mean_kl: Optional[float] = None
+    frac_clipped: Optional[float] = None
+    step_seconds: Optional[float] = None  # mean per optimizer step
+    rollout_seconds: Optional[float] = None  # mean per rollout
+    peak_mem_mib: Optional[float] = None
+    train_runtime: Optional[float] = None
+    curve: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    source: str = ""  # "train_result.json+metrics.jsonl" | "log"
+
+
+class WorkerRun(SQLModel, table=True):
+    __tablename__ = "worker_run"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    pid: int
+    host: str = ""
+    create_time: Optional[float] = None
+    started_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    heartbeat_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    stopped_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
+    exit_reason: Optional[str] = None
+    activity: str = ""  # what it is doing now, for `status`
+    drain: bool = False
+
+
+class Transition(SQLModel, table=True):
+    __tablename__ = "transition"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    chain_id: int = Field(foreign_key="chain.id", index=True)
+    at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    from_state: str
+    to_state: str
+    reason: Optional[str] = None
+
+
+class Meta(SQLModel, table=True):
+    __tablename__ = "meta"
+
+    key: str = Field(primary_key=True)
+    value: str = ""
+
+
+def row_dict(row: Any) -> dict:
+    return {c.name: getattr(row, c.name) for c in row.__table__.columns}
