@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 
-from opsdkit.prompts import chat_prompt, student_text
+from opsdkit.prompts import chat_prompt, eval_text
 
 
 def make_backend(spec: dict):
@@ -44,7 +44,7 @@ class _Base:
 
     def prompt_ids(self, problem: int) -> list[int]:
         if problem not in self._prompt_ids:
-            text = chat_prompt(self.tokenizer, student_text(self.spec["problems"][problem]["problem"]),
+            text = chat_prompt(self.tokenizer, eval_text(self.spec["problems"][problem]["problem"]),
                                thinking=self.sampling["thinking"])
             self._prompt_ids[problem] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self._prompt_ids[problem]

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--thinking", type=_bool, help="on | off (Qwen3 thinking mode)")
     p.add_argument("--seed", type=int)
+    p.add_argument("--extract", choices=("released", "lenient"), default="released",
+                   help="released (default) = the official script's last-\\boxed extraction and math-verify check; "
+                        "lenient = ours: last well-formed \\boxed/\\fbox, numbers compared as numbers")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm (default 0.85)")
     p.add_argument("--max-num-seqs", type=int, default=64, help="vllm: sequences per engine (default 64)")
     p.add_argument("--no-batch-invariant", action="store_true",
@@ -159,7 +162,7 @@ def resolve(args) -> tuple:
         max_new_tokens=int(pick(args.max_new_tokens, profile.eval_max_new_tokens)),
         thinking=bool(pick(args.thinking, profile.eval_thinking)), seed=int(pick(args.seed, profile.eval_seed)),
         backend=backend, dtype=dtype, batch_size=args.batch_size if backend == "hf" else None,
-        profile=args.profile,
+        profile=args.profile, extract=args.extract,
         backend_options={"batch_invariant": not args.no_batch_invariant} if backend == "vllm" else {},
     )
     if backend == "vllm":

@@ -1,12 +1,17 @@
 """Grading one completion against a gold answer: pure functions, importable anywhere.
 
-1. `last_boxed`: the content of the last `\\boxed{...}` (or `\\fbox{...}`, or `\\boxed 5`) whose
-   braces balance. A box the model never closed (a truncated completion) is not an answer.
-2. `grade`: the extracted answer is correct if
-   - both sides read as plain numbers and are equal (AIME: "033" = 33 = 33.0), or
-   - math-verify says they are equivalent (fractions, LaTeX forms, ...), or
-   - their normalised strings are equal (the fallback when math-verify cannot parse).
-   When both sides are plain numbers, the numeric comparison decides alone.
+Two extraction modes (`python -m eval --extract`):
+
+- `released` (default): what the official evaluation script does (siyan-zhao/OPSD
+  eval/evaluate_math.py, `extract_boxed_answer` and `grade_answer`), so avg@k is comparable with
+  the published 54.22. The answer is the content of the LAST `\\boxed` occurrence, its braces
+  matched by counting; a last box that never closes (a truncated completion) gives no answer,
+  even if an earlier box was closed. The answer and the gold are wrapped in `$...$` (unless they
+  hold a `$`), parsed by math-verify without fallback and checked with `verify(gold, answer)`;
+  only if math-verify raises are their strings compared (spaces and `$` dropped, lower case).
+- `lenient` (ours, opt-in): `last_boxed` takes the last WELL-FORMED box of `\\boxed{...}`,
+  `\\fbox{...}` or `\\boxed 5`; `answers_match` accepts equal plain numbers ("033" = 33),
+  then math-verify, then normalised strings.
 
 math-verify bounds its parsing and checking time with SIGALRM, which only works in a process's
 main thread; off the main thread the timeouts are switched off rather than crashing. The
@@ -21,8 +26,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-MV_TIMEOUT_S = 5  # per math-verify parse / verify call
+MV_TIMEOUT_S = 5  # per math-verify parse / verify call (the released script's value)
 BOX_COMMANDS = ("\\boxed", "\\fbox")
+EXTRACT_MODES = ("released", "lenient")
+RELEASED_BOX = "\\boxed"
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,34 @@ class Grade:
     how: str  # "number" | "math-verify" | "string" | "no-box" | "mismatch"
 
 
-# --- extraction ---------------------------------------------------------------------------
+# --- extraction: released ------------------------------------------------------------------
+
+
+def released_boxed(text: str) -> Optional[str]:
+    """The released `extract_boxed_answer`: the last `\\boxed` only, or None.
+
+    From that occurrence on, braces are counted (+1 for `{`, -1 for `}`, no escapes); the box
+    ends where the count comes back to 0 after a `}`. No such point: None (unclosed). The span
+    must read `\\boxed{...}` (so `\\boxed 5` is not an answer); its inside, stripped, is.
+    """
+    start = text.rfind(RELEASED_BOX)
+    if start < 0:
+        return None
+    depth = 0
+    for end in range(start, len(text)):
+        ch = text[end]
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                span = text[start: end + 1]
+                opener = RELEASED_BOX + "{"
+                return span[len(opener):-1].strip() if span.startswith(opener) else None
+    return None
+
+
+# --- extraction: lenient -------------------------------------------------------------------
 
 
 def _braced(text: str, start: int) -> Optional[tuple[str, int]]:
@@ -155,6 +189,30 @@ def _math_verify(gold: str, pred: str) -> bool:
         return False
 
 
+def _dollars(s: str) -> str:
+    return s if "$" in s else f"${s}$"
+
+
+def _loose(s: str) -> str:
+    return s.replace("$", "").replace(" ", "").lower().strip()
+
+
+def released_match(gold: str, pred: str) -> tuple[bool, str]:
+    """The released `grade_answer`: math-verify on `$...$`-wrapped strings, no fallback parsing;
+    a string comparison only when math-verify raises."""
+    from math_verify import parse, verify
+
+    timeout = MV_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    g, p = _dollars(gold), _dollars(pred)
+    try:
+        ok = verify(parse(g, fallback_mode="no_fallback", parsing_timeout=timeout),
+                    parse(p, fallback_mode="no_fallback", parsing_timeout=timeout), timeout_seconds=timeout)
+        return bool(ok), "math-verify" if ok else "mismatch"
+    except Exception:  # as released: math-verify failing falls back to comparing the strings
+        ok = _loose(p) == _loose(g)
+        return ok, "string" if ok else "mismatch"
+
+
 def answers_match(gold: str, pred: str) -> tuple[bool, str]:
     ng, np_ = normalize(gold), normalize(pred)
     xg, xp = as_number(ng), as_number(np_)
@@ -167,8 +225,16 @@ def answers_match(gold: str, pred: str) -> tuple[bool, str]:
     return False, "mismatch"
 
 
-def grade(completion: str, gold: str) -> Grade:
-    """Grade one completion: extract its last box and compare it with the gold answer."""
+def grade(completion: str, gold: str, extract: str = "released") -> Grade:
+    """Grade one completion: extract its answer and compare it with the gold answer."""
+    if extract == "released":
+        extracted = released_boxed(completion)
+        if extracted is None:
+            return Grade(None, False, "no-box")
+        ok, how = released_match(str(gold), extracted)
+        return Grade(extracted, ok, how)
+    if extract != "lenient":
+        raise ValueError(f"extract {extract!r}: must be one of {', '.join(EXTRACT_MODES)}")
     extracted = last_boxed(completion)
     if extracted is None or extracted == "":
         return Grade(extracted, False, "no-box")

@@ -234,7 +234,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
         "backend": settings.backend, "model": model_path, "dtype": settings.dtype,
         "adapter": settings.adapter if settings.backend == "hf" else None,
         "sampling": settings.sampling(), "threads": opts.threads, "ignore_eos": opts.ignore_eos,
-        "backend_options": settings.backend_options,
+        "backend_options": settings.backend_options, "extract": settings.extract,
         "rows_per_batch": max(len(b.samples) for b in dispatcher.batches),
         "problems": [{"id": p.id, "problem": p.problem, "answer": p.answer} for p in problems],
     }

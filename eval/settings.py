@@ -17,7 +17,7 @@ from opsdctl.errors import UserError
 # Keys compared on resume; the rest of settings.json is informative.
 IDENTITY_KEYS = ("model", "adapter_sha256", "benchmark_hash", "k", "temperature", "top_p", "top_k", "min_p",
                  "presence_penalty", "max_new_tokens", "thinking", "seed", "backend", "dtype", "batch_size",
-                 "backend_options")
+                 "backend_options", "extract")
 
 
 @dataclass
@@ -44,6 +44,7 @@ class EvalSettings:
     batch_size: Optional[int]  # HF: rows per micro-batch (None = one round of one problem)
     profile: Optional[str] = None
     backend_options: dict = field(default_factory=dict)
+    extract: str = "released"  # eval.grading.EXTRACT_MODES: how an answer is read and checked
 
     @property
     def partial(self) -> bool:

@@ -85,7 +85,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int) -> None:
             t0 = time.perf_counter()
             rows = backend.step()
             for row in rows:
-                g = grade(row["text"], answers[row["problem"]])
+                g = grade(row["text"], answers[row["problem"]], spec["extract"])
                 rec = {"id": spec["problems"][row["problem"]]["id"], "sample": row["sample"], "seed": row["seed"],
                        "text": row["text"], "n_tokens": row["n_tokens"], "finish_reason": row["finish_reason"],
                        "extracted": g.extracted, "correct": g.correct}

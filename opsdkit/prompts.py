@@ -14,6 +14,11 @@ TEACHER_TRACE_HEADER = "Here is a worked reasoning trace for this problem:"
 TEACHER_CLOSING = "Now solve the problem yourself, in your own words."
 
 
+def eval_text(problem: str) -> str:
+    """The evaluation prompt of the released eval/evaluate_math.py (evaluate_math500)."""
+    return f"{problem}\n\n{BOXED_INSTRUCTION}"
+
+
 def student_text(problem: str, style: str = "boxed") -> str:
     if style == "plain":
         return problem

@@ -1,4 +1,5 @@
-"""Grading: the last well-formed box, then number / math-verify / string equality."""
+"""Grading with --extract lenient (ours): the last well-formed box, then number / math-verify /
+string equality. The default, released grading is tested in test_fidelity.py."""
 
 import threading
 
@@ -99,7 +100,7 @@ def test_table_is_big_enough():
 
 @pytest.mark.parametrize("completion,gold,extracted,correct", CASES)
 def test_grade(completion, gold, extracted, correct):
-    g = grade(completion, gold)
+    g = grade(completion, gold, "lenient")
     assert g.extracted == extracted
     assert g.correct is correct, g
 
@@ -122,10 +123,11 @@ def test_normalize(raw, expected):
     assert normalize(raw) == expected
 
 
-def test_grading_off_the_main_thread_does_not_crash():
+@pytest.mark.parametrize("mode", ["released", "lenient"])
+def test_grading_off_the_main_thread_does_not_crash(mode):
     """math-verify's SIGALRM timeouts only work in the main thread; elsewhere they are switched off."""
     got = {}
-    t = threading.Thread(target=lambda: got.update(g=grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}")))
+    t = threading.Thread(target=lambda: got.update(g=grade("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", mode)))
     t.start()
     t.join()
     assert got["g"].correct
