@@ -82,14 +82,16 @@ def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: 
 # --- git ----------------------------------------------------------------------------------
 
 
-def _git(args: Sequence[str], cwd: Path, env: Optional[dict] = None, check: bool = True, binary: bool = False):
+def _git(args: Sequence[str], cwd: Path, env: Optional[dict] = None, check: bool = True, binary: bool = False,
+         stdin: Optional[str] = None):
     full_env = dict(os.environ, **_GIT_ENV)
     full_env.pop("GIT_DIR", None)
     full_env.pop("GIT_WORK_TREE", None)
     if env:
         full_env.update(env)
     proc = subprocess.run(
-        ["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=not binary
+        ["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=not binary, input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
     )
     if check and proc.returncode != 0:
         err = proc.stderr if not binary else proc.stderr.decode(errors="replace")
@@ -112,15 +114,11 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
     real_index = Path(_git(["rev-parse", "--git-path", "index"], cwd=top).stdout.strip())
     if not real_index.is_absolute():
         real_index = top / real_index
-    excludes = []
-    for p in exclude:
-        p = Path(p).resolve()
-        try:
-            rel = p.relative_to(top)
-        except ValueError:
-            continue
-        if str(rel) != ".":
-            excludes.append(f":(exclude,top){rel.as_posix()}")
+    own = _own_paths(top, exclude)
+    # `git add` refuses a pathspec naming an ignored path, so only the paths the user's ignore
+    # rules do not already keep out are excluded by pathspec; tracked ones are dropped below.
+    ignored = _ignored(top, own)
+    excludes = [f":(exclude,top){rel}" for rel in own if rel not in ignored]
     with tempfile.TemporaryDirectory(prefix="opsdctl-index-") as tmp:
         index = Path(tmp) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
@@ -129,6 +127,9 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         elif head:
             _git(["read-tree", head], cwd=top, env=env)
         _git(["add", "-A", "--", ".", *excludes], cwd=top, env=env)
+        if own:  # our files may be tracked (committed by mistake): never in a snapshot
+            _git(["rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *(f":(top,literal){rel}" for rel in own)],
+                 cwd=top, env=env)
         tree = _git(["write-tree"], cwd=top, env=env).stdout.strip()
     dirty = True
     diffstat = "(no commits yet: the whole tree is new)"
@@ -148,6 +149,30 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         diffstat=diffstat[:DIFFSTAT_MAX_CHARS],
         prefix="" if prefix == "." else prefix,
     )
+
+
+def _own_paths(top: Path, exclude: Sequence[Path]) -> list[str]:
+    """opsdctl's own files (store, WAL/SHM, locks, runs dir) inside the repository, relative to it."""
+    out = []
+    for p in exclude:
+        p = Path(p).resolve()
+        try:
+            rel = p.relative_to(top)
+        except ValueError:
+            continue
+        if str(rel) != ".":
+            out.append(rel.as_posix())
+    return out
+
+
+def _ignored(top: Path, rels: Sequence[str]) -> set[str]:
+    """The paths among `rels` that the repository's ignore rules already exclude."""
+    if not rels:
+        return set()
+    proc = _git(["check-ignore", "-z", "--stdin"], cwd=top, check=False, stdin="\0".join(rels) + "\0")
+    if proc.returncode not in (0, 1):  # 1: none is ignored
+        raise UserError(f"git check-ignore in {top} failed: {' '.join(proc.stderr.split())[:300]}")
+    return {p for p in proc.stdout.split("\0") if p}
 
 
 def _keep_alive(top: Path, tree: str, head: Optional[str]) -> str:
