@@ -195,7 +195,7 @@ def test_external_scripts_setup(ws):
         #!/bin/bash
         set -euo pipefail
         export FAKE_CHECKPOINT="$OUT_DIR/capped_seed$SEED/checkpoint-100"
-        export FAKE_NO_FILES=1
+        export FAKE_NO_FILES=1 FAKE_BAR=1
         exec {sys.executable} {FAKE_TRAIN}
     """))
     eval_sh = workspace / "dev_eval.sh"
@@ -224,7 +224,7 @@ def test_external_scripts_setup(ws):
     assert (steps, loss, src) == (4, -0.0079, "log") and len(json.loads(curve)) == 4
     assert abs(rollout - (0.51 + 0.52 + 0.53 + 0.54) / 4) < 1e-9
     progress = json.loads(ws.sql("select progress from stage where name = 'train'")[0][0])
-    assert progress["source"] == "log" and progress["text"] == "step 4/6"  # tiny profile: 6 steps
+    assert progress["source"] == "log" and progress["text"] == "step 4/4"  # the Trainer's bar: 4 steps
 
 
 def test_stage_timeout(ws):

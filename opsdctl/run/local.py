@@ -304,7 +304,7 @@ class LocalExecutor:
             result = results.read_eval_result(stage_dir, log_path)
         except results.ResultError as exc:
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, str(exc), watch)
-            return StageOutcome(False, State.FAILED, f"eval result unreadable: {exc}")
+            return StageOutcome(False, State.FAILED, f"eval result rejected: {exc}")
         if result is None:
             reason = f"eval exited 0 but wrote no {stage_dir / 'result.json'} and no FINAL line in its log"
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)

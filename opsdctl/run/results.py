@@ -6,8 +6,10 @@ returns plain data, so each format has its own small tests.
 - eval:  `result.json` (schema 1, design.md), else the log's last `FINAL avg@k accuracy:` line.
 - train: `train_result.json` + `metrics.jsonl`, else Hugging Face Trainer dict lines in the log
          (`{'loss': ...}` parsed with ast.literal_eval) and vLLM rollout timing lines.
-- progress: `progress.jsonl` records, else log adapters (HF dict lines -> steps,
-         tqdm bars such as `Processed prompts:  57%|...| 48/84 [...]` -> 48/84 prompts).
+- progress: `progress.jsonl` records, else log adapters (the Trainer's bar or an explicit step
+         field -> steps; never a count of dict lines; tqdm bars such as
+         `Processed prompts:  57%|...| 48/84 [...]` -> 48/84 prompts).
+Scores whose numbers cannot be true are refused (opsdctl.run.score_checks).
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from opsdctl.run import score_checks
+
 RESULT_SCHEMA = 1
 
 FINAL_RE = re.compile(
     r"FINAL avg@(\d+) accuracy: ([0-9.]+)% \((\d+)/(\d+) solutions correct on (\d+) problems\)"
 )
+MAX_COUNT_DIGITS = 18  # counts beyond 64 bits are not counts (and int() of 5000 digits raises)
 HF_DICT_RE = re.compile(r"\{'[A-Za-z_][^{}]*\}")
 ROLLOUT_RE = re.compile(r"vLLM generation done - elapsed time: ([0-9.]+)s")
 # tqdm: "desc:  57%|#####     | 48/84 [12:40<06:40, ...]" (desc optional)
@@ -87,7 +92,7 @@ def parse_result_json(text: str, where: str = "result.json") -> EvalResult:
             pw = f"{where}: problems[{i}]"
             if not isinstance(p, dict) or "id" not in p:
                 raise ResultError(f"{pw}: must be an object with id, correct, samples")
-            samples = _num(p.get("samples"), "samples", pw, integer=True, lo=0)
+            samples = _num(p.get("samples"), "samples", pw, integer=True, lo=0, hi=2**31)
             correct = _num(p.get("correct"), "correct", pw, integer=True, lo=0, hi=samples)
             item = {"id": str(p["id"]), "correct": correct, "samples": samples}
             if p.get("mean_tokens") is not None:
@@ -98,6 +103,12 @@ def parse_result_json(text: str, where: str = "result.json") -> EvalResult:
         problems = clean
         n_correct = sum(p["correct"] for p in clean)
         n_samples = sum(p["samples"] for p in clean)
+        for name, total in (("n_correct", n_correct), ("n_samples", n_samples)):
+            if name in doc and doc[name] != total:
+                raise ResultError(f"{where}: {name} = {doc[name]!r} but the problems sum to {total}")
+        why = score_checks.counts_problem(avg, clean)
+        if why is not None:
+            raise ResultError(f"{where}: {why}")
     partial = doc.get("partial", False)
     if not isinstance(partial, bool):
         raise ResultError(f"{where}: partial = {partial!r}: must be true or false")
@@ -107,13 +118,21 @@ def parse_result_json(text: str, where: str = "result.json") -> EvalResult:
 
 
 def parse_final_line(log_text: str) -> Optional[EvalResult]:
-    """The last `FINAL avg@k accuracy: P% (c/s solutions correct on n problems)` line, or None."""
+    """The last `FINAL avg@k accuracy: P% (c/s solutions correct on n problems)` line, or None.
+    A line whose numbers cannot be true raises ResultError quoting it."""
     last = None
     for m in FINAL_RE.finditer(log_text):
         last = m
     if last is None:
         return None
-    k, pct, correct, samples, n = last.groups()
+    fields = last.groups()
+    line = _line_of(log_text, last)
+    if any(len(f) > MAX_COUNT_DIGITS for f in fields):
+        raise ResultError(f"impossible FINAL line (a number too large to be a count): {line}")
+    k, pct, correct, samples, n = fields
+    why = score_checks.final_line_problem(int(k), pct, int(correct), int(samples), int(n))
+    if why is not None:
+        raise ResultError(f"impossible FINAL line ({why}): {line}")
     return EvalResult(
         k=int(k),
         avg_at_k=float(pct),
@@ -125,6 +144,14 @@ def parse_final_line(log_text: str) -> Optional[EvalResult]:
         seconds=None,
         source="final-line",
     )
+
+
+def _line_of(text: str, m: re.Match) -> str:
+    """The whole log line a match sits on, quoted, at most 200 characters."""
+    start = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start())) + 1
+    ends = [i for i in (text.find("\n", m.end()), text.find("\r", m.end())) if i != -1]
+    line = text[start:min(ends) if ends else len(text)].strip()
+    return repr(line if len(line) <= 200 else line[:197] + "...")
 
 
 def read_eval_result(stage_dir: Path, log_path: Path) -> Optional[EvalResult]:
@@ -148,8 +175,8 @@ def partial_from_progress(record: dict) -> Optional[EvalResult]:
         clean = [{"id": str(p["id"]), "correct": int(p["correct"]), "samples": int(p["samples"])} for p in problems]
     except (KeyError, TypeError, ValueError):
         return None
-    if any(p["samples"] <= 0 for p in clean):
-        return None
+    if any(p["samples"] <= 0 or not 0 <= p["correct"] <= p["samples"] for p in clean):
+        return None  # impossible counts: no partial score from them
     avg = 100.0 * sum(p["correct"] / p["samples"] for p in clean) / len(clean)
     k = int(record.get("look_k") or max(p["samples"] for p in clean))
     return EvalResult(
@@ -264,37 +291,85 @@ def parse_hf_dicts(log_text: str) -> list[dict]:
     return out
 
 
+def explicit_step(d: dict) -> Optional[int]:
+    """A dict line's own step field (`step`, `global_step`), when it has one."""
+    for key in ("step", "global_step"):
+        v = d.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            return v
+    return None
+
+
+def trainer_bar(line: str) -> Optional[tuple[int, int]]:
+    """(done, total) of the Hugging Face Trainer's own tqdm bar (the one without a
+    description: "Map", "Loading checkpoint shards" and the colocated vLLM's "Processed
+    prompts" bars are not optimizer steps)."""
+    m = TQDM_RE.search(line)
+    if m is None or m.group("desc") is not None:
+        return None
+    return int(m.group("done")), int(m.group("total"))
+
+
 def summarize_log(log_text: str) -> TrainSummary:
-    """Training statistics from a log alone (external scripts)."""
-    dicts = parse_hf_dicts(log_text)
-    steps = [d for d in dicts if "loss" in d and "train_runtime" not in d]
-    final = next((d for d in reversed(dicts) if "train_runtime" in d), {})
+    """Training statistics from a log alone (external scripts).
+
+    Steps come from the Trainer's progress bar or an explicit step field, never from counting
+    dict lines: with logging_steps = 10 there is one line per 10 steps. step_seconds is
+    train_runtime / steps, else 1 / train_steps_per_second (the Trainer's own figure)."""
+    bar_step: Optional[int] = None
+    steps_seen: list[int] = []
     curve = []
-    for i, d in enumerate(steps, 1):
-        point = {"step": i}
-        for src, key in (("loss", "loss"),):
-            if isinstance(d.get(src), (int, float)):
-                point[key] = float(d[src])
-        kl = next((float(v) for k, v in d.items() if "kl" in k.lower() and isinstance(v, (int, float))), None)
-        if kl is not None:
-            point["kl"] = kl
-        clip = next((float(v) for k, v in d.items() if "clip" in k.lower() and isinstance(v, (int, float))), None)
-        if clip is not None:
-            point["frac_clipped"] = clip
-        curve.append(point)
+    final: dict = {}
+    for line in re.split(r"[\r\n]", log_text):
+        bar = trainer_bar(line)
+        if bar is not None:
+            bar_step = bar[0]
+            steps_seen.append(bar_step)
+        if "{'" not in line:
+            continue
+        for d in parse_hf_dicts(line):
+            if "train_runtime" in d:
+                final = d
+                continue
+            if "loss" not in d:
+                continue
+            step = explicit_step(d)
+            if step is not None:
+                steps_seen.append(step)
+            else:
+                step = bar_step
+            point: dict = {} if step is None else {"step": step}
+            if isinstance(d.get("loss"), (int, float)):
+                point["loss"] = float(d["loss"])
+            kl = next((float(v) for k, v in d.items() if "kl" in k.lower() and isinstance(v, (int, float))), None)
+            if kl is not None:
+                point["kl"] = kl
+            clip = next((float(v) for k, v in d.items() if "clip" in k.lower() and isinstance(v, (int, float))), None)
+            if clip is not None:
+                point["frac_clipped"] = clip
+            curve.append(point)
+    final_step = explicit_step(final)
+    steps = final_step if final_step is not None else (max(steps_seen) if steps_seen else None)
     rollouts = [float(x) for x in ROLLOUT_RE.findall(log_text)]
-    runtime = final.get("train_runtime")
+    runtime = _pick(final, "runtime")
+    per_second = final.get("train_steps_per_second")
     losses = [p["loss"] for p in curve if "loss" in p]
     final_loss = final.get("train_loss")
+    if runtime is not None and steps:
+        step_seconds = runtime / steps
+    elif isinstance(per_second, (int, float)) and not isinstance(per_second, bool) and per_second > 0:
+        step_seconds = 1.0 / float(per_second)
+    else:
+        step_seconds = None
     return TrainSummary(
-        steps=len(steps) or None,
+        steps=steps or None,
         final_loss=float(final_loss) if isinstance(final_loss, (int, float)) else (losses[-1] if losses else None),
         mean_kl=_mean(p.get("kl") for p in curve),
         frac_clipped=_mean(p.get("frac_clipped") for p in curve),
-        step_seconds=(float(runtime) / len(steps)) if runtime and steps else None,
+        step_seconds=step_seconds,
         rollout_seconds=_mean(rollouts),
         peak_mem_mib=None,
-        train_runtime=float(runtime) if isinstance(runtime, (int, float)) else None,
+        train_runtime=runtime,
         curve=curve,
         source="log",
     )
@@ -352,29 +427,33 @@ class Progress:
 
 def progress_from_record(rec: dict) -> Optional[Progress]:
     """A progress.jsonl record: {"step", "max_steps"} or {"done", "total"}."""
-    if isinstance(rec.get("step"), int):
+    if _count(rec.get("step")):
         total = rec.get("max_steps")
-        return Progress(rec["step"], total if isinstance(total, int) else None, "steps", "progress.jsonl")
-    if isinstance(rec.get("done"), int):
+        return Progress(rec["step"], total if _count(total) else None, "steps", "progress.jsonl")
+    if _count(rec.get("done")):
         total = rec.get("total")
         unit = rec.get("unit") if isinstance(rec.get("unit"), str) else "items"
-        return Progress(rec["done"], total if isinstance(total, int) else None, unit, "progress.jsonl")
+        return Progress(rec["done"], total if _count(total) else None, unit, "progress.jsonl")
     return None
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 class LogProgress:
     """Incremental log adapter: feed it text as the log grows; it yields progress records.
 
-    train: HF dict lines count optimizer steps (total from the profile's max_steps), and the
-    Trainer's own tqdm bar (the one without a description) gives step/total.
+    train: the step is the Trainer's own tqdm bar (step/total) or a dict line's explicit step
+    field; dict lines are never counted (logging_steps may be 10, and a log may repeat them).
+    The total is the bar's, else the profile's max_steps.
     eval: vLLM's `Processed prompts` bar (or a bar without a description) gives done/total.
     """
 
     def __init__(self, stage: str, max_steps: Optional[int] = None):
         self.stage = stage
         self.max_steps = max_steps
-        self.steps = 0  # HF dict lines with a loss seen so far
-        self.bar_step = 0  # the Trainer tqdm bar's latest count
+        self.step: Optional[int] = None  # the latest step the log showed
         self._buf = ""
 
     def feed(self, text: str) -> list[dict]:
@@ -392,20 +471,23 @@ class LogProgress:
 
     def _line(self, line: str) -> Optional[dict]:
         if self.stage == "train":
+            # The bar (stderr) and a dict line (stdout) may share a log line: read both.
+            out = None
+            bar = trainer_bar(line)
+            if bar is not None:
+                self.step, self.max_steps = bar
+                out = {"step": self.step, "max_steps": self.max_steps, "source": "log"}
             if "{'" in line and "'loss'" in line and "train_runtime" not in line:
                 for d in parse_hf_dicts(line):
                     if "loss" in d:
-                        self.steps += 1
-                        return {"step": max(self.steps, self.bar_step), "max_steps": self.max_steps, "source": "log", **{
-                            k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}}
-            m = TQDM_RE.search(line)
-            # Only the Trainer's own bar (it has no description); "Map", "Loading checkpoint
-            # shards" and the colocated vLLM's "Processed prompts" bars are not steps.
-            if m and m.group("desc") is None:
-                self.bar_step = int(m.group("done"))
-                self.max_steps = int(m.group("total"))
-                return {"step": max(self.steps, self.bar_step), "max_steps": self.max_steps, "source": "log"}
-            return None
+                        step = explicit_step(d)
+                        if step is not None:
+                            self.step = step
+                        if self.step is not None:  # a loss without a known step is no progress
+                            out = {**{k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                                   "step": self.step, "max_steps": self.max_steps, "source": "log"}
+                        break
+            return out
         m = TQDM_RE.search(line)
         if m and (m.group("desc") is None or _about_prompts(m.group("desc"))):
             return {"done": int(m.group("done")), "total": int(m.group("total")), "unit": "prompts", "source": "log"}

@@ -7,7 +7,10 @@ directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_CHILD=1 (start a sleeping child process first, writing its pid to <out>/child.pid;
   with FAKE_IGNORE_TERM=1 the child ignores SIGTERM, so only the KILL after the grace stops it),
   FAKE_CHECKPOINT (directory to create instead of <out>/checkpoint-final),
-  FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests).
+  FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests),
+  FAKE_LOGGING_STEPS (default 1: a dict line every N steps, as the Trainer's logging_steps),
+  FAKE_BAR=1 (the Trainer's own tqdm bar on stderr, " 37%|###7      | 37/100 [..."),
+  FAKE_FLOOD (print this many extra loss dict lines at the start, as a chatty callback would).
 The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
   "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
@@ -46,14 +49,23 @@ if args.recipe:
     print(f"recipe {recipe['name']} v{recipe['version']} hash {recipe['hash'][:12]}", flush=True)
 
 print(f"training seed={args.seed} clip_mode={clip} lr={lr}", flush=True)
+logging_steps = int(os.environ.get("FAKE_LOGGING_STEPS", "1"))
+bar = os.environ.get("FAKE_BAR") == "1"
+for _ in range(int(os.environ.get("FAKE_FLOOD", "0"))):
+    print(repr({"loss": 0.0, "grad_norm": 0.0, "learning_rate": lr, "epoch": 0.0}))
 with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(out, "metrics.jsonl"), "a") as met:
     for step in range(1, steps + 1):
         time.sleep(step_s)
         loss = -0.002 * step / steps - 0.0001 * args.seed
         print(f"vLLM generation done - elapsed time: {0.5 + step * 0.01:.2f}s, prompts: 4, total tokens: 3413, "
               f"avg length: 853.2, speed: 912.6 tok/s", flush=True)
-        print(repr({"loss": round(loss, 6), "grad_norm": 0.0492, "learning_rate": lr,
-                    "on_policy_loss": round(loss, 6), "epoch": round(0.01 * step, 4)}), flush=True)
+        if bar:
+            pct = int(100 * step / steps)
+            print(f"\r{pct:3d}%|{'#' * (pct // 10):<10}| {step}/{steps} [00:{step:02d}<00:10, 1.00s/it]",
+                  end="", file=sys.stderr, flush=True)
+        if step % logging_steps == 0:
+            print(repr({"loss": round(loss, 6), "grad_norm": 0.0492, "learning_rate": lr,
+                        "on_policy_loss": round(loss, 6), "epoch": round(0.01 * step, 4)}), flush=True)
         if os.environ.get("FAKE_NO_FILES") != "1":
             prog.write(json.dumps({"step": step, "max_steps": steps}) + "\n")
             prog.flush()
@@ -64,8 +76,12 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
             print("Traceback (most recent call last):\nRuntimeError: CUDA out of memory (emulated)", flush=True)
             sys.exit(3)
 
-print(repr({"train_runtime": round(steps * step_s, 3), "train_samples_per_second": 3.5,
-            "train_steps_per_second": 0.11, "train_loss": -0.0079, "epoch": 0.27}), flush=True)
+if bar:
+    print(file=sys.stderr, flush=True)
+runtime = round(steps * step_s, 3)
+print(repr({"train_runtime": runtime, "train_samples_per_second": 3.5,
+            "train_steps_per_second": round(steps / runtime, 3) if runtime else 0.0, "train_loss": -0.0079,
+            "epoch": 0.27}), flush=True)
 if mode == "nockpt":
     sys.exit(0)
 ckpt = os.environ.get("FAKE_CHECKPOINT") or os.path.join(out, "checkpoint-final")
