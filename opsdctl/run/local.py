@@ -232,7 +232,7 @@ class LocalExecutor:
             return StageOutcome(False, State.INTERRUPTED, reason)
         env = stages.stage_env(
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
-            run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir,
+            run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
         )
         env.update(dict(grant.env))
         env["CUDA_VISIBLE_DEVICES"] = gpus_text

@@ -27,6 +27,12 @@ from opsdctl.templates import (  # noqa: F401
 ENV_CHAIN_ID = "OPSDCTL_CHAIN_ID"
 ENV_STAGE_DIR = "OPSDCTL_STAGE_DIR"
 ENV_STAGE_TOKEN = "OPSDCTL_STAGE_TOKEN"
+ENV_VLLM_CACHE = "VLLM_CACHE_ROOT"
+VLLM_CACHE_DIR = "vllm-cache"  # under runs_dir: one compile cache for every stage of the session
+
+
+def vllm_cache_root(runs_dir: Path) -> Path:
+    return Path(runs_dir) / VLLM_CACHE_DIR
 
 
 def stage_env(
@@ -40,9 +46,15 @@ def stage_env(
     token: str,
     gpus: tuple[int, ...],
     code_dir: Path,
+    runs_dir: Path | None = None,
     base: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
+    if runs_dir is not None and not env.get(ENV_VLLM_CACHE):
+        # vLLM's torch.compile artefacts are keyed by model and engine config: with one cache
+        # for every stage only a session's first engine of each kind compiles (~30 s each);
+        # a VLLM_CACHE_ROOT the user set wins.
+        env[ENV_VLLM_CACHE] = str(vllm_cache_root(runs_dir).resolve())
     env.update(knobs.knob_env(hparams, method))
     env[ENV_CHAIN_ID] = str(chain_id)
     env[ENV_STAGE_DIR] = str(stage_dir)
