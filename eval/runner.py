@@ -80,14 +80,25 @@ def _prepare_vllm_model(settings: EvalSettings, out: Path, log) -> str:
 
 
 class _Bar:
-    def __init__(self, total: int, start_done: int, quiet: bool):
+    """tqdm-like progress on stderr. Its clock starts when the engines are ready (start()), not
+    when the process does: a minute of engine start would otherwise read as slow generation
+    and inflate the time-left estimate."""
+
+    def __init__(self, total: int, start_done: int, quiet: bool, clock: Callable[[], float] = time.monotonic):
         self.total, self.start_done, self.quiet = total, start_done, quiet
         self.tty = sys.stderr.isatty()
-        self.t0 = time.monotonic()
+        self.clock = clock
+        self.t0: Optional[float] = None
         self.last = 0.0
 
+    def start(self, at: Optional[float] = None) -> None:
+        if self.t0 is None:
+            self.t0 = self.clock() if at is None else at
+
     def show(self, done: int, force: bool = False) -> None:
-        now = time.monotonic()
+        now = self.clock()
+        if self.t0 is None:
+            self.start(now)
         if self.quiet or (not force and now - self.last < (BAR_EVERY_S if self.tty else 5.0)):
             return
         self.last = now
@@ -248,6 +259,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                 "max_new": max_new}
 
     procs = []
+    t_spawn = time.monotonic()
     for wid, dev in enumerate(devices):
         p = ctx.Process(target=worker_main, name=f"eval-worker-{wid}",
                         args=(wid, {**spec, "device": dev}, shared if shared is not None else own[wid], results,
@@ -321,8 +333,11 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                 outstanding -= 1
             elif kind == "ready":
                 worker_stats[wid] = {"worker": wid, **msg[2]}
-                if not opts.start_together or len(worker_stats) == n:
-                    first_ready = first_ready or time.monotonic()
+                if first_ready is None and (not opts.start_together or len(worker_stats) == n):
+                    first_ready = time.monotonic()
+                    bar.start(first_ready)
+                    opts.log(f"eval: {len(worker_stats)}/{n} worker(s) ready {first_ready - t_spawn:.1f} s after "
+                             f"start (engine load {msg[2].get('load_seconds')} s); generating")
             elif kind == "exit":
                 exited.add(wid)
                 worker_stats.setdefault(wid, {"worker": wid}).update(msg[2])

@@ -4,7 +4,9 @@ the others, resume after SIGKILL, 1 vs 2 workers, settings mismatch refused, bad
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -95,6 +97,15 @@ def test_outputs_are_consistent(reference):
                     f"({n_correct}/{N_PROBLEMS * K} solutions correct on {N_PROBLEMS} problems)")
     assert FINAL_RE.fullmatch(last)
     assert "Processed prompts:" in proc.stderr
+
+    # The bar's clock starts when the workers are ready: its elapsed time is generation time only.
+    assert re.search(r"eval: 1/1 worker\(s\) ready [0-9.]+ s after start \(engine load [0-9.]+ s\)", proc.stderr)
+    bars = re.findall(r"Processed prompts: +100%.*\[(\d+):(\d+)<", proc.stderr)
+    assert bars, proc.stderr[-2000:]
+    shown = int(bars[-1][0]) * 60 + int(bars[-1][1])
+    load = next(w["load_seconds"] for w in result["workers"])
+    assert load >= 1.0  # spawning a worker and importing torch: the test below can tell the clocks apart
+    assert shown <= math.ceil(result["generation_seconds"]), (shown, result["generation_seconds"], load)
 
     # progress.jsonl: monotone, ends at total, one look record per look point with exact counts.
     prog = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]

@@ -235,3 +235,17 @@ def test_each_row_samples_from_its_own_generator():
     full = draw([1, 2, 3])
     assert torch.equal(draw([2])[0], full[1])  # row 1 alone draws what it drew beside rows 0 and 2
     assert torch.equal(draw([3, 1])[1], full[0])
+
+
+def test_progress_clock_starts_when_the_engines_are_ready(capsys):
+    """An 80 s engine start must not count as generation time (the bar read 1/24 [01:23<31:51])."""
+    from eval.runner import _Bar
+
+    now = [1000.0]
+    bar = _Bar(total=24, start_done=0, quiet=False, clock=lambda: now[0])
+    now[0] += 80.0  # workers load their engines
+    bar.start()
+    now[0] += 3.0
+    bar.show(1, force=True)
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "1/24 [00:03<01:09, 0.33it/s]" in line, line
