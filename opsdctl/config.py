@@ -161,6 +161,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "code_dir": Key(_nonempty_str, ".", "the code the stages run (snapshotted at queue time)"),
         "recipes_dir": Key(_nonempty_str, "recipes", "where recipe names are looked up"),
         "snapshot_code": Key(_bool, True, "run each chain in a copy of the code as it was when queued"),
+        "snapshot_warn_mib": Key(_number(lo=0), 100.0, "warn when a code snapshot stores more than this many new MiB (0 = never)"),
         "extra_method_knobs": Key(_str_list, [], "method knobs your own train script reads (OPSD_<KNOB>)"),
         "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
         "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
@@ -477,6 +478,7 @@ runs_dir = "runs"                 # logs, stage outputs, code snapshots: runs/<c
 code_dir = "."                    # the code the stages run
 recipes_dir = "recipes"           # `opsdctl queue NAME` looks for recipes/NAME.toml
 snapshot_code = true              # run each chain in a copy of the code as it was when queued
+snapshot_warn_mib = 100           # warn when a snapshot stores more new MiB than this (keep outputs out of code_dir)
 extra_method_knobs = []           # method knobs your own train script reads, e.g. ["my_clip"]
 executor = "local"                # or "ray": chains on a Ray cluster, one per free node slot (docs/cluster.md)
 # ray_address = "auto"            # with "ray": "auto" (this machine is in the cluster), "ray://head:10001"

@@ -124,6 +124,8 @@ def queue(
     )
     for note in result.notes:
         _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
+    for warning in result.warnings:
+        _warn(warning)
     if as_json:
         _print_json([c.to_json() for c in result.chains])
         return
@@ -264,11 +266,33 @@ def requeue(
     from opsdctl.run.enqueue import requeue_chain
 
     cfg = _config()
-    new = requeue_chain(_store(cfg), chain_id, priority)
+    new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir)
     if as_json:
         _print_json(new.to_json())
         return
     _console().print(f"queued chain [bold]{new.chain_id}[/bold]: {_escape(new.variant)} seed {new.seed} (re-run of chain {chain_id})")
+
+
+@app.command()
+def gc(
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Only show what would be removed."),
+    keep: List[str] = typer.Option([], "--keep", metavar="VARIANT", help="Keep this variant's stage outputs (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"dry_run", "freed_bytes", "items": [...]}.'),
+) -> None:
+    """Remove code snapshots and stage outputs (checkpoints) that no queued or running chain needs.
+
+    Logs, recipe files and the store stay, so status, show and compare are unchanged.
+    """
+    from opsdctl.run.gc import collect
+
+    cfg = _config()
+    report = collect(cfg, _store(cfg), dry_run=dry_run, keep=keep)
+    if as_json:
+        _print_json(report.to_json())
+        return
+    from opsdctl.cli.render import render_gc
+
+    render_gc(_console(), report)
 
 
 # --- export -------------------------------------------------------------------------------

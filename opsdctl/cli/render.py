@@ -248,3 +248,33 @@ def render_show(con: Console, doc: dict) -> None:
                   _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
                   _num(tr.get("frac_clipped"), "{:.1%}"), counts)
     con.print(t)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def render_gc(con: Console, report) -> None:
+    verb = "would free" if report.dry_run else "freed"
+    if not report.items:
+        con.print(f"nothing to remove (kept {report.kept_snapshots} snapshot(s) and the outputs of "
+                  f"{report.kept_run_dirs} chain(s) that live chains need)")
+        return
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("what", "path", "size", "why"):
+        t.add_column(col, overflow="fold")
+    by_kind: dict[str, list] = {}
+    for item in report.items:
+        by_kind.setdefault(item.kind, []).append(item)
+    for kind, items in by_kind.items():
+        if kind == "object":  # one row for all of them: there can be thousands
+            t.add_row("objects", f"{len(items)} file contents", _bytes(sum(i.bytes for i in items)), escape(items[0].why))
+            continue
+        for item in items:
+            t.add_row(kind, escape(str(item.path)), _bytes(item.bytes), escape(item.why))
+    con.print(t)
+    con.print(f"{'dry run: ' if report.dry_run else ''}{verb} {_bytes(report.freed_bytes)}; kept "
+              f"{report.kept_snapshots} snapshot(s) and the outputs of {report.kept_run_dirs} chain(s) live chains need")

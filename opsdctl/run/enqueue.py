@@ -6,7 +6,7 @@ before the store is written; the store write is one transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -14,6 +14,7 @@ from opsdctl.config import Config
 from opsdctl.errors import UserError
 from opsdctl.recipes.load import Recipe, load_recipe
 from opsdctl.run import snapshot as snap
+from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
 from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
 from opsdctl.store.states import State, transition
@@ -35,6 +36,7 @@ class QueueResult:
     chains: list[QueuedChain]
     notes: list[str]  # e.g. "token-clip: new version 2 (content changed)"
     snapshot: snap.Snapshot
+    warnings: list[str] = field(default_factory=list)  # e.g. a snapshot that stored 300 MB
 
 
 def store_sidecars(cfg: Config) -> list[Path]:
@@ -80,9 +82,17 @@ def queue_recipes(
                 versions = variants_named(session, recipe.name)
                 if versions and all(v.hash != recipe.hash for v in versions):
                     _refuse_changed(versions[-1], recipe)
-    # 3. Freeze the code (outside the store transaction: git can take a moment).
-    frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
-    # 4. One transaction: variants, snapshot row, chains.
+    # 3. Freeze the code (outside the store transaction: git can take a moment), under the lock
+    #    that keeps `opsdctl gc` from removing the snapshot before its chains are recorded.
+    with snapshot_lock(cfg.runs_dir):
+        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+        # 4. One transaction: variants, snapshot row, chains.
+        return _record_queue(cfg, store, recipes, frozen, repeats=repeats, seed=seed, same_seed=same_seed,
+                             priority=priority, force=force)
+
+
+def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap.Snapshot, *, repeats: int,
+                  seed: int, same_seed: bool, priority: int, force: bool) -> QueueResult:
     notes: list[str] = []
     out: list[QueuedChain] = []
     with store.write() as session:
@@ -110,7 +120,24 @@ def queue_recipes(
                 session.add(chain)
                 session.flush()
                 out.append(QueuedChain(chain.id, variant.label, chain.seed, chain.repeat))
-    return QueueResult(out, notes, frozen)
+    return QueueResult(out, notes, frozen, snapshot_warnings(cfg, frozen))
+
+
+def snapshot_warnings(cfg: Config, frozen: snap.Snapshot) -> list[str]:
+    """A snapshot that stored more than `snapshot_warn_mib` new MiB: say so, and what was big."""
+    limit = cfg.section("").get("snapshot_warn_mib", 100.0) * 2**20
+    if not limit or frozen.added_bytes <= limit:
+        return []
+    big = ", ".join(f"{rel} {_mib(n)}" for n, rel in frozen.largest)
+    where = ("each code change materializes the whole git tree" if frozen.kind == "git"
+             else "unchanged files are stored once; changed ones again")
+    return [f"code snapshot {frozen.key[:12]} stored {_mib(frozen.added_bytes)} of new files (largest: {big}); "
+            f"{where}: keep checkpoints and data out of code_dir ({frozen.source_dir}) and run `opsdctl gc` "
+            "to remove snapshots no chain needs"]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
 
 
 def _snapshot_row(session, frozen: snap.Snapshot) -> CodeSnapshot:
@@ -188,8 +215,13 @@ def _diff_keys(old: Variant, recipe: Recipe) -> str:
     return ", ".join(diffs[:3]) + (f", +{len(diffs) - 3} more" if len(diffs) > 3 else "")
 
 
-def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None) -> QueuedChain:
-    """A fresh queued copy of a finished chain (same variant, seed, repeat and code snapshot)."""
+def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
+                  runs_dir: Optional[Path] = None) -> QueuedChain:
+    """A fresh queued copy of a finished chain (same variant, seed, repeat and code snapshot);
+    `runs_dir` given: under the snapshot lock, so a concurrent `gc` cannot take its code away."""
+    if runs_dir is not None:
+        with snapshot_lock(runs_dir):
+            return requeue_chain(store, chain_id, priority)
     with store.write() as session:
         old = get_chain(session, chain_id)
         if old.state in (State.QUEUED.value, State.RUNNING.value):

@@ -7,7 +7,9 @@ touched), `write-tree`, and `commit-tree` on top of HEAD. The commit is kept ali
 with `git archive`, into `<runs_dir>/code/<tree>/`. We record HEAD, whether the working tree
 was dirty, and the diff stat against HEAD.
 
-Outside git: a content-addressed copy of code_dir in `<runs_dir>/code/<sha256>/`.
+Outside git: a content-addressed copy of code_dir in `<runs_dir>/code/<sha256>/`, whose files
+are hard links into one object per file content (opsdctl/run/content_store.py), so an edit
+stores only the files it changed.
 
 Materialization is race-free: extract into a private temporary directory, then rename it into
 place; if another process won the race, ours is discarded.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.errors import UserError
+from opsdctl.run import content_store
 
 REF_PREFIX = "refs/opsdctl/snapshots/"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
@@ -55,6 +58,8 @@ class Snapshot:
     diffstat: str = ""
     prefix: str = ""  # code_dir relative to the repository root ("" = the root)
     path: str = ""  # where the stages run: materialized root / prefix
+    added_bytes: int = 0  # new bytes this snapshot stored (0: nothing new, or it existed)
+    largest: tuple = ()  # ((bytes, path), ...): the largest files it added, for the size warning
 
 
 def code_path(runs_dir: Path, key: str, prefix: str = "") -> Path:
@@ -72,7 +77,12 @@ def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: 
     top = _git_toplevel(code_dir)
     if top is not None:
         snap = _take_git(code_dir, top, exclude)
+        fresh = not code_path(runs_dir, snap.key).is_dir()
         root = materialize_git(top, snap.key, runs_dir)
+        if fresh:
+            sizes = _tree_sizes(top, snap.key)
+            snap = Snapshot(**{**snap.__dict__, "added_bytes": sum(n for n, _ in sizes),
+                               "largest": tuple(sorted(sizes, reverse=True)[:3])})
     else:
         snap, root = _take_copy(code_dir, runs_dir, exclude)
     path = root / snap.prefix if snap.prefix else root
@@ -192,6 +202,17 @@ def _keep_alive(top: Path, tree: str, head: Optional[str]) -> str:
     raise UserError(f"{top}: could not record the code snapshot ref {ref}; is the repository writable?")
 
 
+def _tree_sizes(top: Path, tree: str) -> list[tuple[int, str]]:
+    """(bytes, path) of every file in `tree`."""
+    out = []
+    for entry in _git(["ls-tree", "-r", "-l", "-z", tree], cwd=top).stdout.split("\0"):
+        meta, _, path = entry.partition("\t")
+        parts = meta.split()
+        if len(parts) == 4 and parts[1] == "blob" and parts[3].isdigit():
+            out.append((int(parts[3]), path))
+    return out
+
+
 def materialize_git(top: Path, tree: str, runs_dir: Path) -> Path:
     final = code_path(runs_dir, tree)
     if final.is_dir():
@@ -261,14 +282,16 @@ def _walk(code_dir: Path, exclude: Sequence[Path]):
 
 def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple[Snapshot, Path]:
     exclude = [*exclude, runs_dir]
+    code_root = Path(runs_dir) / "code"
     digest = hashlib.sha256()
-    files = []
+    files = []  # (path, rel, sha256 or None for a symlink, executable)
     total = 0
     for p in _walk(code_dir, exclude):
         rel = p.relative_to(code_dir).as_posix()
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode):
             digest.update(f"L {rel} {os.readlink(p)}\n".encode())
+            files.append((p, rel, None, False, 0))
         elif stat.S_ISREG(st.st_mode):
             total += st.st_size
             if total > MAX_COPY_BYTES:
@@ -276,24 +299,29 @@ def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple
                     f"code_dir {code_dir}: more than {MAX_COPY_BYTES >> 30} GiB to snapshot outside git; "
                     "make it a git repository, point code_dir at the code only, or set snapshot_code = false"
                 )
-            h = hashlib.sha256(p.read_bytes()).hexdigest()
+            h = content_store.file_sha256(p)
             digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode())
-        else:
-            continue
-        files.append((p, rel))
+            files.append((p, rel, h, bool(st.st_mode & 0o111), st.st_size))
     key = digest.hexdigest()
-
-    def fill(dest: Path) -> None:
-        for p, rel in files:
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if p.is_symlink():
-                os.symlink(os.readlink(p), target)
-            else:
-                shutil.copy2(p, target)
-
     root = code_path(runs_dir, key)
+    added: dict[tuple[str, bool], tuple[int, str]] = {}
     if not root.is_dir():
+        for _p, rel, h, x, size in files:
+            if h is not None and not content_store.has_object(code_root, h, x):
+                added.setdefault((h, x), (size, rel))
+
+        def fill(dest: Path) -> None:
+            linker = content_store.Linker(code_root)
+            for p, rel, h, x, _size in files:
+                target = dest / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if h is None:
+                    os.symlink(os.readlink(p), target)
+                else:
+                    linker.place(p, h, x, target)
+
         _install(root, fill)
-    snap = Snapshot(kind="copy", key=key, source_dir=str(code_dir), dirty=False)
+    largest = tuple(sorted(((size, rel) for size, rel in added.values()), reverse=True)[:3])
+    snap = Snapshot(kind="copy", key=key, source_dir=str(code_dir), dirty=False,
+                    added_bytes=sum(size for size, _ in added.values()), largest=largest)
     return snap, root
