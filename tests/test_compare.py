@@ -214,6 +214,19 @@ def test_runs_needed_and_time_fit():
     assert "min" in out and "Design" in out and "100 min left" in out
 
 
+def test_design_chains_against_the_reference_count_every_baseline_run():
+    # Bug: against the published reference the design figure counted the reference's 5 runs as
+    # baseline runs ("+2 points: 8 runs per arm, 11 chains"); the first local baseline run
+    # replaces the reference, so a new candidate and its baseline need 8 + 8 = 16 chains.
+    runs = [rec("a", 10, 56.0), rec("a", 11, 55.0)]
+    r = build_report(runs, baseline="baseline", reference=REF, chain_minutes=43.0, minutes_left=1000.0)
+    assert r["baseline"]["source"] == "reference"
+    for d in r["design"]:
+        assert d["runs_per_arm"] > 5 or d["effect"] == 3.0
+        assert d["chains"] == 2 * d["runs_per_arm"]
+        assert d["minutes"] == pytest.approx(43.0 * d["chains"])
+
+
 def test_settled_verdict_has_no_runs_needed():
     runs = [rec("baseline", i, y) for i, y in enumerate((54.0, 54.5, 53.8))]
     runs += [rec("a", 10 + i, y) for i, y in enumerate((61.0, 60.5, 61.5))]

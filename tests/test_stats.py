@@ -175,12 +175,34 @@ def test_runs_needed_n_b_one_needs_the_baseline():
 # ---------------------------------------------------------------- design figure
 
 
-def test_power_matches_noncentral_t():
-    for eff, s, n, nu0, m in [(3.0, 1.48, 4, 4, 1), (2.0, 1.48, 6, 4, 3), (2.0, 1.5, 3, 0, 1)]:
-        nu = nu0 + 2 * (n - 1)
+def test_power_matches_noncentral_t_without_prior():
+    # nu0 = 0: s_hat^2 / s^2 ~ chi^2_nu / nu, so T is noncentral t exactly.
+    for eff, s, n, m in [(3.0, 1.48, 4, 1), (2.0, 1.48, 6, 3), (2.0, 1.5, 3, 1), (0.3, 1.5, 200, 2)]:
+        nu = 2 * (n - 1)
         want = ss.nct.sf(ss.t.ppf(1 - 0.05 / m, nu), nu, eff / (s * math.sqrt(2 / n)))
-        assert stats.power(eff, s, n, nu0, m) == pytest.approx(want, rel=1e-9)
+        assert stats.power(eff, s, n, 0, m) == pytest.approx(want, abs=1e-5)
     assert stats.power(3.0, 1.5, 1, 0, 1) == 0.0  # one run per arm and no prior: no test
+
+
+def test_power_with_a_fixed_prior_matches_direct_integration():
+    from scipy import integrate
+
+    for eff, s, n, nu0, m in [(3.0, 1.48, 4, 4, 1), (2.0, 1.48, 6, 4, 3), (2.0, 1.48, 2, 4, 1)]:
+        nu, k = nu0 + 2 * (n - 1), 2 * (n - 1)
+        lam, c = eff / (s * math.sqrt(2 / n)), ss.t.ppf(1 - 0.05 / m, nu)
+        want, _ = integrate.quad(lambda x: ss.norm.cdf(lam - c * math.sqrt((nu0 + x) / nu)) * ss.chi2.pdf(x, k),
+                                 0, np.inf)
+        assert stats.power(eff, s, n, nu0, m) == pytest.approx(want, abs=1e-5)
+    # n = 1: no within-arm dof, s_hat = s0 exactly: Phi(lambda - t_{0.95, 4})
+    assert stats.power(2.0, 1.48, 1, 4) == pytest.approx(
+        ss.norm.cdf(2.0 / (1.48 * math.sqrt(2)) - ss.t.ppf(0.95, 4)), rel=1e-12)
+
+
+def test_chi2_expect_against_scipy():
+    for k in (1, 2, 5, 40, 1998):
+        assert stats.chi2_expect(lambda x: np.exp(-x / k), k) == pytest.approx((1 + 2 / k) ** (-k / 2), rel=1e-5)
+        assert stats.chi2_expect(lambda x: ss.norm.cdf(1 - np.sqrt(x / k)), k) == pytest.approx(
+            ss.chi2.expect(lambda x: ss.norm.cdf(1 - math.sqrt(x / k)), args=(k,)), abs=1e-5)
 
 
 def test_design_runs_per_arm_is_smallest_n():
@@ -193,18 +215,48 @@ def test_design_runs_per_arm_is_smallest_n():
     assert stats.design_runs_per_arm(2.0, None, 4) is None
 
 
-def test_power_formula_by_simulation():
-    # Exact when the prior is nu0 pseudo-observations of the same sigma: simulate exactly that.
-    rng = np.random.default_rng(1)
-    reps, n, nu0, sigma, eff = 20000, 4, 4, 1.5, 2.5
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_design_runs_per_arm_near_effect_over_s_1_7(m):
+    # Bug: nctdtr gave NaN at n = 1000, the search's first probe, so it returned None where a
+    # handful of runs per arm suffice (effect/s about 1.68-1.75, realistic s values).
+    for ratio in np.arange(1.60, 1.801, 0.01):
+        n = stats.design_runs_per_arm(ratio * 1.48, 1.48, 4, m)
+        assert n is not None and 3 <= n <= 12, (ratio, m, n)
+        assert stats.power(ratio * 1.48, 1.48, n, 4, m) >= 0.8 > stats.power(ratio * 1.48, 1.48, n - 1, 4, m)
+    assert math.isfinite(stats.power(1.7 * 1.48, 1.48, 1000, 4, 1))
+
+
+def _simulated_power(rng, reps, n, nu0, sigma, eff, m=1):
+    """The verdict rule itself: two fresh arms, s^2 pooled with a fixed prior s0 = sigma."""
     a = rng.normal(0, sigma, (reps, n))
     b = rng.normal(eff, sigma, (reps, n))
-    prior_ss = sigma**2 * rng.chisquare(nu0, reps)
     ssw = ((a - a.mean(1, keepdims=True)) ** 2).sum(1) + ((b - b.mean(1, keepdims=True)) ** 2).sum(1)
     nu = nu0 + 2 * (n - 1)
-    tstat = (b.mean(1) - a.mean(1)) / np.sqrt((prior_ss + ssw) / nu * 2 / n)
-    emp = np.mean(tstat >= ss.t.ppf(0.95, nu))
-    assert emp == pytest.approx(stats.power(eff, sigma, n, nu0, 1), abs=0.015)
+    tstat = (b.mean(1) - a.mean(1)) / np.sqrt((nu0 * sigma**2 + ssw) / nu * 2 / n)
+    return float(np.mean(tstat >= ss.t.ppf(1 - 0.05 / m, nu)))
+
+
+def test_power_formula_by_simulation():
+    # Bug: at tiny n the noncentral t (prior as random pseudo-observations) overstated power:
+    # n = 1, +2 points claimed 0.199 where the rule reaches 0.120.
+    rng = np.random.default_rng(1)
+    for n, eff in [(1, 2.0), (2, 2.0), (4, 2.5), (8, 2.0)]:
+        emp = _simulated_power(rng, 40000, n, 4, 1.48, eff)
+        assert emp == pytest.approx(stats.power(eff, 1.48, n, 4, 1), abs=0.006), (n, eff)
+
+
+def test_runs_needed_both_arms_against_the_reference_holds_after_following_it():
+    # Bug: against the published reference (n = 5) "baseline too: +r each" assumed the baseline
+    # keeps the reference's 5 runs plus r; its first local run replaces the reference, so it has r.
+    # After following the advice (delta and s holding), the verdict must be reached.
+    for delta, n_v, m in [(1.0, 1, 1), (1.0, 2, 1), (1.2, 1, 2)]:
+        got = stats.runs_needed(delta, 1.48, n_v, 5, 4, m, reference=True)
+        assert got.needs_baseline_runs and got.extra_both_arms
+        r = got.extra_both_arms
+        after = stats.compare_means(54.22 + delta, n_v + r, 54.22, r, 1.48, 4 + 2 * r - 1)
+        assert after.p_beat >= stats.bonferroni_level(m)
+        before = stats.compare_means(54.22 + delta, n_v + r - 1, 54.22, r - 1, 1.48, 4 + 2 * r - 3)
+        assert before.p_beat < stats.bonferroni_level(m)
 
 
 # ---------------------------------------------------------------- noise split

@@ -260,7 +260,7 @@ def build_report(
             d = inference.compare_means(mean_v, n_v, b_mean, b_n, s, nu)
             e.update(delta=_f(d.delta), se=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat))
             e["verdict"] = inference.verdict(d.p_beat, m)
-            rn = inference.runs_needed(d.delta, s, n_v, b_n, nu, m)
+            rn = inference.runs_needed(d.delta, s, n_v, b_n, nu, m, reference=b_source == "reference")
             e.update(
                 runs_needed=rn.extra,
                 needs_baseline_runs=rn.needs_baseline_runs,
@@ -322,8 +322,10 @@ def build_report(
     design = []
     for eff in inference.DESIGN_EFFECTS:
         n_arm = inference.design_runs_per_arm(eff, s, nu0, max(m, 1))
-        # a new candidate needs n_arm chains; the baseline arm needs what it lacks
-        chains = None if n_arm is None else n_arm + max(0, n_arm - b_n)
+        # a new candidate needs n_arm chains; the baseline arm needs what it lacks (all n_arm of
+        # them against the reference: its first local run replaces the reference's n)
+        lacks = None if n_arm is None else (n_arm if b_source != "runs" else max(0, n_arm - b_n))
+        chains = None if n_arm is None else n_arm + lacks
         mins, fits = _minutes(chains, chain_minutes, minutes_left)
         design.append({"effect": eff, "power": inference.DESIGN_POWER, "runs_per_arm": n_arm, "chains": chains,
                        "minutes": mins, "fits": fits})
