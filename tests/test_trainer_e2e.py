@@ -21,7 +21,8 @@ from opsdctl.recipes.profiles import get_profile
 
 REPO = Path(__file__).resolve().parent.parent
 STEP_KEYS = {"step", "loss", "grad_norm", "learning_rate", "kl", "frac_clipped", "completion_length",
-             "rollout_seconds", "step_seconds", "tokens_per_second", "peak_memory_mib", "on_policy"}
+             "rollout_seconds", "step_seconds", "tokens_per_second", "peak_memory_mib",
+             "rollout_peak_memory_mib", "train_peak_memory_mib", "memory_source", "on_policy"}
 
 
 def env(threads: int = 1) -> dict:

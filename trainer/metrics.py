@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 from pathlib import Path
 
-import torch
-
 STEP_FIELDS = ("step", "loss", "grad_norm", "learning_rate", "kl", "frac_clipped", "completion_length",
-               "rollout_seconds", "step_seconds", "tokens_per_second", "peak_memory_mib", "on_policy")
-
-
-def peak_memory_mib(device: torch.device) -> float:
-    """Peak GPU memory allocated by torch on CUDA; peak resident set size of the process on CPU."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+               "rollout_seconds", "step_seconds", "tokens_per_second", "peak_memory_mib",
+               "rollout_peak_memory_mib", "train_peak_memory_mib", "memory_source", "on_policy")
 
 
 def _r(x, nd=6):
@@ -67,7 +58,9 @@ class RunLog:
         print(f"step {record['step']}/{self.max_steps}: kl {record['kl']:.4g}, clipped {record['frac_clipped']:.3f}, "
               f"rollout {record['rollout_seconds']:.2f}s, "
               f"step {record['step_seconds']:.2f}s, {record['tokens_per_second']:.1f} tok/s, "
-              f"completion length {record['completion_length']:.1f}, peak {record['peak_memory_mib']:.0f} MiB",
+              f"completion length {record['completion_length']:.1f}, peak {record['peak_memory_mib']:.0f} MiB "
+              f"(rollout {record.get('rollout_peak_memory_mib', 0):.0f} / train {record.get('train_peak_memory_mib', 0):.0f}, "
+              f"{record.get('memory_source', '?')})",
               flush=True)
 
     def finish(self, *, runtime: float, samples: int, epoch: float, extra: dict) -> dict:
@@ -89,7 +82,11 @@ class RunLog:
             "frac_clipped": _r(sum(s["frac_clipped"] for s in steps) / n),
             "step_seconds": _r(sum(s["step_seconds"] for s in steps) / n, 4),
             "rollout_seconds": _r(sum(s["rollout_seconds"] for s in steps) / n, 4),
+            # GPU: NVML's figure for this process (trainer.gpu_memory); CPU: peak RSS
             "peak_memory_mib": _r(max((s["peak_memory_mib"] for s in steps), default=0.0), 1),
+            "rollout_peak_memory_mib": _r(max((s.get("rollout_peak_memory_mib", 0.0) for s in steps), default=0.0), 1),
+            "train_peak_memory_mib": _r(max((s.get("train_peak_memory_mib", 0.0) for s in steps), default=0.0), 1),
+            "memory_source": steps[-1].get("memory_source") if steps else None,
             "train_runtime": round(runtime, 4),
             "on_policy_steps": sum(1 for s in steps if s["on_policy"]),
             **extra,

@@ -26,7 +26,8 @@ from trainer import checkpoint, data, prompting
 from trainer.batch import build
 from trainer.config import TrainConfig
 from trainer.loss import LossSpec, chunked_loss
-from trainer.metrics import RunLog, peak_memory_mib
+from trainer.gpu_memory import memory_meter
+from trainer.metrics import RunLog
 from trainer.model import (
     backbone_and_head,
     completion_hidden,
@@ -127,6 +128,7 @@ class OPSDTrainer:
         self.max_new = cfg.max_completion_length
         self.sampling = SamplingSpec.from_knobs(self.hp, self.max_new)
         self.backend = backend or self._make_backend()
+        self.memory = memory_meter(self.device, self.log.info)  # NVML on GPUs: vLLM's pool fools torch's counters
         self.log.info(f"teacher={self.teacher} rollout={self.backend.name} processes={self.P} "
                       f"batch={self.B}x{self.GA}x{self.P} steps={self.max_steps} "
                       f"max_completion_length={self.max_new} trainable={sum(p.numel() for p in self.params)}")
@@ -224,11 +226,11 @@ class OPSDTrainer:
             i += n
 
     def train_step(self, step: int) -> dict:
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        self.memory.take()  # a new window: this step's peaks only
         t0 = time.perf_counter()
         on_policy = is_on_policy(self.cfg.seed, step, self.hp["lmbda"])
         batches, rollout_s = self.prepare(step, self._my_rows(), on_policy)
+        rollout_peak = self.memory.take()  # the sampler awake (vLLM: its KV cache) next to the trainer
         n_local = sum(len(c) for mb in batches for c in mb.completions)
         (n_global,) = self._sum([n_local])
         normalizer = max(1.0, n_global / self.P)  # grads are averaged over processes afterwards
@@ -251,13 +253,15 @@ class OPSDTrainer:
         loss_sum, kl_sum, clipped, rows = self._sum([loss_sum, kl_sum, clipped,
                                                      sum(len(mb.completions) for mb in batches)])
         step_s = time.perf_counter() - t0
+        train_peak = self.memory.take()  # the sampler asleep: what training itself needs
         n = max(1.0, n_global)
         return {
             "step": step, "loss": loss_sum / n, "grad_norm": grad_norm, "grad_norm_clipped": grad_norm_clipped,
             "learning_rate": lr, "kl": kl_sum / n, "frac_clipped": clipped / n,
             "completion_length": n_global / max(1.0, rows), "rollout_seconds": rollout_s,
             "step_seconds": step_s, "tokens_per_second": n_global / step_s if step_s > 0 else 0.0,
-            "peak_memory_mib": peak_memory_mib(self.device), "on_policy": on_policy,
+            "peak_memory_mib": max(rollout_peak, train_peak), "rollout_peak_memory_mib": rollout_peak,
+            "train_peak_memory_mib": train_peak, "memory_source": self.memory.source, "on_policy": on_policy,
         }
 
     # --- the run --------------------------------------------------------------------------
@@ -306,6 +310,7 @@ class OPSDTrainer:
                  "recipe": cfg.recipe_name, "recipe_hash": cfg.recipe_hash, "seed": cfg.seed,
                  "checkpoints": [f"checkpoint-{s}" for s in sorted(saved)] + ["checkpoint-final"]}
         result = self.log.finish(runtime=runtime, samples=self.stream.consumed, epoch=self.stream.epoch, extra=extra)
+        self.memory.close()
         self.backend.close()
         return result
 
