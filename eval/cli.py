@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extract", choices=("released", "lenient"), default="released",
                    help="released (default) = the official script's last-\\boxed extraction and math-verify check; "
                         "lenient = ours: last well-formed \\boxed/\\fbox, numbers compared as numbers")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.85, help="vllm (default 0.85)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.85,
+                   help="vllm: the share of each GPU for its engines, split evenly among --workers (default 0.85)")
     p.add_argument("--max-num-seqs", type=int, default=64, help="vllm: sequences per engine (default 64)")
     p.add_argument("--no-batch-invariant", action="store_true",
                    help="vllm: faster, but samples then depend on what is batched together")

@@ -229,6 +229,15 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
     return doc
 
 
+def engine_options(backend: str, options: dict, workers_per_device: int) -> dict:
+    """What each worker's engine gets: --gpu-memory-utilization is the GPU's share for all of its
+    workers (vLLM reads it per engine), so W workers on one GPU get 1/W of it each."""
+    out = dict(options)
+    if backend == "vllm" and workers_per_device > 1 and "gpu_memory_utilization" in out:
+        out["gpu_memory_utilization"] = round(float(out["gpu_memory_utilization"]) / workers_per_device, 4)
+    return out
+
+
 def _on_term(*_):
     raise SystemExit(143)
 
@@ -258,12 +267,16 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
         return {"bid": b.bid, "problem": b.problem, "samples": list(b.samples), "seeds": list(b.seeds),
                 "max_new": max_new}
 
+    spec["backend_options"] = engine_options(settings.backend, settings.backend_options, opts.workers_per_device)
+    # vLLM sizes its KV cache from the free memory it measures while it starts: engines sharing
+    # a GPU start one after another, or each would count the other's allocations as its own.
+    locks = {dev: ctx.Lock() for dev in devices} if settings.backend == "vllm" and opts.workers_per_device > 1 else {}
     procs = []
     t_spawn = time.monotonic()
     for wid, dev in enumerate(devices):
         p = ctx.Process(target=worker_main, name=f"eval-worker-{wid}",
                         args=(wid, {**spec, "device": dev}, shared if shared is not None else own[wid], results,
-                              os.getpid()))
+                              os.getpid(), locks.get(dev)))
         p.start()
         procs.append(p)
 

@@ -31,7 +31,7 @@ def _die_with_parent() -> None:
         pass  # elsewhere: the getppid() poll below still ends us
 
 
-def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int) -> None:
+def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_lock=None) -> None:
     _die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         return
@@ -51,8 +51,14 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int) -> None:
         from eval.grading import grade
 
         t_load = time.perf_counter()
-        backend = make_backend({**spec, "device": "cuda:0" if device != "cpu" else "cpu"})
-        backend.warmup()  # one-off costs (lazy init, kernel selection) before we report ready
+        if start_lock is not None:  # engines sharing this GPU start one at a time (runner.py)
+            start_lock.acquire()
+        try:
+            backend = make_backend({**spec, "device": "cuda:0" if device != "cpu" else "cpu"})
+            backend.warmup()  # one-off costs (lazy init, kernel selection) before we report ready
+        finally:
+            if start_lock is not None:
+                start_lock.release()
         results.put(("ready", wid, {"device": device, "load_seconds": round(time.perf_counter() - t_load, 2),
                                     "pid": os.getpid()}))
         answers = [p["answer"] for p in spec["problems"]]

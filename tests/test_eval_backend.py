@@ -262,3 +262,41 @@ def test_vllm_adapter_is_merged_once_into_the_output_dir(untrained_tiny_model, a
     merge_adapter_into(ref, str(adapter_dir))
     for (n1, p1), (n2, p2) in zip(merged.state_dict().items(), ref.state_dict().items()):
         assert n1 == n2 and torch.equal(p1, p2), n1
+
+
+def test_engines_sharing_a_gpu_start_one_at_a_time(tiny_assets):  # noqa: F811
+    """A worker holding its GPU's start lock loads only once the previous engine has started:
+    vLLM measures free memory while it starts, so two at once would miscount each other."""
+    import multiprocessing as mp
+    import queue as queue_mod
+
+    from eval.worker import worker_main
+
+    ctx = mp.get_context("spawn")
+    lock, tasks, results = ctx.Lock(), ctx.Queue(), ctx.Queue()
+    lock.acquire()  # an engine on the same GPU is still starting
+    p = ctx.Process(target=worker_main, args=(0, {**spec(tiny_assets.model_dir), "ignore_eos": False}, tasks, results,
+                                              os.getpid(), lock))
+    p.start()
+    try:
+        with pytest.raises(queue_mod.Empty):
+            results.get(timeout=4.0)  # time enough to load the tiny model, were it not waiting
+        lock.release()
+        kind, wid, info = results.get(timeout=60)
+        assert (kind, wid) == ("ready", 0) and info["load_seconds"] >= 0
+        tasks.put(None)
+        assert results.get(timeout=60)[0] == "exit"
+    finally:
+        p.join(timeout=10)
+        if p.is_alive():
+            p.kill()
+
+
+def test_workers_sharing_a_gpu_split_its_memory_share():
+    from eval.runner import engine_options
+
+    opts = {"batch_invariant": True, "gpu_memory_utilization": 0.85, "max_num_seqs": 64}
+    assert engine_options("vllm", opts, 1) == opts
+    assert engine_options("vllm", opts, 2) == {**opts, "gpu_memory_utilization": 0.425}
+    assert engine_options("hf", {}, 4) == {}
+    assert opts["gpu_memory_utilization"] == 0.85  # the settings (the run's identity) are left as they are
