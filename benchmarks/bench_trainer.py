@@ -85,7 +85,7 @@ def build_assets(work: Path, smoke: bool) -> tuple[str, str]:
     """(model dir, dataset file): a random model of the benchmark's shape with the tiny tokenizer."""
     import torch
 
-    from opsdkit.tiny import build_untrained_tiny, make_rows, train_tokenizer
+    from opsdkit.tiny import TRACE_COLUMN, build_untrained_tiny, make_rows, train_tokenizer
 
     rows = make_rows(64, seed=11)
     for r in rows:
@@ -98,7 +98,7 @@ def build_assets(work: Path, smoke: bool) -> tuple[str, str]:
         return str(model_dir), str(data)
     from opsdkit.shapes import random_qwen3
 
-    tok = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", "trace")])
+    tok = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", TRACE_COLUMN)])
     model = random_qwen3("qwen3-1.7b", dtype=torch.bfloat16, device="cuda",
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     model.save_pretrained(model_dir)

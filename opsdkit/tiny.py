@@ -1,7 +1,8 @@
 """The `tiny` profile's world, built offline: a real small problem rather than noise.
 
 - generated arithmetic problems with worked solutions, long traces and integer answers
-  (a training set with `math` (one step) and `arith` (two steps) sources, and a benchmark);
+  (a training set with `math` (one step) and `arith` (two steps) sources, and a benchmark); the
+  training file names its columns as the released dataset does (`COT_Reason` for the trace);
 - a byte-level BPE tokenizer trained on that text, with a Qwen3-style chat template;
 - a tiny Qwen3-architecture model given a short supervised warm start, so it solves some
   problems and OPSD has something to improve.
@@ -21,11 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TINY_VERSION = 2
+TINY_VERSION = 3  # 3: released prompts in the warm start, the trace column named COT_Reason
 N_TRAIN = 3000
 N_BENCH = 30
 VOCAB_SIZE = 320
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+TRACE_COLUMN = "COT_Reason"  # the long reasoning trace's column in siyanzhao/Openthoughts_math_30k_opsd
 
 # Model shape: Qwen3 architecture, about a hundred thousand parameters.
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
@@ -54,7 +56,7 @@ CHAT_TEMPLATE = (
 class TinyAssets:
     root: Path
     model_dir: Path  # model + tokenizer, loadable with from_pretrained
-    train_file: Path  # jsonl: problem, solution, trace, source, num_tokens, answer
+    train_file: Path  # jsonl: problem, solution, COT_Reason, source, num_tokens, answer
     bench_file: Path  # jsonl: id, problem, answer
 
 
@@ -112,7 +114,7 @@ def make_problem(rng: random.Random, source: str) -> dict:
         solution = f"{a} {op1} {b} = {mid}. {mid} {op2} {c} = {ans}. The answer is \\boxed{{{ans}}}."
         trace = (f"First {_carry_words(a, op1, b)} Then {_carry_words(mid, op2, c)} "
                  f"So the final answer is \\boxed{{{ans}}}.")
-    return {"problem": problem, "solution": solution, "trace": trace, "source": source, "answer": str(ans)}
+    return {"problem": problem, "solution": solution, TRACE_COLUMN: trace, "source": source, "answer": str(ans)}
 
 
 def make_rows(n: int, seed: int) -> list[dict]:
@@ -159,9 +161,10 @@ def tiny_config(tokenizer):
 
 
 def _sft_examples(rows: list[dict], tokenizer) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) pairs: student prompts with and without thinking, and teacher
-    prompts holding the solution, so the base model both solves and reads references."""
-    from opsdkit.prompts import chat_prompt, student_text, teacher_text
+    """(token ids, prompt length) pairs in the released prompts: the training student's (thinking
+    off), the evaluation's (thinking on), and the teacher's holding the solution (thinking off), so
+    the base model both solves and reads references."""
+    from opsdkit.prompts import chat_prompt, eval_text, student_text, teacher_text
 
     out = []
     for i, r in enumerate(rows):
@@ -170,7 +173,7 @@ def _sft_examples(rows: list[dict], tokenizer) -> list[tuple[list[int], int]]:
             prompt = chat_prompt(tokenizer, student_text(r["problem"]), thinking=False)
             target = r["solution"]
         elif kind == 1:
-            prompt = chat_prompt(tokenizer, student_text(r["problem"]), thinking=True)
+            prompt = chat_prompt(tokenizer, eval_text(r["problem"]), thinking=True)
             target = f"{r['solution'].rsplit(' The answer', 1)[0]}\n</think>\n\nThe answer is \\boxed{{{r['answer']}}}."
         else:
             prompt = chat_prompt(tokenizer, teacher_text(r["problem"], solution=r["solution"]), thinking=False)
@@ -234,10 +237,13 @@ def build_tiny_assets(dest: Path, *, log=print) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     train_rows = make_rows(N_TRAIN, seed=1)
     bench = make_benchmark()
-    tokenizer = train_tokenizer([r[k] for r in train_rows for k in ("problem", "solution", "trace")]
-                                + ["Please reason step by step", "reference solution"])
+    from opsdkit.prompts import BOXED_INSTRUCTION, TRANSITION
+
+    tokenizer = train_tokenizer([r[k] for r in train_rows for k in ("problem", "solution", TRACE_COLUMN)]
+                                + [BOXED_INSTRUCTION, "Problem:", "Here is a reference solution to this problem:",
+                                   TRANSITION])
     for r in train_rows:
-        r["num_tokens"] = len(tokenizer(r["trace"], add_special_tokens=False)["input_ids"])
+        r["num_tokens"] = len(tokenizer(r[TRACE_COLUMN], add_special_tokens=False)["input_ids"])
     _write_jsonl(dest / "train.jsonl", train_rows)
     _write_jsonl(dest / "bench.jsonl", bench)
     torch.manual_seed(0)
@@ -288,7 +294,7 @@ def build_untrained_tiny(dest: Path, *, seed: int = 0) -> Path:
 
     dest = Path(dest)
     rows = make_rows(400, seed=1)
-    tokenizer = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", "trace")])
+    tokenizer = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", TRACE_COLUMN)])
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(tiny_config(tokenizer))
     model.save_pretrained(dest)

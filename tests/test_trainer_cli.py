@@ -14,6 +14,7 @@ import pytest
 from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
 from trainer import cli
+from fixtures_tiny import tiny_assets  # noqa: F401,E402  (pytest fixture)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,8 +77,8 @@ def test_method_precedence_json_over_toml_over_code_defaults(tmp_path, monkeypat
     env = tmp_path / "recipe.env"
     env.write_text("lora_r=8\n")
     cfg = cli.resolve(args(tmp_path, "--recipe-env", env, "--method-defaults", flag))
-    assert cfg.method == {"clip_mode": "token", "data_select": "hard", "teacher_context": "trace",
-                          "student_prompt": "boxed"}
+    assert cfg.method == {**knobs.default_method(), "clip_mode": "token", "data_select": "hard",
+                          "teacher_context": "trace"}
     assert cfg.sources["clip_mode"] == str(code_defaults) and cfg.sources["data_select"] == str(flag)
     assert cfg.hparams["lora_r"] == 8 and cfg.hparams["learning_rate"] == knobs.HPARAMS["learning_rate"].default
     rj = recipe_json(tmp_path / "r.json", method={"teacher_context": "solution"})
@@ -129,3 +130,35 @@ def test_reads_the_recipe_json_opsdctl_writes(tmp_path):
     cfg = cli.resolve(args(tmp_path, "--recipe", path))
     assert cfg.hparams == hp and cfg.method["clip_mode"] == "token"
     assert (cfg.recipe_name, cfg.recipe_hash) == ("token-clip", doc["hash"])
+
+
+def test_print_prompts_shows_one_row_after_the_chat_template(tmp_path, tiny_assets):  # noqa: F811
+    """`python -m trainer --print-prompts --row N --json` on the tiny profile, offline: the user
+    messages and the templated texts of row N, for the released recipe or a given one."""
+    row = json.loads(tiny_assets.train_file.read_text().splitlines()[3])
+    proc = run_trainer("--profile", "tiny", "--print-prompts", "--row", 3, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert {"student_user", "teacher_user", "student_text", "teacher_text"} <= set(doc)
+    assert doc["student_user"] == f"Problem: {row['problem']}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    assert doc["student_text"].startswith("<|im_start|>user\n" + doc["student_user"] + "<|im_end|>")
+    assert row["solution"] in doc["teacher_user"] and doc["teacher_user"] in doc["teacher_text"]
+    assert row["solution"] not in doc["student_text"]
+    env = tmp_path / "recipe.env"
+    env.write_text("teacher_thinking=true\n")
+    method = tmp_path / "m.toml"
+    method.write_text('[method]\nteacher_context = "trace"\nstudent_prompt = "plain"\n')
+    human = run_trainer("--profile", "tiny", "--recipe-env", env, "--method-defaults", method, "--print-prompts",
+                        "--row", 3)
+    assert human.returncode == 0, human.stderr
+    assert "===== teacher text (chat template) =====" in human.stdout and row["COT_Reason"] in human.stdout
+    assert "teacher_thinking=true" in human.stdout and "<think>\n\n</think>" in human.stdout  # the student's
+    for bad in (["--row", 10**6], ["--row", -1]):
+        proc = run_trainer("--profile", "tiny", "--print-prompts", *bad)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--row" in proc.stderr
+
+
+def test_training_still_needs_a_recipe_a_seed_and_an_output_dir(tmp_path):
+    proc = run_trainer("--profile", "tiny", "--recipe-env", tmp_path / "r.env")
+    assert proc.returncode == 2 and "--seed" in proc.stderr and "--output-dir" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

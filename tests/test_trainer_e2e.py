@@ -136,7 +136,7 @@ def test_two_processes_gloo(tmp_path, untrained_tiny_model, data_file):  # noqa:
     # `accelerate launch --multi_gpu` uses underneath, and Accelerator() reads its environment (gloo on CPU).
     out = tmp_path / "run2"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "trainer", "--profile", "tiny", "--recipe-env", str(recipe_env(tmp_path / "r.env", lmbda=0.5)),
+           "-m", "trainer", "--profile", "tiny", "--recipe-env", str(recipe_env(tmp_path / "r.env")),
            "--seed", "5", "--output-dir", str(out), "--model", str(untrained_tiny_model), "--dataset", str(data_file),
            "--max-steps", "2", "--per-device-batch", "1", "--grad-accum", "2", "--save-steps", "2"]
     proc = subprocess.run(cmd, cwd=REPO, env=env(1), capture_output=True, text=True, timeout=400)

@@ -33,8 +33,12 @@ def data_file(tmp_path_factory):
     return str(path)
 
 
+CANNED = [[20, 21, 22, 23, 24, 25], [30, 31, 32]]  # completions of unequal lengths, row by row
+
+
 class Spy(RolloutBackend):
-    """Records what the trainer asks of its sampler; answers with a real backend or fixed tokens."""
+    """Records what the trainer asks of its sampler; answers with a real backend or fixed tokens
+    (one list for every prompt, or a list of lists dealt out in turn)."""
 
     name = "spy"
 
@@ -50,6 +54,8 @@ class Spy(RolloutBackend):
         self.calls.append((prompts, spec))
         if self.inner is not None:
             return self.inner.generate(prompts, spec)
+        if self.fixed and isinstance(self.fixed[0], list):
+            return [list(self.fixed[i % len(self.fixed)]) for i in range(len(prompts))]
         return [list(self.fixed) for _ in prompts]
 
 
@@ -65,7 +71,7 @@ def make(tmp_path, untrained_tiny_model, data_file):  # noqa: F811
                               save_steps=steps, learning_rate_scale=1.0)  # the recipe's own lr, unscaled
         cfg = TrainConfig(profile=prof, hparams=hparams, method={**knobs.default_method(), **(method or {})},
                           seed=seed, output_dir=tmp_path / "out", loss_chunk_size=7)
-        return OPSDTrainer(cfg, backend=backend)
+        return OPSDTrainer(cfg, backend=backend or Spy(fixed=CANNED))  # canned rollouts: fast, deterministic
 
     return _make
 
@@ -84,7 +90,7 @@ def base_params(tr):
 def test_learning_rate_scales_the_update(make):
     deltas = []
     for lr in (1e-3, 2e-3):
-        tr = make({"learning_rate": lr, "lmbda": 0.0, "max_grad_norm": 0.0})
+        tr = make({"learning_rate": lr, "max_grad_norm": 0.0})
         before = lora_params(tr, "lora_B")
         tr.train_step(1)
         after = lora_params(tr, "lora_B")
@@ -96,7 +102,7 @@ def test_learning_rate_scales_the_update(make):
 def test_weight_decay_shrinks_weights(make):
     # LoRA B starts at 0, so A gets no gradient on step 1: only AdamW's decoupled decay moves it
     for wd in (0.0, 0.5):
-        tr = make({"learning_rate": 1e-2, "weight_decay": wd, "lmbda": 0.0})
+        tr = make({"learning_rate": 1e-2, "weight_decay": wd})
         before = lora_params(tr, "lora_A")
         tr.train_step(1)
         after = lora_params(tr, "lora_A")
@@ -105,10 +111,10 @@ def test_weight_decay_shrinks_weights(make):
 
 
 def test_max_grad_norm_clips(make):
-    tr = make({"max_grad_norm": 1e-4, "lmbda": 0.0})
+    tr = make({"max_grad_norm": 1e-4})
     rec = tr.train_step(1)
     assert rec["grad_norm"] > 1e-4 and math.isclose(rec["grad_norm_clipped"], 1e-4, rel_tol=1e-3)
-    tr = make({"max_grad_norm": 0.0, "lmbda": 0.0})
+    tr = make({"max_grad_norm": 0.0})
     rec = tr.train_step(1)
     assert math.isclose(rec["grad_norm_clipped"], rec["grad_norm"], rel_tol=1e-6)
 
@@ -129,15 +135,16 @@ def test_scheduler_and_warmup_shape_the_lr_curve():
 
 
 def test_lora_knobs_reach_peft(make):
-    tr = make({"lora_r": 4, "lora_alpha": 12, "lora_dropout": 0.25, "lmbda": 0.0})
+    tr = make({"lora_r": 4, "lora_alpha": 12, "lora_dropout": 0.25})
     layers = [m for m in tr.model.modules() if hasattr(m, "lora_A") and "default" in m.lora_A]
     names = {n.rsplit(".", 1)[-1] for n, m in tr.model.named_modules() if m in layers}
     assert names == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
     for m in layers:
-        assert m.r["default"] == 4 and m.scaling["default"] == 3.0 and m.lora_dropout["default"].p == 0.25
+        # dropout disabled as the release does (knobs refuse lora_dropout != 0; the trainer enforces it)
+        assert m.r["default"] == 4 and m.scaling["default"] == 3.0 and m.lora_dropout["default"].p == 0.0
     n4 = sum(p.numel() for p in tr.params)
     assert n4 == sum(4 * (m.in_features + m.out_features) for m in layers)
-    assert sum(p.numel() for p in make({"lora_r": 8, "lmbda": 0.0}).params) == 2 * n4
+    assert sum(p.numel() for p in make({"lora_r": 8}).params) == 2 * n4
 
 
 # --- sampling knobs --------------------------------------------------------------------------------
@@ -147,7 +154,7 @@ def test_sampling_knobs_reach_the_sampler(make):
     hp = {"temperature": 0.7, "top_p": 0.8, "top_k": 5, "max_completion_length": 5}
     spy = Spy(fixed=[7, 8, 9])
     tr = make(hp, backend=spy)
-    tr.prepare(1, tr._my_rows(), on_policy=True)
+    tr.prepare(1, tr._my_rows())
     (_, spec), = spy.calls
     assert (spec.temperature, spec.top_p, spec.top_k, spec.max_new_tokens) == (0.7, 0.8, 5, 5)
     kw = hf_generate_kwargs(spec, [1, 2], 0)
@@ -159,7 +166,7 @@ def test_sampling_knobs_reach_the_sampler(make):
 
 
 def test_hf_sampler_obeys_top_k_and_length(make):
-    tr = make({"lmbda": 0.0})
+    tr = make()
     hf = HFGenerateBackend(tr.model, tr.stop_ids, tr.pad_id)
     prompts = [[5, 6, 7, 8], [9, 10]]
     greedy = [hf.generate(prompts, SamplingSpec(5.0, 1.0, 1, 4, seed=s)) for s in (1, 2)]
@@ -171,39 +178,22 @@ def test_hf_sampler_obeys_top_k_and_length(make):
     assert [len(c) for c in forced] == [3, 3]
 
 
-def test_lmbda_sets_the_on_policy_fraction(make):
-    from trainer.train import is_on_policy
-
-    picks = [is_on_policy(0, s, 0.3) for s in range(1, 401)]
-    assert 0.22 < sum(picks) / 400 < 0.38
-    assert picks != [is_on_policy(1, s, 0.3) for s in range(1, 401)]
-    assert not any(is_on_policy(0, s, 0.0) for s in range(1, 50))
-    assert all(is_on_policy(0, s, 1.0) for s in range(1, 50))
-    spy = Spy(fixed=[7, 8])
-    tr = make({"lmbda": 0.0}, backend=spy)
-    rec = tr.train_step(1)
-    assert spy.calls == [] and rec["on_policy"] is False
-    batches, _ = tr.prepare(2, tr._my_rows(), on_policy=False)
-    mb = batches[0]
-    want = tr.tokenizer(mb.rows[0].solution.strip(), add_special_tokens=False)["input_ids"] + [tr.eos_id]
-    assert mb.completions[0] == want[:6]  # the dataset solution, capped at max_completion_length
-    spy = Spy(fixed=[7, 8])
-    tr = make({"lmbda": 1.0}, backend=spy)
-    assert tr.train_step(1)["on_policy"] is True and len(spy.calls) == 1
-
-
-def test_reason_first_puts_a_generated_rationale_in_the_teacher_prompt(make):
-    spy = Spy(fixed=None)
+def test_reason_first_samples_an_analysis_before_the_rollouts(make):
     for reason_first in (False, True):
         spy = Spy(fixed=None)
-        tr = make({"reason_first": reason_first, "lmbda": 0.0}, backend=spy)
-        spy.fixed = tr.tokenizer("RATIONALE 42", add_special_tokens=False)["input_ids"]
-        batches, _ = tr.prepare(1, tr._my_rows(), on_policy=False)
-        teacher_text = tr.tokenizer.decode(batches[0].teacher[0])
-        assert ("RATIONALE 42" in teacher_text) is reason_first
-        assert len(spy.calls) == int(reason_first)
-    prompts, spec = spy.calls[0]
-    assert "reference solution is correct" in tr.tokenizer.decode(prompts[0])
+        tr = make({"reason_first": reason_first}, backend=spy)
+        spy.fixed = tr.tokenizer("ANALYSIS 42", add_special_tokens=False)["input_ids"]
+        batches, _ = tr.prepare(1, tr._my_rows())
+        assert len(spy.calls) == 1 + int(reason_first)
+        teacher = batches[0].teacher[0]
+        assert isinstance(teacher, tuple) is reason_first
+        text = tr.tokenizer.decode(sum(teacher, []) if reason_first else teacher)
+        assert ("ANALYSIS 42" in text) is reason_first
+    (request, analysis_spec), (student, rollout_spec) = spy.calls
+    assert "=== Reference Reasoning Start ===" in tr.tokenizer.decode(request[0])
+    assert "Reference Reasoning" not in tr.tokenizer.decode(student[0])
+    assert analysis_spec.max_new_tokens == tr.cfg.rationale_max_tokens == 48  # 4096, capped by the tiny profile
+    assert rollout_spec.max_new_tokens == 6
 
 
 # --- teachers ---------------------------------------------------------------------------------------
@@ -226,7 +216,7 @@ def hidden_of(tr, mode=None):
 def test_fixed_teacher_is_the_untouched_base(make, untrained_tiny_model):  # noqa: F811
     from opsdkit.modeling import load_model
 
-    tr = make({"learning_rate": 5e-2, "lmbda": 1.0, "max_completion_length": 4})
+    tr = make({"learning_rate": 5e-2})
     before = base_params(tr)
     for step in (1, 2):
         tr.train_step(step)
@@ -248,7 +238,7 @@ def test_fixed_teacher_is_the_untouched_base(make, untrained_tiny_model):  # noq
 def test_vllm_weight_sync_is_out_of_place(make):
     from trainer.rollout import vllm_weights
 
-    tr = make({"lmbda": 0.0})
+    tr = make()
     with torch.no_grad():
         for p in tr.params:
             p.normal_(0, 0.1)  # a non-trivial adapter
@@ -266,13 +256,10 @@ def test_vllm_weight_sync_is_out_of_place(make):
 def test_ema_teacher_tracks_the_student(make):
     from trainer.teacher import EMA, STUDENT, lora_pairs
 
-    tr = make({"use_ema_teacher": True, "fixed_teacher": False, "ema_decay": 0.75, "learning_rate": 1e-2,
-               "lmbda": 0.0})
+    tr = make({"use_ema_teacher": True, "fixed_teacher": False, "ema_decay": 0.75, "learning_rate": 1e-2})
     assert tr.teacher == "ema"
-    ema0 = [e.detach().clone() for e, _ in lora_pairs(tr.model, EMA, STUDENT)]
-    tr.train_step(1)
-    for (e, s), e0 in zip(lora_pairs(tr.model, EMA, STUDENT), ema0):
-        torch.testing.assert_close(e, 0.75 * e0 + 0.25 * s)
+    for step in (1, 2):
+        tr.train_step(step)
     assert not torch.allclose(hidden_of(tr, "ema"), hidden_of(tr))
     assert not torch.allclose(hidden_of(tr, "ema"), hidden_of(tr, "fixed"))
     # the student adapter is active and trainable again, the EMA one frozen
@@ -311,7 +298,7 @@ def per_token_losses(tr, prompts_s, prompts_t, completions):
 
 
 def test_padding_invariance(make):
-    tr = make({"lmbda": 0.0, "jsd_token_clip": 0.0})
+    tr = make({"jsd_token_clip": 0.0})
     with torch.no_grad():
         for p in tr.params:
             p.normal_(0, 0.2)
@@ -326,7 +313,7 @@ def test_padding_invariance(make):
 
 def test_training_positions_match_generation(make):
     """A completion token's log-prob in the training forward equals the one generate sampled with."""
-    tr = make({"lmbda": 0.0})
+    tr = make()
     from trainer.batch import build
     from trainer.model import backbone_and_head, completion_hidden
 
@@ -351,7 +338,7 @@ def test_chunked_loss_matches_full_logits_on_the_model(make):
     from trainer.model import backbone_and_head, completion_hidden, full_logits
     from trainer.teacher import as_teacher
 
-    tr = make({"lmbda": 0.0, "beta": 0.5})
+    tr = make({"beta": 0.5})
     with torch.no_grad():
         for p in tr.params:
             p.normal_(0, 0.1)
@@ -373,12 +360,14 @@ def test_chunked_loss_matches_full_logits_on_the_model(make):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
 
 
-def test_gradient_accumulation_matches_one_big_batch(make):
-    """2 micro-batches of 1 row give the update of 1 batch of 2 rows: the loss is normalised by
-    the step's completion tokens, not per micro-batch."""
+def test_token_weighting_makes_accumulation_match_one_big_batch(make):
+    """loss_weighting = token with pad_side = left: 2 micro-batches of 1 row (6 and 3 tokens) give
+    the update of 1 batch of 2 rows: the loss is normalised by the step's completion tokens, not per
+    micro-batch, and contiguous prompts make a row's positions independent of its batch."""
     results = []
     for batch, accum in ((2, 1), (1, 2)):
-        tr = make({"lmbda": 0.0, "max_grad_norm": 0.0, "learning_rate": 1e-3}, batch=batch, accum=accum)
+        tr = make({"max_grad_norm": 0.0, "learning_rate": 1e-3}, {"loss_weighting": "token", "pad_side": "left"},
+                  batch=batch, accum=accum)
         rec = tr.train_step(1)
         results.append((rec, lora_params(tr, "lora_B")))
     (r1, p1), (r2, p2) = results

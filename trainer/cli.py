@@ -11,6 +11,11 @@ re-run) > opsdctl.recipes.knobs.METHOD_KNOBS defaults. OPSD_* environment variab
 read: the official re-training does not set them.
 Budget knobs come from the profile (--model, --dataset, --max-steps ... override it for tests
 and benchmarks), never from a recipe.
+
+`--print-prompts --row N [--json]` trains nothing: it prints row N (0-based, of the profile's or
+--dataset's file) as the student and the teacher see it, their user messages and their texts
+after the chat template, for the given recipe (or the released one). With reason_first the
+teacher text shows where the model's sampled analysis goes.
 """
 
 from __future__ import annotations
@@ -36,12 +41,18 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m trainer", description="On-Policy Self-Distillation trainer (LoRA).")
     p.add_argument("--profile", required=True, help=f"fixed setting: {', '.join(PROFILES)}")
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--recipe", type=Path, help="resolved recipe JSON written by opsdctl")
     src.add_argument("--recipe-env", type=Path, help="official recipe.env (whitelisted KEY=VALUE lines)")
     p.add_argument("--method-defaults", type=Path, help="[method] TOML (opsdctl export-recipe --method-defaults)")
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--output-dir", type=Path, required=True)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--output-dir", type=Path)
+    g = p.add_argument_group("inspecting prompts (trains nothing)")
+    g.add_argument("--print-prompts", action="store_true",
+                   help="print one training row's student and teacher prompts, after the chat template")
+    g.add_argument("--row", type=int, default=0, help="with --print-prompts: the row, 0-based (default 0)")
+    g.add_argument("--json", action="store_true",
+                   help="with --print-prompts: one JSON object (student_user, teacher_user, student_text, teacher_text)")
     g = p.add_argument_group("profile overrides (tests, benchmarks)")
     g.add_argument("--model")
     g.add_argument("--dataset")
@@ -105,8 +116,14 @@ def _positive(name: str, value, lo_open: float = 0.0, hi: float | None = None):
         raise UserError(f"--{name} {value}: must be {rule}")
 
 
-def resolve(argv: list[str] | None = None) -> TrainConfig:
-    args = parser().parse_args(argv)
+def resolve(argv: list[str] | None = None, args: argparse.Namespace | None = None) -> TrainConfig:
+    args = args or parser().parse_args(argv)
+    if not args.print_prompts:
+        missing = [flag for flag, v in (("--recipe or --recipe-env", args.recipe or args.recipe_env),
+                                        ("--seed", args.seed), ("--output-dir", args.output_dir)) if v is None]
+        if missing:
+            raise UserError(f"python -m trainer: {', '.join(missing)} required to train; "
+                            "see python -m trainer --help")
     profile = get_profile(args.profile, "--profile")
     for name in ("max-steps", "per-device-batch", "grad-accum", "save-steps", "loss-chunk-size"):
         _positive(name, getattr(args, name.replace("-", "_")))
@@ -121,6 +138,9 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
     if args.recipe is not None:
         given, json_method, meta = read_json_recipe(args.recipe)
         origin = str(args.recipe)
+    elif args.recipe_env is None:  # --print-prompts without a recipe: the released one
+        given, json_method, origin = {}, {}, "released recipe"
+        meta["name"] = "released"
     else:
         where = str(args.recipe_env)
         try:
@@ -137,7 +157,6 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
     missing = [k for k in knobs.HPARAMS if k not in given]
     if missing:
         notes.append(f"{origin}: {len(missing)} keys unset, released defaults used: {', '.join(missing)}")
-    knobs.check_invariants(hparams, origin)
 
     method = knobs.default_method()
     for k in method:
@@ -152,9 +171,10 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
         for k, v in table.items():
             method[k] = v
             sources[k] = where
+    knobs.check_invariants(hparams, origin, method)
 
-    cfg = TrainConfig(profile=profile, hparams=hparams, method=method, seed=args.seed,
-                      output_dir=args.output_dir, recipe_name=meta["name"] or "unnamed",
+    cfg = TrainConfig(profile=profile, hparams=hparams, method=method, seed=args.seed if args.seed is not None else 0,
+                      output_dir=args.output_dir or Path("."), recipe_name=meta["name"] or "unnamed",
                       recipe_hash=meta["hash"], sources=sources, rollout_backend=args.rollout_backend,
                       loss_chunk_size=args.loss_chunk_size,
                       keep_global_batch=args.per_device_batch is None and args.grad_accum is None,
@@ -175,9 +195,49 @@ def resolve(argv: list[str] | None = None) -> TrainConfig:
     return cfg
 
 
+def prompts_of_row(cfg: TrainConfig, row: int) -> dict:
+    """Row `row` of the training data as the student and the teacher see it (no model loaded)."""
+    from opsdkit.modeling import load_tokenizer
+    from trainer import data, prompting
+
+    location = cfg.profile.dataset
+    table = data.load_table(location)
+    columns = data.find_columns(list(table.column_names), cfg.columns, where=f"dataset {location}")
+    if not 0 <= row < len(table):
+        raise UserError(f"--row {row}: dataset {location} has {len(table)} rows; pick one of 0..{len(table) - 1}")
+    (r,) = data.to_rows(table.select([row]), columns)
+    data.check_traces([r], columns, cfg.method["teacher_context"], f"dataset {location} row {row}")
+    tok = load_tokenizer(cfg.profile.model)
+    hp, method = cfg.hparams, cfg.method
+    return {"row": row, "dataset": location, "recipe": cfg.recipe_name,
+            "student_user": prompting.student_user(r, method),
+            "teacher_user": prompting.teacher_user(r, hp, method),
+            "student_text": prompting.student_prompt(tok, r, hp, method),
+            "teacher_text": prompting.teacher_display(tok, r, hp, method),
+            "reason_first": hp["reason_first"], "student_thinking": hp["student_thinking"],
+            "teacher_thinking": hp["teacher_thinking"],
+            "knobs": {k: method[k] for k in ("student_prompt", "teacher_prompt", "teacher_context")}}
+
+
+def render_prompts(doc: dict) -> str:
+    head = (f"row {doc['row']} of {doc['dataset']} (recipe {doc['recipe']}; student_thinking="
+            f"{str(doc['student_thinking']).lower()} teacher_thinking={str(doc['teacher_thinking']).lower()} "
+            + " ".join(f"{k}={v}" for k, v in doc["knobs"].items()) + ")")
+    parts = [head]
+    for key, title in (("student_user", "student user message"), ("student_text", "student text (chat template)"),
+                       ("teacher_user", "teacher user message"), ("teacher_text", "teacher text (chat template)")):
+        parts += [f"===== {title} =====", doc[key]]
+    return "\n".join(parts) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
-        cfg = resolve(argv)
+        args = parser().parse_args(argv)
+        cfg = resolve(args=args)
+        if args.print_prompts:
+            doc = prompts_of_row(cfg, args.row)
+            sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n" if args.json else render_prompts(doc))
+            return 0
         from trainer.train import (
             run,  # heavy imports only after the inputs are known good
         )

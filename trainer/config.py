@@ -36,6 +36,14 @@ class TrainConfig:
         return min(n, cap) if cap else n
 
     @property
+    def rationale_max_tokens(self) -> int:
+        """reason_first's analysis budget: the release's 4096, capped like completions by the profile."""
+        from trainer.prompting import RATIONALE_MAX_TOKENS
+
+        cap = self.profile.completion_length_cap
+        return min(RATIONALE_MAX_TOKENS, cap) if cap else RATIONALE_MAX_TOKENS
+
+    @property
     def optimizer_hparams(self) -> dict:
         """The recipe's knobs as the optimizer sees them (the profile's learning_rate_scale applied)."""
         return {**self.hparams, "learning_rate": self.hparams["learning_rate"] * self.profile.learning_rate_scale}

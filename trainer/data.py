@@ -1,8 +1,10 @@
 """Training rows: load (HF dataset id or local json/jsonl/parquet), find the columns, select, order.
 
-Columns: problem and solution are required; a long reasoning trace, the source (e.g. `math`) and
-a token count are optional. Names are matched case-insensitively against common spellings; any
-can be named explicitly (--problem-column ... on the command line).
+Columns: problem and solution are required; a long reasoning trace (`COT_Reason` in the released
+dataset), the source (e.g. `math`) and a token count are optional. Names are matched
+case-insensitively against common spellings; any can be named explicitly (--problem-column ...
+on the command line). A teacher_context that needs the trace (trace, both) is refused at load
+time when the column is missing or a selected row has none: never a silent fallback.
 
 data_select (method knob): none = all rows; nomath = drop rows whose source is `math`;
 hard = drop `math`, then keep the longer half of what is left (token count >= its median;
@@ -21,7 +23,7 @@ from opsdctl.errors import UserError
 COLUMN_ALIASES = {
     "problem": ("problem", "question", "prompt", "query", "input", "instruction"),
     "solution": ("solution", "reference_solution", "answer_solution", "response", "output", "answer"),
-    "trace": ("trace", "reasoning_trace", "long_trace", "verified_trace", "reasoning", "deepseek_reasoning",
+    "trace": ("cot_reason", "trace", "reasoning_trace", "long_trace", "verified_trace", "reasoning", "deepseek_reasoning",
               "generation", "cot", "thinking"),
     "source": ("source", "data_source", "domain", "category", "subject"),
     "num_tokens": ("num_tokens", "token_count", "generated_token_count", "num_generated_tokens", "trace_tokens",
@@ -77,6 +79,8 @@ def load_table(location: str, split: str = "train"):
     path = resolve(location)
     suffix = Path(path).suffix.lower()
     import datasets
+
+    datasets.disable_progress_bars()  # stderr holds our one-line errors, not progress bars
 
     if suffix in LOCAL_FORMATS:
         if not Path(path).exists():
@@ -135,13 +139,31 @@ def select_rows(rows: list[Row], data_select: str, columns: dict | None = None) 
                   f"with {what} >= median {median:g}")
 
 
-def load_selection(location: str, data_select: str, overrides: dict | None = None) -> Selection:
+def check_traces(rows: list[Row], columns: dict, teacher_context: str, where: str) -> None:
+    """teacher_context trace/both must find a trace on every row it may train on."""
+    if teacher_context not in ("trace", "both"):
+        return
+    if columns.get("trace") is None:
+        raise UserError(f"{where}: teacher_context = {teacher_context!r} needs the reasoning trace column "
+                        f"(COT_Reason in the released dataset; looked for {', '.join(COLUMN_ALIASES['trace'])}); "
+                        "name it with --trace-column or use teacher_context = \"solution\"")
+    empty = [i for i, r in enumerate(rows) if not (isinstance(r.trace, str) and r.trace.strip())]
+    if empty:
+        raise UserError(f"{where}: teacher_context = {teacher_context!r}: {len(empty)} of {len(rows)} selected rows "
+                        f"have an empty {columns['trace']} (first: selected row {empty[0]}); drop them from the "
+                        "data or use teacher_context = \"solution\"")
+
+
+def load_selection(location: str, data_select: str, overrides: dict | None = None,
+                   teacher_context: str = "solution") -> Selection:
     table = load_table(location)
-    columns = find_columns(list(table.column_names), overrides, where=f"dataset {location}")
+    where = f"dataset {location}"
+    columns = find_columns(list(table.column_names), overrides, where=where)
     rows = to_rows(table, columns)
     selected, note = select_rows(rows, data_select, columns)
     if not selected:
-        raise UserError(f"dataset {location}: {note}: nothing left to train on; use data_select = \"none\"")
+        raise UserError(f"{where}: {note}: nothing left to train on; use data_select = \"none\"")
+    check_traces(selected, columns, teacher_context, where)
     return Selection(selected, len(rows), len(selected), columns, note)
 
 

@@ -25,7 +25,14 @@ use_tinker_loss (sampled-token objective, replaces the divergence; beta/top_k_lo
 its gradient is the policy gradient of E[log p_T - log p_S], i.e. of -KL(S||T) on samples.
 
 The reported `kl` is always the full-vocabulary KL(T||S) at temperature T, detached.
-The training loss is sum_n loss_n / normalizer (the number of completion tokens of the step).
+A micro-batch's training loss is sum_n loss_n / normalizer, the normalizer from
+`micro_batch_normalizer` (method knob loss_weighting; gradients are then averaged over processes):
+    micro_batch (released): N_mb x G       (N_mb its own completion tokens, G accumulation steps)
+        step objective = mean over processes and micro-batches of each micro-batch's token mean
+        (opsd_trainer.py generalized_jsd_loss divides by its mask's sum; the HF Trainer divides
+        by G; DDP averages processes): every micro-batch weighs the same, whatever its length;
+    token: N_step / P                       (N_step the step's tokens over all P processes)
+        step objective = the mean over every completion token of the step.
 
 Memory: `chunked_loss` never holds full-vocabulary logits for all positions at once: it takes
 hidden states of the completion positions only and, chunk by chunk under activation
@@ -112,6 +119,19 @@ def position_losses(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     terms = divergence_terms(s_logp, t_logp, spec.beta)
     loss, clipped = clip_terms(terms, spec.jsd_token_clip, spec.clip_mode)
     return loss, kl, clipped
+
+
+LOSS_WEIGHTINGS = ("micro_batch", "token")
+
+
+def micro_batch_normalizer(weighting: str, micro_tokens: int, grad_accum: int, step_tokens: float,
+                           processes: int) -> float:
+    """What a micro-batch's summed per-position loss is divided by (see the module docstring)."""
+    if weighting == "micro_batch":
+        return float(max(1, micro_tokens) * grad_accum)
+    if weighting == "token":
+        return max(1.0, step_tokens / processes)
+    raise ValueError(f"loss_weighting {weighting!r}: must be one of {', '.join(LOSS_WEIGHTINGS)}")
 
 
 @dataclass

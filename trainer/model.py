@@ -28,7 +28,16 @@ def wrap_with_lora(model, hparams: dict, seed: int, gradient_checkpointing: bool
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     torch.manual_seed(seed)  # every device's generator: LoRA init may run on the GPU
-    return get_peft_model(model, lora_config(hparams))
+    peft_model = get_peft_model(model, lora_config(hparams))
+    disable_dropout(peft_model)
+    return peft_model
+
+
+def disable_dropout(model) -> None:
+    """Every dropout off, as the release does with TRL's disable_dropout_in_model (opsd_trainer.py)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
 
 
 def trainable_parameters(peft_model) -> list[torch.nn.Parameter]:

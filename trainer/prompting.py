@@ -1,38 +1,60 @@
-"""Rendering the student, teacher and rationale prompts of a row (text through opsdkit.prompts).
+"""The student, teacher and reason_first prompts of a training row (texts in opsdkit.prompts).
 
-student: the problem (+ the boxed instruction when student_prompt = boxed), chat template with
-         enable_thinking = student_thinking;
-teacher: the problem + privileged context (teacher_context: solution | trace | both), with an
-         optional rationale first (reason_first), enable_thinking = teacher_thinking;
-rationale (reason_first): the model is asked to explain why the reference solution works; its
-         answer is placed before the reference in the teacher prompt.
+student: student_prompt wording, chat template with enable_thinking = student_thinking;
+teacher: (reason_first off) teacher_prompt wording around the teacher_context reference, chat
+         template with enable_thinking = teacher_thinking;
+reason_first (the released layout, opsd_trainer.py training_step): the teacher's context is
+         [analysis request through the chat template] [the model's own analysis, sampled, at
+         most RATIONALE_MAX_TOKENS] [the raw transition + instruction]; the student's completion
+         follows. With pad_side = right each of those pieces is padded to the micro-batch's widest,
+         as the release concatenates padded tensors.
 """
 
 from __future__ import annotations
 
-from opsdkit.prompts import chat_prompt, student_text, teacher_text
+from opsdkit.prompts import (
+    chat_prompt,
+    reason_first_text,
+    reason_first_transition,
+    student_text,
+    teacher_text,
+)
 
 from trainer.data import Row
 
-RATIONALE_INSTRUCTION = ("Explain briefly why this reference solution is correct: name the key idea "
-                         "and each step it relies on.")
-RATIONALE_MAX_TOKENS = 512  # capped further by max_completion_length
+# opsd_trainer.py OPSDTrainer.__init__: max_reasoning_length = getattr(args, "max_reasoning_length", 4096)
+RATIONALE_MAX_TOKENS = 4096
+RATIONALE_PLACEHOLDER = "[the model's analysis of the reference, sampled at training time]"
+
+
+def student_user(row: Row, method: dict) -> str:
+    return student_text(row.problem, style=method["student_prompt"])
+
+
+def teacher_user(row: Row, hparams: dict, method: dict) -> str:
+    """The teacher's user message: the analysis request when reason_first is on."""
+    if hparams["reason_first"]:
+        return reason_first_text(row.problem, solution=row.solution, trace=row.trace,
+                                 context=method["teacher_context"])
+    return teacher_text(row.problem, solution=row.solution, trace=row.trace, context=method["teacher_context"],
+                        style=method["teacher_prompt"])
 
 
 def student_prompt(tokenizer, row: Row, hparams: dict, method: dict) -> str:
-    return chat_prompt(tokenizer, student_text(row.problem, style=method["student_prompt"]),
-                       thinking=hparams["student_thinking"])
+    return chat_prompt(tokenizer, student_user(row, method), thinking=hparams["student_thinking"])
 
 
-def teacher_prompt(tokenizer, row: Row, hparams: dict, method: dict, rationale: str | None = None) -> str:
-    text = teacher_text(row.problem, solution=row.solution, trace=row.trace,
-                        context=method["teacher_context"], rationale=rationale)
-    return chat_prompt(tokenizer, text, thinking=hparams["teacher_thinking"])
+def teacher_prompt(tokenizer, row: Row, hparams: dict, method: dict) -> str:
+    """The teacher's templated prompt (with reason_first: the analysis request, before the analysis)."""
+    return chat_prompt(tokenizer, teacher_user(row, hparams, method), thinking=hparams["teacher_thinking"])
 
 
-def rationale_prompt(tokenizer, row: Row) -> str:
-    text = f"{row.problem}\n\nReference solution:\n{row.solution.strip()}\n\n{RATIONALE_INSTRUCTION}"
-    return chat_prompt(tokenizer, text, thinking=False)
+def teacher_display(tokenizer, row: Row, hparams: dict, method: dict) -> str:
+    """The whole teacher context as text, the analysis shown by a placeholder (for --print-prompts)."""
+    text = teacher_prompt(tokenizer, row, hparams, method)
+    if hparams["reason_first"]:
+        text += RATIONALE_PLACEHOLDER + reason_first_transition()
+    return text
 
 
 def encode(tokenizer, texts: list[str]) -> list[list[int]]:

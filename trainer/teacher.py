@@ -2,8 +2,10 @@
 
 - fixed   (fixed_teacher = true): the base model, i.e. the student with its adapter disabled
           (PEFT's disable_adapter); the base weights are frozen and never written to.
-- ema     (use_ema_teacher = true): a second LoRA adapter "ema" whose weights follow the
-          student's after every optimizer step: ema <- decay * ema + (1 - decay) * student.
+- ema     (use_ema_teacher = true): a second LoRA adapter "ema". As in the release
+          (opsd_trainer.py _update_ema), it is a snapshot of the student after the first
+          optimizer step, then ema <- decay * ema + (1 - decay) * student after every later one;
+          before that first step it equals the (initial) student.
 - current (both false): the student's own current weights, without gradient.
 The teacher always runs in eval mode (no LoRA dropout) and under no_grad.
 """
@@ -41,6 +43,12 @@ def add_ema_adapter(peft_model, lora_config) -> None:
     peft_model.set_adapter(STUDENT)  # the student adapter active and trainable, ema frozen
     for ema, _ in lora_pairs(peft_model, EMA, STUDENT):
         ema.requires_grad_(False)
+
+
+@torch.no_grad()
+def ema_snapshot(peft_model) -> None:
+    for ema, student in lora_pairs(peft_model, EMA, STUDENT):
+        ema.copy_(student.detach())
 
 
 @torch.no_grad()

@@ -1,31 +1,34 @@
 """The OPSD training loop (accelerate for processes and devices; PEFT LoRA; AdamW).
 
-One optimizer step, on every process:
+One optimizer step, on every process (what the released opsd_trainer.py does by default):
 1. take this process's rows of the global batch (per-device batch x gradient accumulation);
-2. on-policy step (probability lmbda, seeded per step, the same on every process): the student
-   samples completions through the rollout backend; otherwise the dataset solution is the
-   completion. reason_first: the model first writes a rationale for each reference solution;
+2. reason_first: the model first writes an analysis of each reference (at most 4096 tokens);
+   then the student samples completions through the rollout backend. Every step is on-policy:
+   the release hard-codes on_policy = True, so lmbda is inert (knobs refuse other values);
 3. for each micro-batch: teacher hidden states (no grad) and student hidden states at the
-   completion positions, then the chunked loss, normalised by the step's completion tokens
-   (all processes), backward;
+   completion positions (layout: method knob pad_side), then the chunked loss over the
+   completion tokens that are not the pad id, divided as loss_weighting says (micro_batch:
+   the micro-batch's own tokens x accumulation, released; token: the step's tokens), backward;
 4. gradients of the LoRA weights averaged over processes, clipped (max_grad_norm), AdamW step,
-   scheduler step, EMA teacher update;
+   scheduler step; EMA teacher: a snapshot of the student after the first step, then
+   ema <- decay * ema + (1 - decay) * student after every later one;
 5. rank 0 writes metrics/progress/HF-style lines, and checkpoints at save_steps.
+Dropout is disabled in the student, as TRL's disable_dropout does in the release.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
 from dataclasses import dataclass
 
 import torch
 
+from opsdkit.prompts import reason_first_transition
 from trainer import checkpoint, data, prompting
-from trainer.batch import build
+from trainer.batch import build, count_tokens
 from trainer.config import TrainConfig
-from trainer.loss import LossSpec, chunked_loss
+from trainer.loss import LossSpec, chunked_loss, micro_batch_normalizer
 from trainer.gpu_memory import memory_meter
 from trainer.metrics import RunLog
 from trainer.model import (
@@ -37,18 +40,9 @@ from trainer.model import (
 )
 from trainer.optim import clip_gradients, lr_curve, make_optimizer, make_scheduler
 from trainer.rollout import HFGenerateBackend, SamplingSpec, choose_backend
-from trainer.teacher import add_ema_adapter, as_teacher, ema_update, teacher_mode
+from trainer.teacher import add_ema_adapter, as_teacher, ema_snapshot, ema_update, teacher_mode
 
 MAX_PROMPT_TOKENS = 4096  # vLLM max_model_len headroom for prompts (student and rationale)
-
-
-def is_on_policy(seed: int, step: int, lmbda: float) -> bool:
-    """Whether optimizer step `step` (1-based) trains on the student's own samples."""
-    if lmbda >= 1.0:
-        return True
-    if lmbda <= 0.0:
-        return False
-    return random.Random(f"opsd-lmbda-{seed}-{step}").random() < lmbda
 
 
 def accumulation_for(profile, processes: int, log=print) -> int:
@@ -76,7 +70,7 @@ def rollout_seed(seed: int, step: int, process_index: int, salt: int = 0) -> int
 class StepBatch:
     rows: list  # data.Row per example, this process
     student: list[list[int]]  # prompt ids
-    teacher: list[list[int]]
+    teacher: list  # prompt ids, or (request, analysis, transition) pieces with reason_first
     completions: list[list[int]]
 
 
@@ -101,7 +95,8 @@ class OPSDTrainer:
                    else prof.gradient_accumulation_steps)
 
         # data first: a bad dataset or selection fails before any model loads
-        self.selection = data.load_selection(prof.dataset, self.method["data_select"], cfg.columns)
+        self.selection = data.load_selection(prof.dataset, self.method["data_select"], cfg.columns,
+                                             teacher_context=self.method["teacher_context"])
         self.log.info(f"data {prof.dataset}: {self.selection.note}; columns "
                       + ", ".join(f"{r}={c}" for r, c in self.selection.columns.items() if c))
         self.stream = data.RowStream(self.selection.rows, cfg.seed)
@@ -118,6 +113,7 @@ class OPSDTrainer:
             self.eos_id = self.tokenizer.eos_token_id
         self.model = wrap_with_lora(base, self.hp, cfg.seed, gradient_checkpointing=cuda)
         self.teacher = teacher_mode(self.hp)
+        self.ema_started = False  # the EMA teacher starts as a snapshot after the first optimizer step
         if self.teacher == "ema":
             add_ema_adapter(self.model, lora_config(self.hp))
         self.model.train()
@@ -126,6 +122,7 @@ class OPSDTrainer:
         self.scheduler = make_scheduler(self.optimizer, self.hp, self.max_steps)
         self.loss_spec = LossSpec.from_knobs(self.hp, self.method)
         self.max_new = cfg.max_completion_length
+        self.rationale_max = cfg.rationale_max_tokens
         self.sampling = SamplingSpec.from_knobs(self.hp, self.max_new)
         self.backend = backend or self._make_backend()
         self.memory = memory_meter(self.device, self.log.info)  # NVML on GPUs: vLLM's pool fools torch's counters
@@ -141,9 +138,13 @@ class OPSDTrainer:
 
             return VLLMColocatedBackend(resolve(self.cfg.profile.model),
                                         gpu_memory_utilization=self.cfg.profile.gpu_memory_utilization,
-                                        max_model_len=MAX_PROMPT_TOKENS + self.max_new, stop_ids=self.stop_ids,
+                                        max_model_len=MAX_PROMPT_TOKENS + self._longest_generation(),
+                                        stop_ids=self.stop_ids,
                                         seed=self.cfg.seed, process_index=self.rank)
         return HFGenerateBackend(self.model, self.stop_ids, self.pad_id, batch_size=self.B)
+
+    def _longest_generation(self) -> int:
+        return max(self.max_new, self.rationale_max if self.hp["reason_first"] else 0)
 
     # --- one step ---------------------------------------------------------------------------
 
@@ -161,33 +162,25 @@ class OPSDTrainer:
                       f"speed: {tokens / max(dt, 1e-9):.1f} tok/s")
         return out, dt
 
-    def prepare(self, step: int, micro_rows: list[list], on_policy: bool) -> tuple[list[StepBatch], float]:
+    def prepare(self, step: int, micro_rows: list[list]) -> tuple[list[StepBatch], float]:
         """Prompts and completions of every micro-batch of a step; returns the rollout seconds."""
         tok, hp, method = self.tokenizer, self.hp, self.method
         flat = [r for rows in micro_rows for r in rows]
         student = prompting.encode(tok, [prompting.student_prompt(tok, r, hp, method) for r in flat])
-        rollout_s = 0.0
-        if on_policy or hp["reason_first"]:
-            t0 = time.perf_counter()
-            self.backend.sync_weights(self.model)
-            rollout_s += time.perf_counter() - t0
-        if on_policy:
-            spec = self.sampling.with_seed(rollout_seed(self.cfg.seed, step, self.rank))
-            completions, dt = self._generate(student, spec)
-            rollout_s += dt
-        else:
-            sols = prompting.encode(tok, [r.solution.strip() for r in flat])
-            completions = [(s + [self.eos_id])[: self.max_new] for s in sols]
-        rationales = [None] * len(flat)
-        if hp["reason_first"]:
+        teacher = prompting.encode(tok, [prompting.teacher_prompt(tok, r, hp, method) for r in flat])
+        t0 = time.perf_counter()
+        self.backend.sync_weights(self.model)
+        rollout_s = time.perf_counter() - t0
+        if hp["reason_first"]:  # the analysis first, as the release's training_step does
             spec = self.sampling.with_seed(rollout_seed(self.cfg.seed, step, self.rank, salt=1))
-            spec = SamplingSpec(spec.temperature, spec.top_p, spec.top_k,
-                                min(prompting.RATIONALE_MAX_TOKENS, self.max_new), seed=spec.seed)
-            ids, dt = self._generate(prompting.encode(tok, [prompting.rationale_prompt(tok, r) for r in flat]), spec)
+            spec = SamplingSpec(spec.temperature, spec.top_p, spec.top_k, self.rationale_max, seed=spec.seed)
+            analyses, dt = self._generate(teacher, spec)
             rollout_s += dt
-            rationales = [tok.decode(x, skip_special_tokens=True).strip() for x in ids]
-        teacher = prompting.encode(tok, [prompting.teacher_prompt(tok, r, hp, method, rationale=q)
-                                         for r, q in zip(flat, rationales)])
+            (transition,) = prompting.encode(tok, [reason_first_transition()])
+            teacher = [(request, analysis, transition) for request, analysis in zip(teacher, analyses)]
+        spec = self.sampling.with_seed(rollout_seed(self.cfg.seed, step, self.rank))
+        completions, dt = self._generate(student, spec)
+        rollout_s += dt
         out, i = [], 0
         for rows in micro_rows:
             j = i + len(rows)
@@ -196,8 +189,9 @@ class OPSDTrainer:
         return out, rollout_s
 
     def micro_loss(self, mb: StepBatch, normalizer: float):
-        s_batch = build(mb.student, mb.completions, self.pad_id).to(self.device)
-        t_batch = build(mb.teacher, mb.completions, self.pad_id).to(self.device)
+        side = self.method["pad_side"]
+        s_batch = build(mb.student, mb.completions, self.pad_id, side).to(self.device)
+        t_batch = build(mb.teacher, mb.completions, self.pad_id, side).to(self.device)
         with as_teacher(self.model, self.teacher):
             h_t = completion_hidden(self.model, t_batch)
         h_s = completion_hidden(self.model, s_batch)
@@ -228,17 +222,17 @@ class OPSDTrainer:
     def train_step(self, step: int) -> dict:
         self.memory.take()  # a new window: this step's peaks only
         t0 = time.perf_counter()
-        on_policy = is_on_policy(self.cfg.seed, step, self.hp["lmbda"])
-        batches, rollout_s = self.prepare(step, self._my_rows(), on_policy)
+        batches, rollout_s = self.prepare(step, self._my_rows())
         rollout_peak = self.memory.take()  # the sampler awake (vLLM: its KV cache) next to the trainer
-        n_local = sum(len(c) for mb in batches for c in mb.completions)
-        (n_global,) = self._sum([n_local])
-        normalizer = max(1.0, n_global / self.P)  # grads are averaged over processes afterwards
+        tokens = [sum(count_tokens(c, self.pad_id) for c in mb.completions) for mb in batches]
+        (n_global,) = self._sum([sum(tokens)])
         self.model.train()
-        loss_sum = kl_sum = clipped = 0.0
-        for mb in batches:
+        objective = loss_sum = kl_sum = clipped = 0.0
+        for mb, n_mb in zip(batches, tokens):
+            normalizer = micro_batch_normalizer(self.method["loss_weighting"], n_mb, len(batches), n_global, self.P)
             out = self.micro_loss(mb, normalizer)
             out.loss.backward()
+            objective += out.loss_sum / normalizer
             loss_sum += out.loss_sum
             kl_sum += out.kl_sum
             clipped += out.clipped
@@ -249,19 +243,24 @@ class OPSDTrainer:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.teacher == "ema":
-            ema_update(self.model, self.hp["ema_decay"])
-        loss_sum, kl_sum, clipped, rows = self._sum([loss_sum, kl_sum, clipped,
-                                                     sum(len(mb.completions) for mb in batches)])
+            if self.ema_started:
+                ema_update(self.model, self.hp["ema_decay"])
+            else:  # the release initialises its EMA on the first optimizer step, without decay
+                ema_snapshot(self.model)
+                self.ema_started = True
+        objective, loss_sum, kl_sum, clipped, rows = self._sum([objective, loss_sum, kl_sum, clipped,
+                                                                sum(len(mb.completions) for mb in batches)])
         step_s = time.perf_counter() - t0
         train_peak = self.memory.take()  # the sampler asleep: what training itself needs
         n = max(1.0, n_global)
         return {
-            "step": step, "loss": loss_sum / n, "grad_norm": grad_norm, "grad_norm_clipped": grad_norm_clipped,
+            # loss: the objective minimised (the mean over processes of each one's weighted sum)
+            "step": step, "loss": objective / self.P, "grad_norm": grad_norm, "grad_norm_clipped": grad_norm_clipped,
             "learning_rate": lr, "kl": kl_sum / n, "frac_clipped": clipped / n,
             "completion_length": n_global / max(1.0, rows), "rollout_seconds": rollout_s,
             "step_seconds": step_s, "tokens_per_second": n_global / step_s if step_s > 0 else 0.0,
             "peak_memory_mib": max(rollout_peak, train_peak), "rollout_peak_memory_mib": rollout_peak,
-            "train_peak_memory_mib": train_peak, "memory_source": self.memory.source, "on_policy": on_policy,
+            "train_peak_memory_mib": train_peak, "memory_source": self.memory.source, "on_policy": True,  # lmbda is inert
         }
 
     # --- the run --------------------------------------------------------------------------

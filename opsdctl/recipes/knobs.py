@@ -39,6 +39,9 @@ class Knob:
     hi_open: bool = False
     choices: tuple[str, ...] | None = None
     help: str = ""
+    # Set for a key the official re-training reads but never uses: only its released value (the
+    # default) is accepted, because a dev run with any other value would predict nothing.
+    inert: str | None = None
 
     def rule(self) -> str:
         """The allowed values, in words, for error messages and docs."""
@@ -80,6 +83,10 @@ class Knob:
             raise UserError(f"{bad}; raise it into range")
         if self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi):
             raise UserError(f"{bad}; lower it into range")
+        if self.inert and value != self.default:
+            raise UserError(f"{where}: {self.name} = {value!r}: the official re-training ignores it ({self.inert}), "
+                            f"so a dev run with it predicts nothing; remove the key (it trains as "
+                            f"{self.name} = {_fmt_number(self.default)})")
         return value
 
 
@@ -102,21 +109,23 @@ HPARAMS: dict[str, Knob] = dict(
         _k("max_grad_norm", float, 0.1, lo=0.0, help="gradient clipping norm (0 = off)"),
         _k("lora_r", int, 64, lo=1, hi=256, help="LoRA rank"),
         _k("lora_alpha", int, 128, lo=1, hi=4096, help="LoRA scaling numerator"),
-        _k("lora_dropout", float, 0.0, lo=0.0, hi=1.0, hi_open=True, help="LoRA dropout"),
+        _k("lora_dropout", float, 0.0, lo=0.0, hi=1.0, hi_open=True, help="LoRA dropout (inert: dropout is disabled)",
+           inert="opsd_trainer.py disables dropout in the student (TRL disable_dropout)"),
         _k("beta", float, 0.0, lo=0.0, hi=1.0, help="generalized JSD mix: 0 = KL(teacher||student), 1 = reverse"),
         _k("jsd_token_clip", float, 0.05, lo=0.0, help="per-token divergence clip tau (0 = off)"),
         _k("top_k_loss", int, 0, lo=0, help="restrict the divergence to the teacher's top-k tokens (0 = full vocabulary)"),
         _k("temperature", float, 1.1, lo=0.0, lo_open=True, hi=10.0, help="rollout and loss temperature"),
         _k("top_p", float, 0.95, lo=0.0, lo_open=True, hi=1.0, help="rollout nucleus sampling"),
         _k("top_k", int, 20, lo=-1, help="rollout top-k (0 or -1 = off)"),
-        _k("lmbda", float, 1.0, lo=0.0, hi=1.0, help="fraction of steps trained on the student's own rollouts"),
+        _k("lmbda", float, 1.0, lo=0.0, hi=1.0, help="on-policy fraction (inert: every step is on-policy)",
+           inert="opsd_trainer.py training_step hard-codes on_policy = True"),
         _k("max_completion_length", int, 1024, lo=1, hi=4096, help="rollout length cap in tokens"),
         _k("ema_decay", float, 0.999, lo=0.0, hi=1.0, hi_open=True, help="EMA teacher decay"),
         _k("fixed_teacher", bool, True, help="teacher = base model with the adapter disabled"),
         _k("use_ema_teacher", bool, False, help="teacher = exponential moving average of the student"),
         _k("use_tinker_loss", bool, False, help="sampled-token objective with advantage log pT - log pS"),
-        _k("reason_first", bool, False, help="teacher context starts with a rationalization it generates first"),
-        _k("teacher_thinking", bool, True, help="Qwen3 thinking mode in the teacher prompt"),
+        _k("reason_first", bool, False, help="the teacher first writes an analysis of the reference, then teaches"),
+        _k("teacher_thinking", bool, False, help="Qwen3 thinking mode in the teacher prompt"),
         _k("student_thinking", bool, False, help="Qwen3 thinking mode in the student prompt"),
     ]
 )
@@ -130,9 +139,19 @@ METHOD_KNOBS: dict[str, Knob] = dict(
         _k("data_select", str, "none", choices=("none", "hard", "nomath"),
            help="training rows: all; drop the `math` source and keep the longer half of traces; drop `math` only"),
         _k("teacher_context", str, "solution", choices=("solution", "trace", "both"),
-           help="privileged context in the teacher prompt"),
-        _k("student_prompt", str, "boxed", choices=("boxed", "plain"),
-           help="boxed: ask to reason step by step and box the answer; plain: the problem alone"),
+           help="privileged context in the teacher prompt: the solution (released), the COT_Reason trace, or both"),
+        _k("student_prompt", str, "released", choices=("released", "boxed", "plain"),
+           help="released: 'Problem: {problem}' + the boxed instruction; boxed: the problem, a newline, the "
+                "instruction; plain: the problem alone"),
+        _k("teacher_prompt", str, "released", choices=("released", "own-words"),
+           help="released: the reference, the released transition sentence, the instruction; own-words: "
+                "the reference, then 'Now solve the problem yourself, in your own words.'"),
+        _k("pad_side", str, "right", choices=("right", "left"),
+           help="right: prompts right-padded, the completion after the pads, positions counted over pads "
+                "(released); left: prompt and completion contiguous, positions from the mask"),
+        _k("loss_weighting", str, "micro_batch", choices=("micro_batch", "token"),
+           help="micro_batch: each micro-batch's mean over its own tokens, every micro-batch weighs the same "
+                "(released); token: every completion token of the step weighs the same"),
     ]
 )
 
@@ -209,12 +228,17 @@ def check_method(values: dict[str, Any], where: str, extra: tuple[str, ...] = ()
     return out
 
 
-def check_invariants(hparams: dict[str, Any], where: str) -> None:
+def check_invariants(hparams: dict[str, Any], where: str, method: dict[str, Any] | None = None) -> None:
     """Rules that involve several keys of a fully resolved recipe."""
     if hparams.get("use_ema_teacher") and hparams.get("fixed_teacher"):
         raise UserError(
             f"{where}: use_ema_teacher = true and fixed_teacher = true: pick one teacher; "
             "set fixed_teacher = false to use the EMA teacher"
+        )
+    if method and hparams.get("reason_first") and method.get("teacher_prompt", "released") != "released":
+        raise UserError(
+            f"{where}: reason_first = true with teacher_prompt = {method['teacher_prompt']!r}: reason_first has "
+            "only the released layout; set teacher_prompt = \"released\" or reason_first = false"
         )
 
 

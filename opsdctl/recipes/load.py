@@ -157,7 +157,7 @@ def load_recipe(ref: str, recipes_dir: Path, extra_method_knobs: Sequence[str] =
     for layer in reversed(layers):  # base first, this file last
         hparams.update(layer["hparams"])
         method.update(layer["method"])
-    knobs.check_invariants(hparams, str(path))
+    knobs.check_invariants(hparams, str(path), method)
 
     name = docs[0].get("name") or path.stem
     if not NAME_RE.match(name):
