@@ -97,3 +97,30 @@ def test_estimates_recorded_and_reported(ws):
     ev = max(r[3] for r in rows if r[1] == "eval") * FEW_FACTOR
     comp = ws.cli_json("compare")
     assert comp["budget"]["chain_minutes"] == pytest.approx((tr + ev) / 60.0, rel=1e-6)
+
+
+def test_history_reads_the_latest_stages_oldest_first_with_each_variants_knobs(tmp_path):
+    from datetime import timedelta
+
+    from opsdctl.plan.durations import history
+    from opsdctl.store.engine import open_store
+    from opsdctl.store.models import Chain, Stage, Variant, utcnow
+
+    store = open_store(f"sqlite:///{tmp_path / 'runs.db'}")
+    t0 = utcnow()
+    with store.write() as s:
+        s.add(Variant(id=1, name="a", hash="ha", hparams={"max_completion_length": 1024}))
+        s.add(Variant(id=2, name="b", hash="hb", hparams={"max_completion_length": 2048}))
+        s.flush()
+        for cid in range(1, 6):
+            s.add(Chain(id=cid, variant_id=1 + cid % 2, state="succeeded", profile="qwen3-1.7b"))
+        s.flush()
+        for cid in range(1, 6):
+            s.add(Stage(chain_id=cid, name="train", state="succeeded", started_at=t0, seconds=100.0 * cid))
+            s.add(Stage(chain_id=cid, name="eval", state="failed", started_at=t0 + timedelta(seconds=1), seconds=5.0))
+    got = history(store)
+    assert [x.seconds for x in got] == [100.0, 200.0, 300.0, 400.0, 500.0]  # failed stages never count
+    assert [x.key for x in got[:2]] == [cost_key("train", "qwen3-1.7b", {"max_completion_length": 2048}),
+                                        cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024})]
+    assert [x.chain_id for x in history(store, limit=2)] == [4, 5]  # the latest, oldest first
+    store.dispose()

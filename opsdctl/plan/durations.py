@@ -20,7 +20,8 @@ same cost_key:
   19 and 27 min for qwen3-1.7b, the top of the observed ranges) for both median and high; if
   history with other knobs of the same stage and profile has a larger max, high is at least
   that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one).
-The admission check uses `high`; timelines use `median`.
+The admission check uses `high`; timelines use `median`. History is the latest
+HISTORY_MAX_STAGES (4,000) succeeded stages, so reading it stays cheap in a large store.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ QUANTILE_MIN_N = 5
 TAIL_FACTOR = 1.05
 FEW_FACTOR = 1.15
 COST_KNOBS = {"train": ("max_completion_length",), "eval": ()}
+HISTORY_MAX_STAGES = 4000  # estimates read the latest this many succeeded stages (about 2,000 chains)
 
 ESTIMATE_RULE = (
     f"n >= {QUANTILE_MIN_N}: high = p{int(HIGH_Q * 100)} x {TAIL_FACTOR}; "
@@ -103,21 +105,28 @@ def estimate_from_samples(
 
 
 class Estimator:
-    """Estimates for one history snapshot (cheap to build; rebuild when history grows)."""
+    """Estimates for one history snapshot (cheap to build; rebuild when history grows).
+    Each key's estimate is computed once: status and the planner ask for the same few keys
+    over and over, and a store may hold tens of thousands of stages."""
 
     def __init__(self, samples: Iterable[Sample], defaults_s: Mapping[str, float]):
         self.by_key: dict[str, list[float]] = {}
-        self.by_stage_profile: dict[str, list[float]] = {}
         for s in samples:
             self.by_key.setdefault(s.key, []).append(s.seconds)
-            self.by_stage_profile.setdefault(_stage_profile(s.key), []).append(s.seconds)
         self.defaults_s = dict(defaults_s)
+        self._max = {k: max(xs) for k, xs in self.by_key.items()}
+        self._memo: dict[str, Estimate] = {}
 
     def stage(self, stage: str, profile: str, hparams: Optional[Mapping] = None) -> Estimate:
         key = cost_key(stage, profile, hparams)
-        same = self.by_key.get(key, [])
-        other = [x for k, xs in self.by_key.items() if k != key and _stage_profile(k) == _stage_profile(key) for x in xs]
-        return estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+        got = self._memo.get(key)
+        if got is None:
+            same = self.by_key.get(key, [])
+            # only the largest of the other knob values matters (estimate_from_samples)
+            sp = _stage_profile(key)
+            other = [m for k, m in self._max.items() if k != key and _stage_profile(k) == sp]
+            got = self._memo[key] = estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+        return got
 
     def chain(self, profile: str, hparams: Optional[Mapping] = None) -> tuple[Estimate, Estimate]:
         return self.stage("train", profile, hparams), self.stage("eval", profile, hparams)
@@ -141,23 +150,36 @@ def default_seconds(cfg) -> dict[str, float]:
 # --- the one store query ------------------------------------------------------------------
 
 
-def history(store) -> list[Sample]:
-    """Every succeeded stage with its actual seconds, keyed by cost_key (oldest first)."""
+def history(store, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
+    """The latest `limit` succeeded stages with their actual seconds, keyed by cost_key (oldest
+    first).
+
+    One narrow query of plain columns, and each variant's knobs decoded once. The cap keeps
+    status and the worker's refresh flat as a store grows (10,000 chains are 20,000 stages);
+    2,000 chains' worth of recent stages is far more than an estimate needs, and recent
+    durations are the ones that reflect the code as it is."""
     from sqlalchemy import select
 
     from opsdctl.store.models import Chain, Stage, Variant
 
     stmt = (
-        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Variant.hparams)
+        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Chain.variant_id)
         .join(Chain, Chain.id == Stage.chain_id)
-        .join(Variant, Variant.id == Chain.variant_id)
         .where(Stage.state == "succeeded", Stage.seconds.is_not(None))
-        .order_by(Stage.id)
+        .order_by(Stage.id.desc())
+        .limit(limit)
     )
     with store.read() as s:
-        rows = list(s.execute(stmt))
-    return [Sample(name, cost_key(name, profile, hparams or {}), float(secs), est, cid)
-            for name, secs, est, cid, profile, hparams in rows]
+        rows = s.execute(stmt).all()[::-1]
+        hparams = dict(s.execute(select(Variant.id, Variant.hparams)).all())
+    keys: dict[tuple, str] = {}
+    out = []
+    for name, secs, est, cid, profile, vid in rows:
+        key = keys.get((name, profile, vid))
+        if key is None:
+            key = keys[(name, profile, vid)] = cost_key(name, profile, hparams.get(vid) or {})
+        out.append(Sample(name, key, float(secs), est, cid))
+    return out
 
 
 def estimator_for(cfg, store) -> Estimator:
