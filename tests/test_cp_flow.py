@@ -92,9 +92,15 @@ def test_queue_worker_status_export(ws, tmp_path):
     text = out_env.read_text()
     header = [l for l in text.splitlines() if l.startswith("#")]
     assert "token-clip" in header[0] and recipe["hash"] in "\n".join(header)
+    # by default only what differs from the release: token-clip changes a method knob alone
+    assert [l for l in text.splitlines() if l and not l.startswith("#")] == []
+    assert "trains the baseline" in text and all(k in " ".join(header) for k in knobs.HPARAMS)
+    assert knobs.parse_recipe_env(text, "x") == {}
+    ws.run("export-recipe", "token-clip", "-o", out_env, "--all-keys")
+    text = out_env.read_text()
     body = [l for l in text.splitlines() if l and not l.startswith("#")]
     assert [l.split("=")[0] for l in body] == list(knobs.HPARAMS)
-    assert "fixed_teacher=true" in body and "use_ema_teacher=false" in body
+    assert "fixed_teacher=true" in body and "use_ema_teacher=false" in body and "teacher_thinking=false" in body
     assert knobs.parse_recipe_env(text, "x") == recipe["hparams"]
     ws.cli("export-recipe", "token-clip", "-o", out_env, "--method-defaults", defaults)
     import tomllib
@@ -103,7 +109,8 @@ def test_queue_worker_status_export(ws, tmp_path):
     assert method == recipe["method"] and set(method) == set(knobs.METHOD_KNOBS)
     # the baseline needs no warning: all its method knobs are the released defaults
     res = ws.cli("export-recipe", "baseline")
-    assert res.stderr.strip() == "" and "learning_rate=5e-06" in res.stdout
+    assert res.stderr.strip() == "" and knobs.parse_recipe_env(res.stdout, "x") == {}
+    assert "learning_rate=5e-06" in ws.cli("export-recipe", "baseline", "--all-keys").stdout
 
     # listings have --json
     variants = ws.cli_json("variants")
@@ -147,7 +154,12 @@ def test_versions_reuse_force_and_export_refusal(ws):
     # export: no succeeded chain -> refused unless --force; NAME@vN picks a version
     refused = ws.cli("export-recipe", "mine", check=False)
     assert refused.returncode == 2 and "no succeeded chain" in refused.stderr
-    assert "learning_rate=2e-06" in ws.cli("export-recipe", "mine", "--force").stdout
+    text = ws.cli("export-recipe", "mine", "--force").stdout
+    assert [l for l in text.splitlines() if not l.startswith("#")] == ["learning_rate=2e-06"]  # only what changed
+    header = " ".join(l.lstrip("# ") for l in text.splitlines() if l.startswith("#"))
+    left = [k for k in knobs.HPARAMS if k != "learning_rate"]
+    assert f"left out, equal to the released recipe ({len(left)}): " + ", ".join(left) in header
+    assert knobs.parse_recipe_env(text, "x") == {"learning_rate": 2e-06}  # still a valid recipe.env
     assert "learning_rate=3e-06" in ws.cli("export-recipe", "mine@v1", "--force").stdout
     assert ws.cli("export-recipe", "mine@v9", "--force", check=False).returncode == 2
     assert ws.cli("export-recipe", "nosuch", check=False).returncode == 2

@@ -98,7 +98,7 @@ def test_queue_worker_status_round_trip(ws, pg_url):
     assert doc["store"].startswith("postgresql+psycopg://") and "***" in doc["store"]
     assert doc["worker"]["state"] == "stopped"
     shown = ws.cli("status")
-    exported = ws.cli("export-recipe", "baseline", "-o", str(ws.root / "recipe.env"))
+    exported = ws.cli("export-recipe", "baseline", "-o", str(ws.root / "recipe.env"), "--all-keys")
     out += [shown, exported]
     assert "learning_rate=" in (ws.root / "recipe.env").read_text()
     for p in out:

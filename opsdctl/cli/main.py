@@ -304,13 +304,14 @@ def export_recipe_cmd(
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH", help="Write recipe.env here [default: stdout]."),
     method_defaults: Optional[Path] = typer.Option(None, "--method-defaults", metavar="PATH", help="Also write the method knobs as a [method] TOML our trainer reads."),
     force: bool = typer.Option(False, "--force", help="Export even without a succeeded chain."),
+    all_keys: bool = typer.Option(False, "--all-keys", help="Write every whitelisted key, not only those that differ from the release."),
 ) -> None:
-    """Write a variant as the official recipe.env: whitelisted keys only, stable order, a header with its hash."""
+    """Write a variant as the official recipe.env: the keys that differ from the released recipe (or --all-keys), stable order, a header with its hash."""
     from opsdctl.fsutil import atomic_write_text
     from opsdctl.recipes.export import export_recipe
 
     cfg = _config()
-    exp = export_recipe(_store(cfg), variant, force=force)
+    exp = export_recipe(_store(cfg), variant, force=force, all_keys=all_keys)
     warning = exp.warning()
     if warning and method_defaults is None:
         _warn(warning)

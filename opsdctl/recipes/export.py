@@ -1,16 +1,20 @@
 """`opsdctl export-recipe`: a variant as the official `recipe.env` (+ our method defaults).
 
-recipe.env carries only the whitelisted hyper-parameters, every one written out, in the
-whitelist's order, `true`/`false` for flags, under a header naming the variant and its hash.
-Method knobs cannot travel in recipe.env (the official re-training ignores unknown keys): they
-are listed in a warning, and `--method-defaults PATH` writes them as a `[method]` TOML that our
-trainer reads as its defaults (`python -m trainer --recipe-env X --method-defaults Y`).
+recipe.env carries only whitelisted hyper-parameters, in the whitelist's order, `true`/`false`
+for flags, under a comment header naming the variant and its hash. By default it holds only the
+keys whose value differs from the released recipe (domain.md: an absent key is the release, an
+empty recipe.env is the baseline), and the header lists the keys left out for equalling it;
+`all_keys` writes every whitelisted key. Method knobs cannot travel in recipe.env (the official
+re-training ignores unknown keys): they are listed in a warning, and `--method-defaults PATH`
+writes them as a `[method]` TOML that our trainer reads as its defaults
+(`python -m trainer --recipe-env X --method-defaults Y`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import textwrap
+from dataclasses import dataclass, field
 
 from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
@@ -27,6 +31,8 @@ class Export:
     method_defaults: str
     off_default_method: dict  # method knobs that differ from the code's released defaults
     succeeded: int
+    changed: dict = field(default_factory=dict)  # hyper-parameters that differ from the release
+    left_out: list = field(default_factory=list)  # keys not written because they equal the release
 
     def warning(self) -> str | None:
         if not self.off_default_method:
@@ -38,7 +44,21 @@ class Export:
         )
 
 
-def export_recipe(store: Store, ref: str, force: bool = False) -> Export:
+def changed_hparams(hparams: dict) -> dict:
+    """The keys whose value differs from the released recipe (knobs.HPARAMS defaults), in order."""
+    released = knobs.default_hparams()
+    return {k: hparams[k] for k in knobs.HPARAMS if k in hparams and hparams[k] != released[k]}
+
+
+def left_out_lines(keys: list[str], width: int = 96) -> list[str]:
+    """Header lines naming the keys left out because they equal the release."""
+    if not keys:
+        return []
+    text = f"left out, equal to the released recipe ({len(keys)}): " + ", ".join(keys)
+    return textwrap.wrap(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
+
+
+def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False) -> Export:
     with store.read() as s:
         variant: Variant = find_variant(s, ref)
         succeeded = len(chains_of_variant(s, variant.id, State.SUCCEEDED))
@@ -54,10 +74,21 @@ def export_recipe(store: Store, ref: str, force: bool = False) -> Export:
     ]
     if variant.description:
         header.append(" ".join(variant.description.split()))  # one comment line, whatever it held
-    text = knobs.format_recipe_env(variant.hparams, header)
+    changed = changed_hparams(variant.hparams)
+    body = {k: variant.hparams[k] for k in knobs.HPARAMS if k in variant.hparams} if all_keys else changed
+    left_out = [k for k in knobs.HPARAMS if k in variant.hparams and k not in body]
+    if all_keys:
+        header.append(f"every whitelisted key written (--all-keys); {len(changed)} differ from the released recipe")
+    elif not changed:
+        header.append("no key differs from the released recipe: this empty recipe.env trains the baseline")
+    else:
+        header.append(f"only the {len(changed)} keys that differ from the released recipe (--all-keys writes every one)")
+    header += left_out_lines(left_out)
+    text = knobs.format_recipe_env(body, header)
     defaults = knobs.default_method()
     off = {k: v for k, v in variant.method.items() if defaults.get(k, object()) != v}
-    return Export(variant.label, variant.hash, text, method_defaults_toml(variant), off, succeeded)
+    return Export(variant.label, variant.hash, text, method_defaults_toml(variant), off, succeeded,
+                  changed=changed, left_out=left_out)
 
 
 def method_defaults_toml(variant: Variant) -> str:
