@@ -14,7 +14,9 @@
 - VLLMBackend (GPUs): one engine per worker process (tensor parallel 1), fed request by request
   through the engine's step loop, with per-request seeds. vLLM's reproducibility guide: outputs
   only stop depending on what else is scheduled with batch invariance (VLLM_BATCH_INVARIANT=1,
-  on by default here), and on the same hardware and vLLM version.
+  on by default here), and on the same hardware and vLLM version. With an adapter the engine
+  starts from the base model, whose path keys vLLM's compile cache (the same for every chain),
+  while the parent merges the adapter; the merged weights are then loaded into it in place.
 """
 
 from __future__ import annotations
@@ -23,6 +25,29 @@ import os
 import time
 
 from opsdkit.prompts import chat_prompt, eval_text
+
+
+def wait_for_dir(path: str, poll_s: float = 0.1) -> None:
+    """Until `path` exists (written elsewhere and renamed into place), or our parent is gone."""
+    from pathlib import Path
+
+    parent = os.getppid()
+    while not Path(path).is_dir():
+        if os.getppid() != parent:
+            raise RuntimeError(f"the parent died before {path} was written")
+        time.sleep(poll_s)
+
+
+def safetensors_items(model_dir: str):
+    """(name, CPU tensor) for every tensor in a model dir's *.safetensors files."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for key in st.keys():
+                yield key, st.get_tensor(key)
 
 
 def make_backend(spec: dict):
@@ -206,8 +231,8 @@ class VLLMBackend(_Base):
         opts = spec.get("backend_options", {})
         # Set before vllm is imported: they are read at import / engine start.
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: it dies with us
-        if opts.get("batch_invariant", True):
-            os.environ["VLLM_BATCH_INVARIANT"] = "1"
+        # explicit either way: an inherited VLLM_BATCH_INVARIANT=1 must not turn a run without it into one with it
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if opts.get("batch_invariant", True) else "0"
         from vllm import LLM, SamplingParams
 
         self.SamplingParams = SamplingParams
@@ -220,6 +245,18 @@ class VLLMBackend(_Base):
         self.max_len = int(self.llm.llm_engine.model_config.max_model_len)
         self.stop_ids = self._stop_ids()
         self.running: dict[str, tuple[dict, int]] = {}  # request id -> (task, row)
+        self.push_seconds = None
+        if spec.get("merged_weights"):
+            self._push_merged(spec["merged_weights"])
+
+    def _push_merged(self, weights_dir: str) -> None:
+        """Load the adapter-merged weights into the running engine, in place (the parent merges
+        while the engine starts from the base model; runner._BackgroundMerge)."""
+        t0 = time.perf_counter()
+        wait_for_dir(weights_dir)
+        self.llm.apply_model(lambda model: model.load_weights(safetensors_items(weights_dir)))
+        self.llm.reset_prefix_cache()
+        self.push_seconds = round(time.perf_counter() - t0, 2)
 
     def warmup(self) -> None:
         pass  # the engine warms itself up (profiling run, CUDA graphs) when it starts

@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85,
                    help="vllm: the share of each GPU for its engines, split evenly among --workers (default 0.85)")
     p.add_argument("--max-num-seqs", type=int, default=64, help="vllm: sequences per engine (default 64)")
+    p.add_argument("--merged-weights", choices=("push", "dir"), default="push",
+                   help="vllm with --adapter: push = engines start from the base model while the adapter is merged, "
+                        "then load the merge in place (compile cache hits, merge off the critical path); "
+                        "dir = engines start from the merged model dir (default push)")
     p.add_argument("--no-batch-invariant", action="store_true",
                    help="vllm: faster, but samples then depend on what is batched together")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
@@ -184,7 +188,7 @@ def resolve(args) -> tuple:
         raise UserError(f"--output-dir {out}: holds samples.jsonl but no settings.json, so its samples cannot "
                         f"be trusted; choose a new --output-dir")
     opts = RunOptions(output_dir=out, devices=devices, workers_per_device=args.workers, threads=args.threads,
-                      quiet=args.quiet)
+                      quiet=args.quiet, merged_weights=args.merged_weights)
     return settings, problems, opts
 
 

@@ -43,6 +43,7 @@ class RunOptions:
     ignore_eos: bool = False  # benchmarks: force lengths
     item_max_new: Optional[Callable[[str, int], int]] = None  # benchmarks: per-item length
     start_together: bool = False  # benchmarks: hand out work only once every worker is loaded
+    merged_weights: str = "push"  # vllm + adapter: "push" (start from the base, load the merge) | "dir"
     quiet: bool = False
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
@@ -64,19 +65,55 @@ def _prepare_vllm_model(settings: EvalSettings, out: Path, log) -> str:
         from opsdkit.tiny import resolve
 
         return resolve(settings.model)
+    return _merge_to_dir(settings, out / MERGED_DIR, log)
+
+
+def _merge_to_dir(settings: EvalSettings, dest: Path, log) -> str:
+    """The merged model written to `dest` whole or not at all (a temp dir renamed at the end),
+    so engines waiting for it never read half a file."""
     from opsdkit.modeling import load_model, load_tokenizer, merge_adapter_into
 
     import torch
 
-    dest = out / MERGED_DIR
-    shutil.rmtree(dest, ignore_errors=True)
+    tmp = dest.with_name(dest.name + ".partial")
+    for d in (dest, tmp):
+        shutil.rmtree(d, ignore_errors=True)
     log(f"merging adapter {settings.adapter} into {settings.model} -> {dest}")
     model = load_model(settings.model, dtype=getattr(torch, settings.dtype))
     merge_adapter_into(model, settings.adapter)
-    model.save_pretrained(dest)
-    load_tokenizer(settings.model).save_pretrained(dest)
+    model.save_pretrained(tmp)
+    load_tokenizer(settings.model).save_pretrained(tmp)
     del model
+    os.replace(tmp, dest)
     return str(dest)
+
+
+class _BackgroundMerge:
+    """--merged-weights push: the engines start from the base model (a stable path, so vLLM's
+    compile cache, keyed by the model path, hits on every chain) while this thread merges the
+    adapter; each engine then loads the merged weights in place (eval.backends)."""
+
+    def __init__(self, settings: EvalSettings, dest: Path, log):
+        import threading
+
+        self.dest, self.error = dest, None
+        self.thread = threading.Thread(target=self._run, args=(settings, log), name="merge-adapter", daemon=True)
+        self.thread.start()
+
+    def _run(self, settings, log) -> None:
+        try:
+            t0 = time.monotonic()
+            _merge_to_dir(settings, self.dest, log)
+            log(f"adapter merged in {time.monotonic() - t0:.1f} s (while the engines started)")
+        except BaseException as exc:  # reported by the collecting loop, which stops the workers
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def check(self) -> None:
+        if self.error:
+            raise EvalFailed(f"merging the adapter failed: {self.error}")
+
+    def join(self) -> None:
+        self.thread.join()
 
 
 class _Bar:
@@ -181,18 +218,28 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
         (out / "result.json").unlink(missing_ok=True)  # a stale result must not outlive a failed resume
         log_file = records.SampleLog(samples_file)
         model_path = settings.model
+        merge = None
         try:
-            if settings.backend == "vllm":
+            if settings.backend == "vllm" and settings.adapter and opts.merged_weights == "push":
+                from opsdkit.tiny import resolve
+
+                model_path = resolve(settings.model)
+                merged_dir = out / MERGED_DIR
+                merge = _BackgroundMerge(settings, merged_dir, opts.log)
+            elif settings.backend == "vllm":
                 model_path = _prepare_vllm_model(settings, out, opts.log)
                 merged_dir = out / MERGED_DIR if settings.adapter else None
             records.append_line(progress_file, {"done": len(done), "total": total})
             write_looks(len(done))
             timing = _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file,
-                              progress_file, total, write_looks, worker_stats, bar)
+                              progress_file, total, write_looks, worker_stats, bar, merge)
         finally:
             log_file.close()
             bar.close()
+            if merge is not None:
+                merge.join()  # never remove a dir the thread is still writing
             if merged_dir is not None:
+                shutil.rmtree(merged_dir.with_name(merged_dir.name + ".partial"), ignore_errors=True)
                 shutil.rmtree(merged_dir, ignore_errors=True)
     else:
         write_looks(len(done))
@@ -243,7 +290,7 @@ def _on_term(*_):
 
 
 def _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file, progress_file,
-             total, write_looks, worker_stats, bar) -> dict:
+             total, write_looks, worker_stats, bar, merge=None) -> dict:
     """Run the workers until every batch is done; returns generation timing."""
     from eval.worker import worker_main
 
@@ -252,6 +299,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
     n = len(devices)
     spec = {
         "backend": settings.backend, "model": model_path, "dtype": settings.dtype,
+        "merged_weights": str(merge.dest) if merge is not None else None,  # vllm: load these once started
         "adapter": settings.adapter if settings.backend == "hf" else None,
         "sampling": settings.sampling(), "threads": opts.threads, "ignore_eos": opts.ignore_eos,
         "backend_options": settings.backend_options, "extract": settings.extract,
@@ -310,6 +358,8 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                     for _ in range(n):
                         shared.put(None)
                     sent_stop = True
+            if merge is not None:
+                merge.check()
             if time.monotonic() - last_check > LIVENESS_S:
                 last_check = time.monotonic()
                 for wid, p in enumerate(procs):

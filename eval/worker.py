@@ -60,7 +60,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
             if start_lock is not None:
                 start_lock.release()
         results.put(("ready", wid, {"device": device, "load_seconds": round(time.perf_counter() - t_load, 2),
-                                    "pid": os.getpid()}))
+                                    "push_seconds": getattr(backend, "push_seconds", None), "pid": os.getpid()}))
         answers = [p["answer"] for p in spec["problems"]]
         remaining: dict[str, int] = {}
         busy = 0.0

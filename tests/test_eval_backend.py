@@ -300,3 +300,76 @@ def test_workers_sharing_a_gpu_split_its_memory_share():
     assert engine_options("vllm", opts, 2) == {**opts, "gpu_memory_utilization": 0.425}
     assert engine_options("hf", {}, 4) == {}
     assert opts["gpu_memory_utilization"] == 0.85  # the settings (the run's identity) are left as they are
+
+
+def _vllm_settings(model, adapter):
+    from eval.settings import EvalSettings
+
+    return EvalSettings(model=str(model), adapter=str(adapter), adapter_sha256="x", benchmark="b",
+                        benchmark_hash="h", n_benchmark=2, num_problems=2, k=2, reference_k=2, temperature=1.0,
+                        top_p=1.0, top_k=0, min_p=0.0, presence_penalty=0.0, max_new_tokens=4, thinking=True, seed=0,
+                        backend="vllm", dtype="float32", batch_size=None)
+
+
+def test_vllm_engine_starts_from_the_base_and_loads_the_merge_in_place(monkeypatch, untrained_tiny_model, adapter_dir,
+                                                                        tmp_path, one_thread):  # noqa: F811
+    """--merged-weights push: the engine's model path is the base (vLLM keys its compile cache by
+    it, so a per-chain merged dir would recompile every chain); the merge, written by a thread
+    while the engine starts, is loaded into the engine and equals the on-disk merge."""
+    import types
+
+    from eval.backends import VLLMBackend
+    from eval.runner import _BackgroundMerge
+    from opsdkit.modeling import load_model, load_tokenizer, merge_adapter_into
+
+    made, pushed, resets = {}, {}, []
+
+    class Model:
+        def load_weights(self, weights):
+            for name, t in weights:
+                pushed[name] = t.clone()
+            return set(pushed)
+
+    class LLM:
+        def __init__(self, **kw):
+            made.update(kw)
+            self.llm_engine = _FakeEngine()
+
+        def get_tokenizer(self):
+            return load_tokenizer(str(untrained_tiny_model))
+
+        def apply_model(self, fn):
+            return [fn(Model())]
+
+        def reset_prefix_cache(self):
+            resets.append(1)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=object))
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")  # inherited: a run without it must still be without it
+    before = _sha(untrained_tiny_model / "model.safetensors")
+    dest = tmp_path / "merged-model"
+    merge = _BackgroundMerge(_vllm_settings(untrained_tiny_model, adapter_dir), dest, lambda m: None)
+    s = spec(untrained_tiny_model)
+    s.update(backend="vllm", dtype="float32", rows_per_batch=2, merged_weights=str(dest),
+             backend_options={"batch_invariant": False, "max_num_seqs": 4, "gpu_memory_utilization": 0.5})
+    b = VLLMBackend(s)  # waits for the thread's dir, then pushes
+    merge.join()
+    assert merge.error is None and not (tmp_path / "merged-model.partial").exists()
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "0"
+    assert made["model"] == str(untrained_tiny_model) and b.push_seconds is not None and resets == [1]
+    ref = load_model(str(untrained_tiny_model))
+    merge_adapter_into(ref, str(adapter_dir))
+    want = {n: p for n, p in ref.state_dict().items() if n != "lm_head.weight" or not ref.config.tie_word_embeddings}
+    assert set(pushed) == set(want)
+    assert all(torch.equal(pushed[n], want[n]) for n in want)
+    assert _sha(untrained_tiny_model / "model.safetensors") == before  # the base file only read
+
+
+def test_a_failed_background_merge_fails_the_eval(untrained_tiny_model, tmp_path):  # noqa: F811
+    from eval.runner import EvalFailed, _BackgroundMerge
+
+    merge = _BackgroundMerge(_vllm_settings(untrained_tiny_model, tmp_path / "no-adapter"), tmp_path / "m", lambda m: None)
+    merge.join()
+    with pytest.raises(EvalFailed, match="merging the adapter failed"):
+        merge.check()
+    assert not (tmp_path / "m").exists()
