@@ -40,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="Hugging Face id or local dir (default: the profile's)")
     p.add_argument("--adapter", help="PEFT LoRA adapter dir to merge in; 'none' = base model")
     p.add_argument("--benchmark", help="dataset id (name[:split]) or local .json/.jsonl with problem/answer")
-    p.add_argument("--k", type=int, help="samples per problem (smaller than the protocol's = partial)")
-    p.add_argument("--num-problems", type=int, help="evaluate only the first N problems (partial)")
+    p.add_argument("--k", type=int, help="samples per problem (smaller than the protocol's = partial; "
+                                         "default: $VAL_N, else the protocol's)")
+    p.add_argument("--num-problems", type=int, help="evaluate only the first N problems (partial; default: "
+                                                    "$NUM_PROBLEMS, else all)")
     p.add_argument("--output-dir", required=True, help="results; re-running with the same dir resumes")
     p.add_argument("--gpus", help="comma list of CUDA device ids as CUDA_VISIBLE_DEVICES spells them, one worker "
                                   "per device; '' = CPU (default: CUDA_VISIBLE_DEVICES, else all GPUs, else CPU)")
@@ -111,6 +113,18 @@ def _check_range(name: str, value, lo=None, hi=None, lo_open=False):
         raise UserError(f"--{name.replace('_', '-')} {value}: out of range {bounds}; pick a value inside it")
 
 
+def _partial_from_env(args) -> None:
+    """The workspace convention for partial evals (VAL_N=4 NUM_PROBLEMS=15) when the flags are absent."""
+    for attr, var in (("k", "VAL_N"), ("num_problems", "NUM_PROBLEMS")):
+        text = os.environ.get(var, "").strip()
+        if getattr(args, attr) is None and text:
+            try:
+                setattr(args, attr, int(text))
+            except ValueError:
+                raise UserError(f"{var}={text!r} in the environment: not a whole number; unset it or give "
+                                f"--{attr.replace('_', '-')}") from None
+
+
 def resolve(args) -> tuple:
     """(settings, problems, options) from parsed arguments; raises UserError."""
     from eval.benchmark import benchmark_hash, load_benchmark
@@ -121,6 +135,7 @@ def resolve(args) -> tuple:
     profile = get_profile(args.profile, "--profile") if args.profile else get_profile(FROZEN_PROFILE)
     if not args.profile and not (args.model and args.benchmark):
         raise UserError("python -m eval: without --profile, give --model and --benchmark (or pass --profile tiny|qwen3-1.7b)")
+    _partial_from_env(args)
     for name, lo, hi, lo_open in (("k", 1, None, False), ("num_problems", 1, None, False),
                                   ("temperature", 0.0, None, False), ("top_p", 0.0, 1.0, True),
                                   ("top_k", 0, None, False), ("min_p", 0.0, 1.0, False),

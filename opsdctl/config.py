@@ -454,7 +454,8 @@ def starter_stage_commands(profile: str) -> dict[str, str]:
         train = "{python} " + train_args
     else:
         train = "{python} -m accelerate.commands.launch --num_processes {num_gpus} " + train_args
-    evaluate = "{python} -m eval --profile {profile} --adapter {checkpoint} --output-dir {stage_dir} --gpus {gpus}"
+    evaluate = ("{python} -m eval --profile {profile} --adapter {checkpoint} --num-problems {num_problems} --k {k} "
+                "--output-dir {stage_dir} --gpus {gpus}")
     return {"train": train, "eval": evaluate}
 
 
@@ -507,7 +508,8 @@ try_every_variant = false         # adaptive: first runs of every queued variant
 
 # Stage command templates. Placeholders are substituted shell-quoted:
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
-# {{checkpoint}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}} for literal braces.
+# {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
+# for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
 # Each stage runs in its own process group with cwd = the code snapshot, its output in
 # runs/<chain_id>/<stage>.log, and OPSD_<KNOB> variables for every recipe knob.
 [stages.train]

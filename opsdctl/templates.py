@@ -29,10 +29,15 @@ PLACEHOLDERS = (
     "num_gpus",
     "python",
     "profile",
+    "num_problems",
+    "k",
 )
+# Known only to the eval stage: the train stage's result, and the evaluation asked for
+# (problems x samples: the full protocol, or a chain's `--partial`).
+EVAL_ONLY = ("checkpoint", "num_problems", "k")
 # The train stage has no checkpoint yet; its `checkpoint` template may use the rest.
 STAGE_PLACEHOLDERS = {
-    "train": tuple(p for p in PLACEHOLDERS if p != "checkpoint"),
+    "train": tuple(p for p in PLACEHOLDERS if p not in EVAL_ONLY),
     "eval": PLACEHOLDERS,
 }
 
@@ -51,6 +56,8 @@ def check_template(template: str, allowed: tuple[str, ...], where: str) -> None:
             )
         if name == "checkpoint" and name not in allowed:
             raise UserError(f"{where}: {{checkpoint}} is only known in the eval stage (it is the train stage's result)")
+        if name in EVAL_ONLY and name not in allowed:
+            raise UserError(f"{where}: {{{name}}} is only known in the eval stage (the evaluation's problems x samples)")
         if not name.isidentifier():
             raise UserError(
                 f"{where}: {text!r} at column {m.start() + 1} is not a placeholder; "

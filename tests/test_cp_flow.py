@@ -15,12 +15,13 @@ from opsdctl.recipes import knobs
 def test_queue_worker_status_export(ws, tmp_path):
     # queue: two recipes x 2 repeats, JSON exactly as the contract says
     queued = ws.json("queue", "baseline", "token-clip", "--repeats", "2", "--seed", "7")
-    assert [set(q) for q in queued] == [{"chain_id", "variant", "seed", "repeat"}] * 4
+    assert [set(q) for q in queued] == [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}] * 4
     assert [(q["variant"], q["seed"], q["repeat"]) for q in queued] == [
         ("baseline", 7, 0), ("baseline", 8, 1), ("token-clip", 7, 0), ("token-clip", 8, 1)]
     # queueing the same content again reuses the variant and continues the repeats
     again = ws.cli_json("queue", "baseline", "--priority", "5")
-    assert again == [{"chain_id": 5, "variant": "baseline", "seed": 2, "repeat": 2}]  # seed = S + repeat
+    full = {"partial": None, "eval_only": False, "checkpoint": None}  # a full train -> eval chain
+    assert again == [{"chain_id": 5, "variant": "baseline", "seed": 2, "repeat": 2, **full}]  # seed = S + repeat
     assert ws.sql("select count(*) from variant") == [(2,)]
 
     st = ws.status()
@@ -190,7 +191,8 @@ def test_stage_failures_carry_reasons(ws):
     # requeue a failed chain: a fresh chain pointing at it, same seed and snapshot
     ws.write_config(default_config(extra='extra_method_knobs = ["fake_mode"]'))
     new = ws.cli_json("requeue", "4")
-    assert new == {"chain_id": 5, "variant": "silent", "seed": 0, "repeat": 0}
+    assert new == {"chain_id": 5, "variant": "silent", "seed": 0, "repeat": 0, "partial": None, "eval_only": False,
+                   "checkpoint": None}
     assert ws.sql("select requeued_from, state, snapshot_id from chain where id = 5") == [(4, "queued", 1)]
     assert ws.cli("requeue", "5", check=False).returncode == 2  # queued: refused
     ws.cli("cancel", "5")

@@ -303,7 +303,8 @@ def test_starter_configs_load(tmp_path, profile):
     else:
         assert train == "{python} -m accelerate.commands.launch --num_processes {num_gpus} " + tail
         assert cfg.devices == [0, 1, 2, 3] and (cfg.reference.mean, cfg.reference.sd, cfg.reference.n) == (54.22, 1.48, 5)
-    assert ev == "{python} -m eval --profile {profile} --adapter {checkpoint} --output-dir {stage_dir} --gpus {gpus}"
+    assert ev == ("{python} -m eval --profile {profile} --adapter {checkpoint} --num-problems {num_problems} --k {k} "
+                  "--output-dir {stage_dir} --gpus {gpus}")
     assert cfg.stages["train"].checkpoint == "{stage_dir}/checkpoint-final" and cfg.profile == profile
 
 

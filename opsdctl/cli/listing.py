@@ -8,7 +8,7 @@ from typing import Optional, TextIO
 
 from opsdctl.config import Config
 from opsdctl.errors import UserError
-from opsdctl.recipes import knobs
+from opsdctl.recipes import knobs, partial
 from opsdctl.recipes.load import load_recipe, shipped_recipes_dir
 from opsdctl.store.engine import (
     Store,
@@ -35,8 +35,11 @@ def list_variants(store: Store) -> list[dict]:
     with store.read() as s:
         for v in all_variants(s):
             chains = chains_of_variant(s, v.id)
-            scores = [score_of(s, c.id) for c in chains if c.state == State.SUCCEEDED.value]
-            scores = [x.avg_at_k for x in scores if x is not None and not x.partial]
+            scored = [(c, score_of(s, c.id)) for c in chains if c.state == State.SUCCEEDED.value]
+            scored = [(c, x) for c, x in scored if x is not None]
+            scores = [x.avg_at_k for c, x in scored if not partial.run_is_partial(c, x)]
+            partial_scores = [{"chain_id": c.id, "score": x.avg_at_k, "n_problems": x.n_problems, "k": x.k}
+                              for c, x in scored if partial.run_is_partial(c, x)]
             rows.append({
                 "name": v.name,
                 "version": v.version,
@@ -47,7 +50,9 @@ def list_variants(store: Store) -> list[dict]:
                 "chains": len(chains),
                 "succeeded": sum(c.state == State.SUCCEEDED.value for c in chains),
                 "queued": sum(c.state == State.QUEUED.value for c in chains),
-                "scores": scores,
+                "scores": scores,  # full evaluations only
+                "partial_scores": partial_scores,  # screening runs, kept apart
+                "kind": v.kind,
                 "source": v.source,
             })
     return rows

@@ -108,7 +108,11 @@ def queue(
     same_seed: bool = typer.Option(False, "--same-seed", help="Run every repeat at exactly --seed."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order."),
     force: bool = typer.Option(False, "--force", help="Record a changed recipe under an existing name as a new version."),
-    as_json: bool = typer.Option(False, "--json", help='Print [{"chain_id", "variant", "seed", "repeat"}].'),
+    partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
+                                          help="A cheap partial eval, e.g. 15x4 (15 problems, 4 samples each): "
+                                               "screening only, never pooled with full runs or settled."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help='Print [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}].'),
 ) -> None:
     """Queue train -> eval chains for recipes, freezing the code as it is now.
 
@@ -120,7 +124,7 @@ def queue(
     cfg = _config()
     result = queue_recipes(
         cfg, lambda: _store(cfg), recipes, repeats=repeats, seed=seed, same_seed=same_seed,
-        priority=priority, force=force,
+        priority=priority, force=force, partial_spec=partial,
     )
     for note in result.notes:
         _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
@@ -138,8 +142,19 @@ def queue(
     else:
         what = "the live code dir (snapshot_code = false)"
     for c in result.chains:
-        con.print(f"queued chain [bold]{c.chain_id}[/bold]: {_escape(c.variant)} seed {c.seed} (repeat {c.repeat})")
+        con.print(f"queued chain [bold]{c.chain_id}[/bold]: {_escape(c.variant)} seed {c.seed} (repeat {c.repeat})"
+                  + _eval_words(c))
     con.print(f"code: {what}")
+
+
+def _eval_words(c) -> str:
+    """', partial eval 15 x 4' / ', eval only of DIR' for the queue lines."""
+    out = ""
+    if c.eval_only:
+        out += f", eval only of {_escape(c.checkpoint or '')}"
+    if c.partial:
+        out += f", [yellow]partial eval {c.partial['num_problems']} x {c.partial['k']}[/yellow] (screening only)"
+    return out
 
 
 # --- worker -------------------------------------------------------------------------------

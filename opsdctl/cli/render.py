@@ -46,6 +46,17 @@ def _score(c: dict) -> str:
     return s
 
 
+def _variant_cell(c: dict) -> str:
+    """The variant, with what the chain evaluates when it is not a full train -> eval chain."""
+    text = escape(c["variant"])
+    if c.get("eval_only"):
+        text += " [dim](eval only)[/dim]"
+    ev = c.get("eval")
+    if ev:
+        text += f" [yellow](partial {ev['num_problems']}x{ev['k']})[/yellow]"
+    return text
+
+
 def render_status(con: Console, doc: dict) -> None:
     budget = doc["budget"]
     worker = doc["worker"]
@@ -67,7 +78,7 @@ def render_status(con: Console, doc: dict) -> None:
             if frac is not None:
                 prog += f" ({frac:.0%})"
             elapsed = fmt_duration(c.get("stage_elapsed_seconds") or c.get("elapsed_seconds") or 0)
-            t.add_row(str(c["chain_id"]), escape(c["variant"]), str(c["seed"]), c.get("stage") or "-",
+            t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), c.get("stage") or "-",
                       elapsed, escape(prog), escape(c.get("log") or ""))
         con.print(t)
         for c in running:
@@ -85,7 +96,7 @@ def render_status(con: Console, doc: dict) -> None:
             t.add_column(col)
         for c in queued:
             extra = f" (re-run of {c['requeued_from']})" if c.get("requeued_from") else ""
-            t.add_row(str(c["chain_id"]), escape(c["variant"]) + extra, str(c["seed"]), str(c["repeat"]),
+            t.add_row(str(c["chain_id"]), _variant_cell(c) + extra, str(c["seed"]), str(c["repeat"]),
                       str(c["priority"]), _local(c.get("queued_at")))
         con.print(t)
     else:
@@ -99,7 +110,7 @@ def render_status(con: Console, doc: dict) -> None:
             t.add_column(col, overflow="fold")
         for c in finished:
             took = fmt_duration(c["elapsed_seconds"]) if c.get("elapsed_seconds") is not None else ""
-            t.add_row(str(c["chain_id"]), escape(c["variant"]), str(c["seed"]), _state(c["state"]), _score(c),
+            t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), _state(c["state"]), _score(c),
                       took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
         con.print(t)
 
@@ -125,7 +136,7 @@ def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> No
         c = by_id[e["chain_id"]]
         why = (e.get("reason") or "").removeprefix("will not fit: ").removesuffix(" at its turn")
         fits = "[green]yes[/green]" if e["fits"] else f"[red]no[/red]: {escape(why)}"
-        t.add_row(str(e["chain_id"]), escape(c["variant"]), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
+        t.add_row(str(e["chain_id"]), _variant_cell(c), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
                   f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
     con.print(t)
 
@@ -199,6 +210,9 @@ def render_variants(con: Console, rows: list[dict]) -> None:
     for r in rows:
         runs = f"{r['succeeded']}/{r['chains']}" + (f" (+{r['queued']} queued)" if r["queued"] else "")
         scores = " ".join(f"{x:.2f}" for x in r["scores"])
+        if r.get("partial_scores"):  # screening runs: marked, never mixed in with the full scores
+            scores += (" " if scores else "") + " ".join(
+                f"[yellow]{p['score']:.2f} (partial {p['n_problems']}x{p['k']})[/yellow]" for p in r["partial_scores"])
         t.add_row(escape(r["variant"]), r["hash"][:12], escape(_changes_text(r["changes"])), runs, scores,
                   escape(r["description"]))
     con.print(t)
@@ -240,8 +254,12 @@ def render_show(con: Console, doc: dict) -> None:
     for r in doc["runs"]:
         tr = r["train"] or {}
         kn = f"{r['k']} x {r['n_problems']}" if r["k"] else "-"
+        if not r["k"] and r.get("eval"):  # not scored yet: what it was asked for
+            kn = f"{r['eval']['k']} x {r['eval']['num_problems']}"
         if r["partial"]:
             kn += " [yellow]partial[/yellow]"
+        if r.get("eval_only"):
+            kn += " [dim]eval only[/dim]"
         counts = " ".join(str(p["correct"]) for p in r["problems"]) if r["problems"] else "-"
         state = _state(r["state"]) + (f" [dim]({escape(r['reason'])})[/dim]" if r["reason"] else "")
         t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,

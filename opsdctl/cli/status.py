@@ -14,6 +14,7 @@ from typing import Optional
 
 from opsdctl.config import Config
 from opsdctl.plan.budget import budget_now, clock_start
+from opsdctl.recipes import partial
 from opsdctl.run.worker_view import worker_view
 from opsdctl.store.engine import (
     Store,
@@ -54,7 +55,13 @@ def chain_view(s, chain: Chain, variant: Variant, with_stages: bool = True) -> d
         "priority": chain.priority,
         "requeued_from": chain.requeued_from,
         "k": score.k if score else None,
-        "partial": score.partial if score else None,
+        "n_problems": score.n_problems if score else None,
+        # partial: queued `--partial` (known before it runs) or flagged by its evaluator
+        "partial": partial.run_is_partial(chain, score),
+        "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full protocol
+        "eval_only": bool(chain.eval_only),
+        "checkpoint": chain.checkpoint,
+        "trained_by": chain.trained_by,
         "score_source": score.source if score else None,
     }
     if chain.started_at is not None:

@@ -7,9 +7,11 @@ the fixed setting (the profile: model, data, benchmark, steps, evaluation protoc
 training, on the recipe knobs that change the work per step. Of the whitelisted knobs, only
 `max_completion_length` changes it materially (the on-policy rollouts and the loss run over
 that many tokens); learning rate, clip or teacher choices do not. The evaluation protocol is
-frozen by the profile, so its key is the profile alone.
+frozen by the profile, so its key is the profile alone; a partial evaluation (`queue --partial
+15x4`) does a fraction of that work and has its own key.
 
-    train: "train|<profile>|mcl=<max_completion_length>"      eval: "eval|<profile>"
+    train: "train|<profile>|mcl=<max_completion_length>"
+    eval:  "eval|<profile>"      partial eval: "eval|<profile>|partial=15x4"
 
 The rule (ESTIMATE_RULE, shown by `opsdctl durations`), over the succeeded stages with the
 same cost_key:
@@ -19,9 +21,13 @@ same cost_key:
 - n = 0: the configured default ([planner] train_minutes / eval_minutes, else the profile's:
   19 and 27 min for qwen3-1.7b, the top of the observed ranges) for both median and high; if
   history with other knobs of the same stage and profile has a larger max, high is at least
-  that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one).
-The admission check uses `high`; timelines use `median`. History is the latest
-HISTORY_MAX_STAGES (4,000) succeeded stages, so reading it stays cheap in a large store.
+  that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one);
+- n = 0 for a partial eval: median = the full eval's median x its share of the samples
+  (problems x k over the full protocol's), high = the full eval's high (admission stays safe
+  until the partial setting has history of its own).
+An eval-only chain has no train stage (0 s). The admission check uses `high`; timelines use
+`median`. History is the latest HISTORY_MAX_STAGES (4,000) succeeded stages, so reading it stays
+cheap in a large store.
 """
 
 from __future__ import annotations
@@ -41,17 +47,29 @@ HISTORY_MAX_STAGES = 4000  # estimates read the latest this many succeeded stage
 ESTIMATE_RULE = (
     f"n >= {QUANTILE_MIN_N}: high = p{int(HIGH_Q * 100)} x {TAIL_FACTOR}; "
     f"1 <= n < {QUANTILE_MIN_N}: high = max x {FEW_FACTOR}; n = 0: configured/profile default "
-    f"(at least max of other-knob history x {FEW_FACTOR}); median for timelines"
+    f"(at least max of other-knob history x {FEW_FACTOR}), a partial eval: the full eval's median x "
+    f"its share of the samples, the full eval's high; median for timelines"
 )
 
 
-def cost_key(stage: str, profile: str, hparams: Optional[Mapping] = None) -> str:
-    """The cost key of a stage of a recipe (see the module docstring)."""
+def cost_key(stage: str, profile: str, hparams: Optional[Mapping] = None, partial: Optional[tuple] = None) -> str:
+    """The cost key of a stage of a recipe (see the module docstring); `partial`: (problems, k)
+    of a partial evaluation, None for the full protocol."""
     parts = [stage, profile]
     for knob in COST_KNOBS.get(stage, ()):
         value = (hparams or {}).get(knob)
         parts.append(f"{'mcl' if knob == 'max_completion_length' else knob}={value}")
+    if stage == "eval" and partial is not None:
+        parts.append(f"partial={partial[0]}x{partial[1]}")
     return "|".join(parts)
+
+
+def _partial_of_key(key: str) -> Optional[tuple[int, int]]:
+    for part in key.split("|")[2:]:
+        if part.startswith("partial="):
+            n, k = part.removeprefix("partial=").split("x")
+            return int(n), int(k)
+    return None
 
 
 @dataclass(frozen=True)
@@ -117,19 +135,51 @@ class Estimator:
         self._max = {k: max(xs) for k, xs in self.by_key.items()}
         self._memo: dict[str, Estimate] = {}
 
-    def stage(self, stage: str, profile: str, hparams: Optional[Mapping] = None) -> Estimate:
-        key = cost_key(stage, profile, hparams)
+    def stage(self, stage: str, profile: str, hparams: Optional[Mapping] = None,
+              partial: Optional[tuple] = None) -> Estimate:
+        key = cost_key(stage, profile, hparams, partial)
         got = self._memo.get(key)
         if got is None:
             same = self.by_key.get(key, [])
-            # only the largest of the other knob values matters (estimate_from_samples)
-            sp = _stage_profile(key)
-            other = [m for k, m in self._max.items() if k != key and _stage_profile(k) == sp]
-            got = self._memo[key] = estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+            if partial is not None and stage == "eval" and not same:
+                got = _scaled_partial(key, self.stage("eval", profile, hparams), partial, profile)
+            else:
+                # only the largest of the other knob values matters (estimate_from_samples);
+                # partial evals are cheaper by design and never stand in for a full one
+                sp = _stage_profile(key)
+                other = [m for k, m in self._max.items()
+                         if k != key and _stage_profile(k) == sp and _partial_of_key(k) is None]
+                got = estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+            self._memo[key] = got
         return got
 
-    def chain(self, profile: str, hparams: Optional[Mapping] = None) -> tuple[Estimate, Estimate]:
-        return self.stage("train", profile, hparams), self.stage("eval", profile, hparams)
+    def chain(self, profile: str, hparams: Optional[Mapping] = None, partial: Optional[tuple] = None,
+              eval_only: bool = False) -> tuple[Estimate, Estimate]:
+        """(train, eval) of a chain; an eval-only chain's train is 0 s."""
+        train = (Estimate("train", "none", 0, 0.0, 0.0, "eval-only: no train stage") if eval_only
+                 else self.stage("train", profile, hparams))
+        return train, self.stage("eval", profile, hparams, partial)
+
+    def of_chain(self, chain, hparams: Optional[Mapping] = None) -> tuple[Estimate, Estimate]:
+        """(train, eval) of a store chain row or a ChainInfo (anything with profile, eval_problems,
+        eval_k, eval_only)."""
+        p = getattr(chain, "eval_problems", None), getattr(chain, "eval_k", None)
+        return self.chain(chain.profile, hparams if hparams is not None else getattr(chain, "hparams", None),
+                          None if p == (None, None) else p, bool(getattr(chain, "eval_only", False)))
+
+
+def _scaled_partial(key: str, full: Estimate, partial: tuple, profile: str) -> Estimate:
+    """A partial eval with no history of its own: the full eval's median scaled by its share of
+    the samples; the full eval's high (see the module docstring)."""
+    from opsdctl.recipes.partial import EvalSetting
+    from opsdctl.recipes.profiles import PROFILES
+
+    prof = PROFILES.get(profile)
+    share = 1.0
+    if prof is not None:
+        n, k = EvalSetting().resolved(prof)
+        share = min(1.0, (partial[0] * partial[1]) / float(n * k))
+    return Estimate("eval", key, 0, full.median_s * share, full.high_s, f"{full.source} x {share:.2f} samples")
 
 
 def _stage_profile(key: str) -> str:
@@ -163,7 +213,8 @@ def history(store, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     from opsdctl.store.models import Chain, Stage, Variant
 
     stmt = (
-        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Chain.variant_id)
+        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Chain.variant_id,
+               Chain.eval_problems, Chain.eval_k)
         .join(Chain, Chain.id == Stage.chain_id)
         .where(Stage.state == "succeeded", Stage.seconds.is_not(None))
         .order_by(Stage.id.desc())
@@ -174,10 +225,11 @@ def history(store, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
         hparams = dict(s.execute(select(Variant.id, Variant.hparams)).all())
     keys: dict[tuple, str] = {}
     out = []
-    for name, secs, est, cid, profile, vid in rows:
-        key = keys.get((name, profile, vid))
+    for name, secs, est, cid, profile, vid, ep, ek in rows:
+        part = None if (ep, ek) == (None, None) else (ep, ek)
+        key = keys.get((name, profile, vid, part))
         if key is None:
-            key = keys[(name, profile, vid)] = cost_key(name, profile, hparams.get(vid) or {})
+            key = keys[(name, profile, vid, part)] = cost_key(name, profile, hparams.get(vid) or {}, part)
         out.append(Sample(name, key, float(secs), est, cid))
     return out
 
@@ -195,7 +247,8 @@ def durations_doc(cfg, store, recent: int = 20) -> dict:
     for key in keys:
         stage, profile = key.split("|")[:2]
         same = est.by_key[key]
-        other = [x for k, xs in est.by_key.items() if k != key and _stage_profile(k) == _stage_profile(key) for x in xs]
+        other = [x for k, xs in est.by_key.items()
+                 if k != key and _stage_profile(k) == _stage_profile(key) and _partial_of_key(k) is None for x in xs]
         e = estimate_from_samples(stage, key, same, est.defaults_s[stage], other)
         rows.append({**e.to_json(), "min_s": round(min(same), 1), "max_s": round(max(same), 1)})
     checked = [s for s in samples if s.estimate_seconds]

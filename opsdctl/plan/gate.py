@@ -45,6 +45,13 @@ class ChainInfo:
     hparams: dict = field(default_factory=dict)
     method: dict = field(default_factory=dict)
     requeued_from: Optional[int] = None
+    eval_problems: Optional[int] = None  # a partial evaluation's problems x samples (None: full)
+    eval_k: Optional[int] = None
+    eval_only: bool = False  # no train stage
+
+    @property
+    def partial(self) -> bool:
+        return self.eval_problems is not None or self.eval_k is not None
 
 
 def chain_info(chain, variant) -> ChainInfo:
@@ -63,6 +70,9 @@ def chain_info(chain, variant) -> ChainInfo:
         hparams=dict(variant.hparams),
         method=dict(variant.method),
         requeued_from=chain.requeued_from,
+        eval_problems=chain.eval_problems,
+        eval_k=chain.eval_k,
+        eval_only=bool(chain.eval_only),
     )
 
 

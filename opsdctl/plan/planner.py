@@ -116,7 +116,7 @@ class PlannerGate:
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
-        return self.estimator.chain(chain.profile, chain.hparams)
+        return self.estimator.of_chain(chain)
 
     def usable(self) -> Optional[float]:
         return self.budget_left()
@@ -199,7 +199,7 @@ class PlannerGate:
         grant = self._gpu_grant(chain, stage)
         if not isinstance(grant, Grant):
             return grant
-        if stage == "eval" and self.settings.futility:
+        if stage == "eval" and self.settings.futility and not chain.partial:  # a screening run is cheap already
             full = self.plan is not None and chain.variant in self.plan.full_eval  # the policy needs its full score
             self._futility[chain.chain_id] = None if full else self._futility_context()
         return replace(grant, estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))

@@ -140,11 +140,11 @@ def planner_status(cfg, store, usable_s: Optional[float]) -> dict:
             rows = stages_of(s, c.id)
             cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == "running"), None)
             elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
-            tr, ev = est.chain(c.profile, v.hparams)
+            tr, ev = est.of_chain(c, v.hparams)
             running.append(Running(c.id, v.label, c.stage if cur is not None else None, elapsed, tr, ev))
         for c in queued_chains(s):
             v = variants[c.variant_id]
-            tr, ev = est.chain(c.profile, v.hparams)
+            tr, ev = est.of_chain(c, v.hparams)
             queued.append((c, Queued(c.id, v.label, tr, ev)))
     skips: dict[int, str] = {}
     ordered = [q for _, q in queued]

@@ -34,6 +34,7 @@ class Profile:
     # The frozen evaluation protocol (domain.md).
     eval_k: int
     eval_num_problems: int | None  # None = all
+    benchmark_problems: int  # how many problems the benchmark holds (a partial eval takes fewer)
     eval_temperature: float
     eval_top_p: float
     eval_top_k: int  # 0 = off
@@ -66,6 +67,7 @@ PROFILES: dict[str, Profile] = {
         gpu_memory_utilization=0.6,
         eval_k=12,
         eval_num_problems=None,
+        benchmark_problems=30,  # AIME 2024
         eval_temperature=1.0,
         eval_top_p=0.95,
         eval_top_k=0,
@@ -92,6 +94,7 @@ PROFILES: dict[str, Profile] = {
         gpu_memory_utilization=0.3,
         eval_k=4,
         eval_num_problems=None,
+        benchmark_problems=30,  # opsdkit.tiny.N_BENCH
         eval_temperature=1.0,
         eval_top_p=0.95,
         eval_top_k=0,

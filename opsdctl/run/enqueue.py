@@ -12,7 +12,9 @@ from typing import Optional, Sequence
 
 from opsdctl.config import Config
 from opsdctl.errors import UserError
+from opsdctl.recipes import partial
 from opsdctl.recipes.load import Recipe, load_recipe
+from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import snapshot as snap
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
@@ -26,9 +28,18 @@ class QueuedChain:
     variant: str
     seed: int
     repeat: int
+    partial: Optional[dict] = None  # {"num_problems", "k"} of a partial eval, None = full
+    eval_only: bool = False
+    checkpoint: Optional[str] = None  # what an eval-only chain evaluates
 
     def to_json(self) -> dict:
-        return {"chain_id": self.chain_id, "variant": self.variant, "seed": self.seed, "repeat": self.repeat}
+        return {"chain_id": self.chain_id, "variant": self.variant, "seed": self.seed, "repeat": self.repeat,
+                "partial": self.partial, "eval_only": self.eval_only, "checkpoint": self.checkpoint}
+
+    @classmethod
+    def of(cls, chain: Chain, variant: Variant) -> "QueuedChain":
+        return cls(chain.id, variant.label, chain.seed, chain.repeat, partial.of_chain(chain).to_json(),
+                   bool(chain.eval_only), chain.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -60,11 +71,13 @@ def queue_recipes(
     same_seed: bool = False,
     priority: int = 0,
     force: bool = False,
+    partial_spec: Optional[str] = None,
 ) -> QueueResult:
     if not refs:
         raise UserError("queue: name at least one recipe (a path, or a name under recipes/)")
     if repeats < 1:
         raise UserError(f"--repeats {repeats}: must be at least 1")
+    setting = partial.parse(partial_spec, get_profile(cfg.profile))
     # 1. Validate every recipe before anything is written.
     recipes: list[Recipe] = []
     for ref in refs:
@@ -88,11 +101,12 @@ def queue_recipes(
         frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
         # 4. One transaction: variants, snapshot row, chains.
         return _record_queue(cfg, store, recipes, frozen, repeats=repeats, seed=seed, same_seed=same_seed,
-                             priority=priority, force=force)
+                             priority=priority, force=force, setting=setting)
 
 
 def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap.Snapshot, *, repeats: int,
-                  seed: int, same_seed: bool, priority: int, force: bool) -> QueueResult:
+                  seed: int, same_seed: bool, priority: int, force: bool,
+                  setting: partial.EvalSetting = partial.FULL) -> QueueResult:
     notes: list[str] = []
     out: list[QueuedChain] = []
     with store.write() as session:
@@ -116,10 +130,12 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                     snapshot_id=snapshot_row.id,
                     code_dir=frozen.path,
                     queued_at=utcnow(),
+                    eval_problems=setting.problems,
+                    eval_k=setting.k,
                 )
                 session.add(chain)
                 session.flush()
-                out.append(QueuedChain(chain.id, variant.label, chain.seed, chain.repeat))
+                out.append(QueuedChain.of(chain, variant))
     return QueueResult(out, notes, frozen, snapshot_warnings(cfg, frozen))
 
 
@@ -227,8 +243,7 @@ def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
         if old.state in (State.QUEUED.value, State.RUNNING.value):
             raise UserError(f"chain {chain_id} is {old.state}; only a finished chain can be re-queued")
         new = _copy_chain(session, old, priority)
-        variant = session.get(Variant, new.variant_id)
-        return QueuedChain(new.id, variant.label, new.seed, new.repeat)
+        return QueuedChain.of(new, session.get(Variant, new.variant_id))
 
 
 def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
@@ -244,6 +259,11 @@ def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
         code_dir=old.code_dir,
         requeued_from=old.id,
         queued_at=utcnow(),
+        eval_problems=old.eval_problems,
+        eval_k=old.eval_k,
+        eval_only=old.eval_only,
+        checkpoint=old.checkpoint,
+        trained_by=old.trained_by,
     )
     session.add(new)
     session.flush()

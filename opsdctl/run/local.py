@@ -27,7 +27,7 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import procs, results, stages
+from opsdctl.run import eval_request, procs, results, stages
 from opsdctl.run.snapshot import ensure_materialized
 from opsdctl.store.engine import Store, snapshot_of
 from opsdctl.store.models import (
@@ -127,9 +127,9 @@ class LocalExecutor:
         except Exception as exc:  # a broken snapshot or an unwritable runs dir fails this chain only
             return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
 
-        checkpoint: Optional[str] = None
+        checkpoint: Optional[str] = eval_request.first_checkpoint(chain)
         try:
-            for stage in stages.STAGES:
+            for stage in eval_request.chain_stages(chain):
                 outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
                 if not outcome.ok:
                     if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
@@ -211,6 +211,8 @@ class LocalExecutor:
         }
         if checkpoint is not None:
             values["checkpoint"] = checkpoint
+        if stage == "eval":
+            values.update(eval_request.placeholders(chain))
         stage_cfg = self.cfg.stages[stage]
         command = stages.render(stage_cfg.command, values)
         token = uuid.uuid4().hex
@@ -234,6 +236,8 @@ class LocalExecutor:
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
         )
+        if stage == "eval":
+            eval_request.apply_env(env, chain)
         env.update(dict(grant.env))
         env["CUDA_VISIBLE_DEVICES"] = gpus_text
         started = time.monotonic()
@@ -310,6 +314,9 @@ class LocalExecutor:
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
             return StageOutcome(False, State.FAILED, reason)
         self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch)
+        mismatch = eval_request.flag_result(result, chain)
+        if mismatch:
+            self.report(f"chain {chain.id}: {mismatch}")
         score = _score_row(chain.id, result, seconds)
         state = self._end(chain.id, State.SUCCEEDED, None, score=score)
         if state == State.SUCCEEDED:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from opsdctl.recipes import partial
 from opsdctl.stats.compare import RunRecord
 from opsdctl.store.engine import Store, find_variant, scored_runs
 from opsdctl.store.models import variant_label
@@ -34,7 +35,7 @@ def _record(chain, variant, score) -> RunRecord:
         n_problems=int(score.n_problems),
         counts=counts,
         problem_ids=ids,
-        partial=bool(score.partial),
+        partial=partial.run_is_partial(chain, score),  # queued --partial, or the evaluator said so
     )
 
 
@@ -54,7 +55,11 @@ def show_doc(store: Store, ref: str) -> dict:
                 "score": None if score is None else round(score.avg_at_k, 4),
                 "k": score.k if score else None,
                 "n_problems": score.n_problems if score else None,
-                "partial": score.partial if score else None,
+                "partial": partial.run_is_partial(chain, score),
+                "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full
+                "eval_only": bool(chain.eval_only),
+                "checkpoint": chain.checkpoint,
+                "trained_by": chain.trained_by,
                 "problems": score.problems if score else None,
                 "train": None if ts is None else {
                     "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,

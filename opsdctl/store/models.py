@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint
+from sqlalchemy import false as sa_false
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -74,6 +75,9 @@ class Variant(SQLModel, table=True):
     hparams: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     method: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     source: str = ""  # the recipe file it was queued from
+    # "recipe": knobs from a recipe file; "checkpoint": a checkpoint trained outside opsdctl and
+    # "base": the untrained base model (eval-only chains; no knobs, nothing to export)
+    kind: str = Field(default="recipe", sa_column_kwargs={"server_default": "recipe"})
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
     @property
@@ -121,6 +125,14 @@ class Chain(SQLModel, table=True):
     worker_pid: Optional[int] = None  # the worker that claimed it ...
     worker_host: Optional[str] = None  # ... and where it runs
     node_id: Optional[str] = None  # the Ray node its stages run on (executor = "ray"), else None
+    # A partial evaluation (`queue --partial 15x4`): problems x samples; None = the full protocol.
+    eval_problems: Optional[int] = None
+    eval_k: Optional[int] = None
+    # An eval-only chain (`queue --eval-only`, `requeue --eval-only`): no train stage; it evaluates
+    # `checkpoint` ("base" = the base model), trained by chain `trained_by` when opsdctl trained it.
+    eval_only: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
+    checkpoint: Optional[str] = None
+    trained_by: Optional[int] = None  # a chain id (no FK: adding one would copy the referenced table on SQLite)
     queued_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     started_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
     finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)

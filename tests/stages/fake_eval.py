@@ -9,9 +9,13 @@ seed and on OPSD_CLIP_MODE so comparisons have something to rank.
   FAKE_HANG=1 (sleep forever after start),
   FAKE_BAD_RESULT=1 (write a malformed result.json),
   FAKE_LOOK=1 (at half the problems, a progress.jsonl record with per-problem counts, as at a look k).
+Partial evaluations, as the workspace's dev_eval.sh and our evaluator take them: --num-problems N /
+--k K, else NUM_PROBLEMS / VAL_N from the environment (the script prints `NUM_PROBLEMS=.. VAL_N=..`
+when it uses them), else FAKE_PROBLEMS / FAKE_K; FAKE_IGNORE_PARTIAL=1 ignores all of them (a script
+that cannot run partial evals). CHECKPOINT may be `base`: the untrained base model (a lower score).
 The recipe's extra method knob `fake_mode` (OPSD_FAKE_MODE): "badresult" (as FAKE_BAD_RESULT=1),
 "silent" (neither result.json nor a FINAL line).
-Usage: fake_eval.py CHECKPOINT [--output-dir DIR] [--final-only]
+Usage: fake_eval.py CHECKPOINT|base [--output-dir DIR] [--final-only] [--num-problems N] [--k K]
 """
 
 import argparse
@@ -26,6 +30,8 @@ p = argparse.ArgumentParser()
 p.add_argument("checkpoint")
 p.add_argument("--output-dir")
 p.add_argument("--final-only", action="store_true")
+p.add_argument("--num-problems", type=int)
+p.add_argument("--k", type=int)
 args = p.parse_args()
 final_only = args.final_only or os.environ.get("FINAL_ONLY") == "1"
 mode = os.environ.get("OPSD_FAKE_MODE", "")
@@ -33,11 +39,14 @@ if mode == "silent":
     print("evaluated, but forgot to say how it went")
     sys.exit(0)
 
-if not os.path.isdir(args.checkpoint):
+if args.checkpoint == "base":
+    ckpt = {"seed": 0, "clip_mode": "base"}
+elif not os.path.isdir(args.checkpoint):
     print(f"no checkpoint at {args.checkpoint}", file=sys.stderr)
     sys.exit(4)
-with open(os.path.join(args.checkpoint, "adapter_config.json")) as f:
-    ckpt = json.load(f)
+else:
+    with open(os.path.join(args.checkpoint, "adapter_config.json")) as f:
+        ckpt = json.load(f)
 
 if os.environ.get("FAKE_CHILD") == "1" and args.output_dir:
     os.makedirs(args.output_dir, exist_ok=True)
@@ -49,14 +58,21 @@ if os.environ.get("FAKE_HANG") == "1":
     print("evaluating (hanging on purpose)", flush=True)
     time.sleep(600)
 
-n = int(os.environ.get("FAKE_PROBLEMS", "6"))
-k = int(os.environ.get("FAKE_K", "4"))
-bonus = 0.15 if ckpt.get("clip_mode") == "token" else 0.0
+full_n = int(os.environ.get("FAKE_PROBLEMS", "6"))
+full_k = int(os.environ.get("FAKE_K", "4"))
+n, k = full_n, full_k
+if os.environ.get("FAKE_IGNORE_PARTIAL") != "1":
+    env_n, env_k = os.environ.get("NUM_PROBLEMS"), os.environ.get("VAL_N")
+    if env_n or env_k:
+        print(f"NUM_PROBLEMS={env_n or ''} VAL_N={env_k or ''}", flush=True)
+    n = args.num_problems or int(env_n or full_n)
+    k = args.k or int(env_k or full_k)
+bonus = {"token": 0.15, "base": -0.2}.get(ckpt.get("clip_mode"), 0.0)
 rng = random.Random(1000 + int(ckpt.get("seed", 0)))
 problems = []
 for i in range(n):
     time.sleep(float(os.environ.get("FAKE_EVAL_SECONDS", "0.01")))
-    p_true = min(1.0, 0.3 + 0.1 * (i % 4) + bonus)
+    p_true = max(0.0, min(1.0, 0.3 + 0.1 * (i % 4) + bonus))
     correct = sum(rng.random() < p_true for _ in range(k))
     problems.append({"id": f"P-{i + 1}", "correct": correct, "samples": k, "mean_tokens": 100.0 + i})
     if args.output_dir:
@@ -73,7 +89,8 @@ correct = sum(p["correct"] for p in problems)
 avg = correct / (n * k)
 if args.output_dir and not final_only:
     os.makedirs(args.output_dir, exist_ok=True)
-    doc = {"schema": 1, "k": k, "avg_at_k": avg, "n_problems": n, "problems": problems, "partial": False,
+    doc = {"schema": 1, "k": k, "avg_at_k": avg, "n_problems": n, "problems": problems,
+           "partial": n < full_n or k < full_k,
            "seconds": 0.5}
     if os.environ.get("FAKE_BAD_RESULT") == "1" or mode == "badresult":
         doc["avg_at_k"] = "high"
