@@ -52,10 +52,14 @@ def test_cancel_running_kills_the_group(ws):
             ws.cli("cancel", "2", "--grace", "0")  # in-process: the same code, no start-up cost
             assert not pid_alive(leader2) and not pid_alive(child2)
             assert worker.wait(timeout=60) == 0, worker.stdout.read()
+            log = worker.stdout.read()
         finally:
             if worker.poll() is None:
                 worker.kill()
         assert ws.state(1) == "cancelled" and ws.state(2) == "cancelled"
+        # the worker log says who ended each running chain, and during which stage
+        assert "chain 1: cancelled by user during eval, after" in log, log
+        assert "chain 2: cancelled by user during eval" in log, log
         assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE
         st = ws.chains()
         assert st[1]["reason"] == "cancelled by user" and st[1]["stage"] == "eval"

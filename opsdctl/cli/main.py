@@ -128,7 +128,9 @@ def queue(
     )
     for note in result.notes:
         _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
-    for warning in result.warnings:
+    from opsdctl.plan.fit_warning import unfit_warnings
+
+    for warning in [*result.warnings, *unfit_warnings(cfg, _store(cfg), [c.chain_id for c in result.chains])]:
         _warn(warning)
     if as_json:
         _print_json([c.to_json() for c in result.chains])

@@ -70,16 +70,21 @@ def render_status(con: Console, doc: dict) -> None:
 
     if running:
         t = Table(title="running", title_justify="left", show_edge=False, pad_edge=False)
-        for col in ("chain", "variant", "seed", "stage", "elapsed", "progress", "log"):
-            t.add_column(col)
+        for col in ("chain", "variant", "seed", "stage", "elapsed", "progress", "ends", "log"):
+            t.add_column(col, no_wrap=col == "ends")
         for c in running:
             prog = (c.get("progress") or {}).get("text", "")
             frac = (c.get("progress") or {}).get("fraction")
             if frac is not None:
                 prog += f" ({frac:.0%})"
+            prog = escape(prog)
+            if c.get("stalled"):
+                st = c["stalled"]
+                prog += (f" [bold red]stalled: no progress for {fmt_duration(st['for_s'])} "
+                         f"(usually every {fmt_duration(st['interval_s'])})[/]")
             elapsed = fmt_duration(c.get("stage_elapsed_seconds") or c.get("elapsed_seconds") or 0)
             t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), c.get("stage") or "-",
-                      elapsed, escape(prog), escape(c.get("log") or ""))
+                      elapsed, prog, _in(c.get("projected_end_in_s")), escape(c.get("log") or ""))
         con.print(t)
         for c in running:
             if c.get("note"):

@@ -115,6 +115,22 @@ def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict
     from opsdctl.plan.gpus import gpus_status
     from opsdctl.plan.timeline import planner_status
 
+    planner = planner_status(cfg, store, budget.usable_seconds)
+    _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text()}, "worker": worker, "chains": chains,
-            "planner": planner_status(cfg, store, budget.usable_seconds), "gpus": gpus_status(cfg),
+            "planner": planner, "gpus": gpus_status(cfg),
             "generated_at": iso(utcnow()), "store": store.safe_url()}
+
+
+def _running_details(chains: list[dict], planner: dict) -> None:
+    """Running chains get their projected end (from the timeline) and, when their stage has
+    made no progress for 3x its usual interval, `stalled` = {"for_s", "interval_s"}."""
+    from opsdctl.run.progress_clock import stalled
+
+    ends = {e["chain_id"]: e["end_in_s"] for e in planner.get("timeline", []) if e["state"] == "running"}
+    now = utcnow()
+    for c in chains:
+        if c["state"] != "running":
+            continue
+        c["projected_end_in_s"] = ends.get(c["chain_id"])
+        c["stalled"] = stalled(c.get("progress"), now) if c.get("stage_elapsed_seconds") is not None else None

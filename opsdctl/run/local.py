@@ -28,6 +28,7 @@ from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
 from opsdctl.run import eval_request, procs, results, stages
+from opsdctl.run.progress_clock import ProgressClock, stalled
 from opsdctl.run.snapshot import ensure_materialized
 from opsdctl.store.engine import Store, snapshot_of
 from opsdctl.store.models import (
@@ -82,6 +83,8 @@ class _Watch:
     last_problems_record: Optional[dict] = None
     written_progress: Optional[dict] = None
     pids: set = field(default_factory=set)
+    clock: ProgressClock = field(default_factory=ProgressClock)  # for the stall rule
+    stall_noted: Optional[str] = None  # the changed_at of the quiet spell already reported
 
 
 def run_dir_of(cfg: Config, chain_id: int) -> Path:
@@ -168,6 +171,13 @@ class LocalExecutor:
         atomic_write_text(run_dir / "recipe.env", knobs.format_recipe_env(variant.hparams, header))
         return run_dir
 
+    def _report_cancel(self, chain_id: int, where: str) -> None:
+        """Say in the worker log that someone else (`opsdctl cancel`) ended the chain."""
+        with self.store.read() as s:
+            chain = s.get(Chain, chain_id)
+            state, reason = chain.state, chain.reason
+        self.report(f"chain {chain_id}: {reason or state} {where}")
+
     def _current_state(self, chain_id: int) -> State:
         with self.store.read() as s:
             return State(s.get(Chain, chain_id).state)
@@ -217,8 +227,10 @@ class LocalExecutor:
         command = stages.render(stage_cfg.command, values)
         token = uuid.uuid4().hex
         with self.store.write() as s:
+            reason = s.get(Chain, chain.id).reason
             if s.get(Chain, chain.id).state != State.RUNNING.value:
-                return StageOutcome(False, None, None)  # cancelled before it started
+                self.report(f"chain {chain.id}: {reason or 'cancelled'} before {stage} started")
+                return StageOutcome(False, None, None)
             s.get(Chain, chain.id).stage = stage
             row = Stage(
                 chain_id=chain.id, name=stage, state=StageState.RUNNING.value, command=command, cwd=str(code_dir),
@@ -274,6 +286,7 @@ class LocalExecutor:
 
         if how == "cancelled":
             self._finish_stage(stage_id, StageState.CANCELLED, rc, seconds, detail, watch)
+            self._report_cancel(chain.id, f"during {stage}, after {_fmt_s(seconds)}; its processes were stopped")
             return StageOutcome(False, None, None)
         if how == "interrupted":
             self._finish_stage(stage_id, StageState.INTERRUPTED, rc, seconds, detail, watch)
@@ -338,6 +351,7 @@ class LocalExecutor:
                     if self.stop_request:
                         return StageOutcome(False, State.INTERRUPTED, f"worker stopped ({self.stop_request.reason}) before {stage}")
                     if self._current_state(info.chain_id) != State.RUNNING:
+                        self._report_cancel(info.chain_id, f"while {stage} waited: {decision.reason}")
                         return StageOutcome(False, None, None)
                     time.sleep(min(0.5, max(0.0, end - time.monotonic())))
                 continue
@@ -372,6 +386,7 @@ class LocalExecutor:
             if now >= next_progress:
                 stop = self._read_progress(info, stage, stage_dir, log_path, adapter, watch)
                 next_progress = now + PROGRESS_S
+                self._note_stall(info.chain_id, stage, watch)
                 if stop is not None:
                     self._stop(ident, proc)
                     return "policy", stop
@@ -458,8 +473,19 @@ class LocalExecutor:
             return
         p.source = watch.last_progress.get("source", p.source)
         with self.store.write() as s:
-            s.get(Stage, stage_id).progress = p.to_dict()
+            s.get(Stage, stage_id).progress = {**p.to_dict(), **watch.clock.fields()}
         watch.written_progress = watch.last_progress
+
+    def _note_stall(self, chain_id: int, stage: str, watch: _Watch) -> None:
+        """Feed the stall clock; say once per quiet spell in the worker log that the stage stalls."""
+        now = utcnow()
+        watch.clock.observe(watch.last_progress, now)
+        fields = watch.clock.fields()
+        quiet = stalled(fields, now)
+        if quiet is not None and watch.stall_noted != fields["changed_at"]:
+            watch.stall_noted = fields["changed_at"]
+            self.report(f"chain {chain_id}: {stage} stalls: no progress for {_fmt_s(quiet['for_s'])} "
+                        f"(usually every {_fmt_s(quiet['interval_s'])})")
 
     # --- records --------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_MARKER_FILE (a file whose text is copied into <checkpoint>/marker.txt: code-snapshot tests),
   FAKE_LOGGING_STEPS (default 1: a dict line every N steps, as the Trainer's logging_steps),
   FAKE_BAR=1 (the Trainer's own tqdm bar on stderr, " 37%|###7      | 37/100 [..."),
-  FAKE_FLOOD (print this many extra loss dict lines at the start, as a chatty callback would).
+  FAKE_FLOOD (print this many extra loss dict lines at the start, as a chatty callback would),
+  FAKE_HANG_AT=N (after step N, hang: a stage that stalls).
 The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
   "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
@@ -72,6 +73,9 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
             met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25,
                                   "rollout_seconds": 0.5, "step_seconds": step_s, "peak_mem_mib": 1000 + step}) + "\n")
             met.flush()
+        if step == int(os.environ.get("FAKE_HANG_AT", "0")):
+            print("waiting on something that never comes", flush=True)
+            time.sleep(600)
         if step == 1 and (os.environ.get("FAKE_FAIL") == "1" or mode == "fail"):
             print("Traceback (most recent call last):\nRuntimeError: CUDA out of memory (emulated)", flush=True)
             sys.exit(3)

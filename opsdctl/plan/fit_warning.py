@@ -1,0 +1,30 @@
+"""`opsdctl queue`'s warning for chains that cannot fit in the time left.
+
+The chain is queued anyway (the budget may grow: a remaining file can be topped up, a deadline
+moved); the warning uses the same projected timeline as `opsdctl status`, so a chain that would
+fit alone but not behind the chains already queued is named too.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from opsdctl.plan.budget import budget_now, clock_start
+
+
+def unfit_warnings(cfg, store, chain_ids: Sequence[int]) -> list[str]:
+    """One line per newly queued chain that the projected timeline says will not fit."""
+    from opsdctl.plan.timeline import planner_status
+
+    started = clock_start(store) if cfg.budget.kind == "hours" else None
+    budget = budget_now(cfg.budget, started)
+    if budget.usable_seconds is None:
+        return []  # no budget: everything fits
+    wanted = set(chain_ids)
+    out = []
+    for e in planner_status(cfg, store, budget.usable_seconds)["timeline"]:
+        if e["chain_id"] in wanted and not e["fits"]:
+            why = (e.get("reason") or "").removeprefix("will not fit: ")
+            out.append(f"chain {e['chain_id']} {e['variant']} cannot fit in the time left ({why}); "
+                       "queued anyway: it runs if the budget grows")
+    return out
