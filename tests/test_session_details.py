@@ -28,6 +28,8 @@ def test_progress_clock_usual_interval_and_stall_rule():
     assert f["changed_at"] == _at(90).isoformat(timespec="seconds")
     assert stalled(f, _at(90 + 29)) is None
     assert stalled(f, _at(90 + 31)) == {"for_s": 31.0, "interval_s": 10.0}
+    # what the store holds may be up to STORE_LAG_S old: status waits that much longer
+    assert stalled(f, _at(90 + 31), lag_s=2.5) is None and stalled(f, _at(90 + 33), lag_s=2.5) is not None
     # too little history: no usual interval, never called stalled
     young = ProgressClock()
     young.observe({"done": 1, "total": 9}, _at(0))

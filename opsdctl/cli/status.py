@@ -125,7 +125,7 @@ def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict
 def _running_details(chains: list[dict], planner: dict) -> None:
     """Running chains get their projected end (from the timeline) and, when their stage has
     made no progress for 3x its usual interval, `stalled` = {"for_s", "interval_s"}."""
-    from opsdctl.run.progress_clock import stalled
+    from opsdctl.run.progress_clock import STORE_LAG_S, stalled
 
     ends = {e["chain_id"]: e["end_in_s"] for e in planner.get("timeline", []) if e["state"] == "running"}
     now = utcnow()
@@ -133,4 +133,4 @@ def _running_details(chains: list[dict], planner: dict) -> None:
         if c["state"] != "running":
             continue
         c["projected_end_in_s"] = ends.get(c["chain_id"])
-        c["stalled"] = stalled(c.get("progress"), now) if c.get("stage_elapsed_seconds") is not None else None
+        c["stalled"] = stalled(c.get("progress"), now, STORE_LAG_S) if c.get("stage_elapsed_seconds") is not None else None

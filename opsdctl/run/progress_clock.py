@@ -17,6 +17,7 @@ from typing import Optional
 STALL_FACTOR = 3.0  # no progress for 3x the usual interval
 MIN_GAPS = 2  # intervals needed before anything is called usual
 KEEP_GAPS = 20  # the recent gaps the median is taken over
+STORE_LAG_S = 2.5  # the worker writes progress to the store at most every 2 s: what status reads may lag
 
 
 def _count(record: Optional[dict]) -> Optional[tuple]:
@@ -54,8 +55,9 @@ class ProgressClock:
                 "interval_s": None if interval is None else round(interval, 2)}
 
 
-def stalled(progress: Optional[dict], now: dt.datetime) -> Optional[dict]:
-    """{"for_s", "interval_s"} when the stage has not moved for STALL_FACTOR x its usual interval."""
+def stalled(progress: Optional[dict], now: dt.datetime, lag_s: float = 0.0) -> Optional[dict]:
+    """{"for_s", "interval_s"} when the stage has not moved for STALL_FACTOR x its usual interval.
+    `lag_s`: how stale `progress` may be (STORE_LAG_S for what the store holds)."""
     if not progress or not progress.get("changed_at") or not progress.get("interval_s"):
         return None
     try:
@@ -64,6 +66,6 @@ def stalled(progress: Optional[dict], now: dt.datetime) -> Optional[dict]:
         return None
     quiet = (now - since).total_seconds()
     interval = float(progress["interval_s"])
-    if quiet < STALL_FACTOR * max(interval, 1.0):
+    if quiet < STALL_FACTOR * max(interval, 1.0) + lag_s:
         return None
     return {"for_s": round(quiet, 1), "interval_s": interval}
