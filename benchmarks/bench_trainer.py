@@ -91,31 +91,28 @@ class Meter:
         return False
 
 
-def build_assets(work: Path, smoke: bool) -> tuple[str, str]:
-    """(model dir, dataset file): a random model of the benchmark's shape with the tiny tokenizer."""
+def build_assets(work: Path, smoke: bool, model_dir: Path | None = None) -> tuple[str, str]:
+    """(model dir, dataset file): a random model of the benchmark's shape with the tiny tokenizer
+    (built once into `model_dir` when given, so other benchmarks reuse it and its compile cache)."""
     import torch
 
-    from opsdkit.tiny import TRACE_COLUMN, build_untrained_tiny, make_rows, train_tokenizer
+    from opsdkit.modeling import load_tokenizer
+    from opsdkit.tiny import build_untrained_tiny, make_rows
 
     rows = make_rows(64, seed=11)
     for r in rows:
         r["solution"] = " ".join([r["solution"]] * (2 if smoke else SOLUTION_REPEAT))
     data = work / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    model_dir = work / "model"
+    tiny = build_untrained_tiny(work / "tiny")
     if smoke:
-        build_untrained_tiny(model_dir)
-        return str(model_dir), str(data)
-    from opsdkit.shapes import random_qwen3
+        return str(tiny), str(data)
+    from opsdkit.shapes import cached_random_qwen3
 
-    tok = train_tokenizer([r[k] for r in rows for k in ("problem", "solution", TRACE_COLUMN)])
-    model = random_qwen3("qwen3-1.7b", dtype=torch.bfloat16, device="cuda",
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    model.save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    del model
+    path = cached_random_qwen3(model_dir or work / "model", tokenizer=load_tokenizer(str(tiny)),
+                               dtype=torch.bfloat16, device="cuda")
     torch.cuda.empty_cache()
-    return str(model_dir), str(data)
+    return path, str(data)
 
 
 def make_trainer(model_dir: str, data: str, out: Path, batch: int, completion: int, steps: int,
@@ -274,6 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-memory-utilization", type=float, default=None,
                     help="vLLM's share of this GPU (default: what 0.6 gives on an 80 GB H100)")
     ap.add_argument("--loss-parts", action="store_true", help="also the loss-only and micro-step comparisons")
+    ap.add_argument("--model-dir", type=Path, help="random model dir to reuse (built there if missing)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
 
@@ -305,7 +303,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as tmp:
         work = Path(tmp)
         t0 = time.perf_counter()
-        model_dir, data = build_assets(work, args.smoke)
+        model_dir, data = build_assets(work, args.smoke, args.model_dir)
         assets_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         tr = make_trainer(model_dir, data, work / "out", batch, completion, steps, grad_accum, backend, util)
@@ -324,6 +322,11 @@ def main(argv=None) -> int:
                 "step", "loss", "grad_norm", "kl", "frac_clipped", "completion_length", "rollout_seconds",
                 "train_seconds", "step_seconds", "tokens_per_second", "rollout_tokens_per_second", "peak_memory_mib",
                 "rollout_peak_memory_mib", "train_peak_memory_mib", "memory_source")})
+            out_path.parent.mkdir(parents=True, exist_ok=True)  # partial figures survive a cut-off run
+            out_path.write_text(json.dumps({"benchmark": "trainer", "partial": True, "device": device,
+                                            "gpu_memory_utilization": util, "setup_seconds": round(setup_s, 2),
+                                            "startup_age_s": round(ready_age_s - assets_s, 1), "steps": records},
+                                           indent=1) + "\n")
             print(f"step {step}: step {rec['step_seconds']:.2f}s (rollout {rec['rollout_seconds']:.2f}s, "
                   f"{rec['rollout_tokens_per_second']:.0f} tok/s; train {rec['train_seconds']:.2f}s), completion "
                   f"{rec['completion_length']:.0f} tokens, peak {rec['peak_memory_mib']:.0f} MiB (rollout "

@@ -47,3 +47,27 @@ def save_random_qwen3(dest, shape: str = "qwen3-1.7b", *, tokenizer=None, dtype=
     if tokenizer is not None:
         tokenizer.save_pretrained(dest)
     return str(dest)
+
+
+def cached_random_qwen3(dest, shape: str = "qwen3-1.7b", *, tokenizer=None, dtype=None, device=None) -> str:
+    """`dest` if a model is already there, else a new random one written whole (a temp dir
+    renamed into place). Benchmarks share one dir: vLLM keys its compile cache by the model path."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    dest = Path(dest)
+    if (dest / "config.json").is_file() and any(dest.glob("*.safetensors")):
+        return str(dest)
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    eos = tokenizer.eos_token_id if tokenizer is not None else 2
+    pad = tokenizer.pad_token_id if tokenizer is not None else 0
+    model = random_qwen3(shape, dtype=dtype, device=device, eos_token_id=eos, pad_token_id=pad)
+    model.save_pretrained(tmp)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp)
+    del model
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return str(dest)
