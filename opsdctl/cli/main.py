@@ -102,7 +102,8 @@ def init(
 
 @app.command()
 def queue(
-    recipes: List[str] = typer.Argument(..., metavar="RECIPE", help="Recipe files, or names under recipes/."),
+    recipes: Optional[List[str]] = typer.Argument(None, metavar="RECIPE...", help="Recipe files, or names under recipes/.",
+                                                  show_default=False),
     repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe."),
     seed: int = typer.Option(0, "--seed", "-s", help="Base seed: repeat r runs seed S+r (see --same-seed)."),
     same_seed: bool = typer.Option(False, "--same-seed", help="Run every repeat at exactly --seed."),
@@ -111,6 +112,11 @@ def queue(
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
                                           help="A cheap partial eval, e.g. 15x4 (15 problems, 4 samples each): "
                                                "screening only, never pooled with full runs or settled."),
+    eval_only: Optional[str] = typer.Option(None, "--eval-only", metavar="CHECKPOINT_DIR|base",
+                                            help="Evaluate an existing checkpoint (or the base model) without "
+                                                 "training: one chain, scored as the variant that trained it."),
+    name: Optional[str] = typer.Option(None, "--name", help="--eval-only: the variant a checkpoint trained outside "
+                                                           "opsdctl is scored as [base: base]."),
     as_json: bool = typer.Option(False, "--json",
                                  help='Print [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}].'),
 ) -> None:
@@ -118,14 +124,30 @@ def queue(
 
     A recipe's identity is the hash of its resolved knobs: queueing the same content again
     reuses its variant; the same name with different content is refused unless --force.
+    With --eval-only, one eval-only chain of a checkpoint instead (no RECIPE).
     """
-    from opsdctl.run.enqueue import queue_recipes
+    from opsdctl.errors import UserError
 
     cfg = _config()
-    result = queue_recipes(
-        cfg, lambda: _store(cfg), recipes, repeats=repeats, seed=seed, same_seed=same_seed,
-        priority=priority, force=force, partial_spec=partial,
-    )
+    if eval_only is not None:
+        if recipes:
+            raise UserError(f"queue --eval-only {eval_only}: takes no RECIPE ({' '.join(recipes)}); queue them apart")
+        if repeats != 1 or same_seed or seed or force:
+            raise UserError("queue --eval-only: one checkpoint is one training run; --repeats, --seed, --same-seed "
+                            "and --force do not apply")
+        from opsdctl.run.eval_only import queue_eval_only
+
+        result = queue_eval_only(cfg, lambda: _store(cfg), eval_only, name=name, partial_spec=partial,
+                                 priority=priority)
+    else:
+        if name is not None:
+            raise UserError("--name only names an --eval-only checkpoint; a recipe is named in its file")
+        from opsdctl.run.enqueue import queue_recipes
+
+        result = queue_recipes(
+            cfg, lambda: _store(cfg), recipes or [], repeats=repeats, seed=seed, same_seed=same_seed,
+            priority=priority, force=force, partial_spec=partial,
+        )
     for note in result.notes:
         _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
     from opsdctl.plan.fit_warning import unfit_warnings
@@ -277,17 +299,35 @@ def cancel(
 def requeue(
     chain_id: int = typer.Argument(..., metavar="CHAIN_ID", help="A finished chain (failed, cancelled, interrupted, skipped...)."),
     priority: Optional[int] = typer.Option(None, "--priority", "-p", help="Priority of the new chain [default: the old one's]."),
-    as_json: bool = typer.Option(False, "--json", help='Print {"chain_id", "variant", "seed", "repeat"}.'),
+    eval_only: bool = typer.Option(False, "--eval-only", help="Only evaluate the checkpoint the chain already trained "
+                                                             "(its eval timed out, failed or was skipped)."),
+    partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
+                                          help="--eval-only: a partial eval [default: the old chain's setting]."),
+    full: bool = typer.Option(False, "--full", help="--eval-only: the full protocol (e.g. after a partial screening)."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help='Print {"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}.'),
 ) -> None:
     """Queue a fresh copy of a finished chain: same variant, seed and code snapshot."""
-    from opsdctl.run.enqueue import requeue_chain
-
     cfg = _config()
-    new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir)
+    if eval_only:
+        from opsdctl.run.eval_only import requeue_eval_only
+        from opsdctl.run.snapshot_lock import snapshot_lock
+
+        with snapshot_lock(cfg.runs_dir):  # a concurrent `gc` cannot take its code or checkpoint away
+            new = requeue_eval_only(_store(cfg), chain_id, partial_spec=partial, full=full, priority=priority)
+    else:
+        if partial or full:
+            from opsdctl.errors import UserError
+
+            raise UserError("requeue: --partial and --full choose the evaluation of --eval-only; add --eval-only")
+        from opsdctl.run.enqueue import requeue_chain
+
+        new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir)
     if as_json:
         _print_json(new.to_json())
         return
-    _console().print(f"queued chain [bold]{new.chain_id}[/bold]: {_escape(new.variant)} seed {new.seed} (re-run of chain {chain_id})")
+    _console().print(f"queued chain [bold]{new.chain_id}[/bold]: {_escape(new.variant)} seed {new.seed} "
+                     f"(re-run of chain {chain_id}){_eval_words(new)}")
 
 
 @app.command()

@@ -218,7 +218,8 @@ def render_variants(con: Console, rows: list[dict]) -> None:
         if r.get("partial_scores"):  # screening runs: marked, never mixed in with the full scores
             scores += (" " if scores else "") + " ".join(
                 f"[yellow]{p['score']:.2f} (partial {p['n_problems']}x{p['k']})[/yellow]" for p in r["partial_scores"])
-        t.add_row(escape(r["variant"]), r["hash"][:12], escape(_changes_text(r["changes"])), runs, scores,
+        changes = {"base": "(base model)", "checkpoint": "(outside checkpoint)"}.get(r.get("kind"), _changes_text(r["changes"]))
+        t.add_row(escape(r["variant"]), r["hash"][:12], escape(changes), runs, scores,
                   escape(r["description"]))
     con.print(t)
 
@@ -249,7 +250,11 @@ def render_show(con: Console, doc: dict) -> None:
     from opsdctl.cli.listing import recipe_changes
 
     con.print(f"[bold]{escape(doc['variant'])}[/bold]  {doc['hash'][:12]}  {escape(doc['description'] or '')}")
-    con.print(f"changes: {escape(_changes_text(recipe_changes(doc['hparams'], doc['method'])))}")
+    if doc.get("kind", "recipe") == "recipe":
+        con.print(f"changes: {escape(_changes_text(recipe_changes(doc['hparams'], doc['method'])))}")
+    else:  # evaluated with --eval-only: no recipe behind it
+        con.print("kind: " + ("the base model (untrained)" if doc["kind"] == "base"
+                              else "a checkpoint trained outside opsdctl (knobs unknown)"))
     if not doc["runs"]:
         con.print("[dim]no chains yet[/dim]")
         return

@@ -339,6 +339,8 @@ class StoreFacts:
 
         with self.store.write() as s:
             v = find_variant(s, variant)
+            if v.kind != "recipe":  # the base model or an outside checkpoint: nothing to train again
+                return None
             last = s.scalars(select(Chain).where(Chain.variant_id == v.id).order_by(Chain.id.desc()).limit(1)).first()
             if last is None:
                 return None

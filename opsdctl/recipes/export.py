@@ -61,6 +61,10 @@ def left_out_lines(keys: list[str], width: int = 96) -> list[str]:
 def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False) -> Export:
     with store.read() as s:
         variant: Variant = find_variant(s, ref)
+        if variant.kind != "recipe":
+            what = "the base model" if variant.kind == "base" else "a checkpoint trained outside opsdctl"
+            raise UserError(f"variant {variant.label} is {what} (evaluated with --eval-only), not a recipe; "
+                            "there are no knobs to export")
         succeeded = len(chains_of_variant(s, variant.id, State.SUCCEEDED))
     if succeeded == 0 and not force:
         raise UserError(

@@ -74,7 +74,8 @@ def queue_recipes(
     partial_spec: Optional[str] = None,
 ) -> QueueResult:
     if not refs:
-        raise UserError("queue: name at least one recipe (a path, or a name under recipes/)")
+        raise UserError("queue: name at least one recipe (a path, or a name under recipes/), or give "
+                        "--eval-only CHECKPOINT_DIR|base")
     if repeats < 1:
         raise UserError(f"--repeats {repeats}: must be at least 1")
     setting = partial.parse(partial_spec, get_profile(cfg.profile))

@@ -67,5 +67,5 @@ def show_doc(store: Store, ref: str) -> dict:
                     "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
                 },
             })
-        return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash,
+        return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
                 "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
