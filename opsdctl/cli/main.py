@@ -132,9 +132,8 @@ def queue(
     if eval_only is not None:
         if recipes:
             raise UserError(f"queue --eval-only {eval_only}: takes no RECIPE ({' '.join(recipes)}); queue them apart")
-        if repeats != 1 or same_seed or seed or force:
-            raise UserError("queue --eval-only: one checkpoint is one training run; --repeats, --seed, --same-seed "
-                            "and --force do not apply")
+        if repeats != 1:  # (--seed does not apply either: the seed is the training chain's)
+            raise UserError("queue --eval-only: one checkpoint is one training run; --repeats does not apply")
         from opsdctl.run.eval_only import queue_eval_only
 
         result = queue_eval_only(cfg, lambda: _store(cfg), eval_only, name=name, partial_spec=partial,
