@@ -138,6 +138,32 @@ def _reference(value, where):
     return _check_table(value, REFERENCE_SCHEMA, where + ".", required=("mean", "sd", "n"))
 
 
+def _metrics(value, where):
+    """[stages.train.metrics]: name -> a regex with exactly one group that captures a number."""
+    import re
+
+    if not isinstance(value, dict):
+        raise _bad(where, value, "a table of name = 'regex with one (number) group'")
+    out = {}
+    for name, pattern in value.items():
+        at = f"{where}.{name}"
+        if not name.isidentifier() or name in ("step", "learning_rate"):
+            raise UserError(f"{at}: {name!r} cannot name a metric (a plain identifier other than step and "
+                            "learning_rate, e.g. kl, frac_clipped)")
+        if not isinstance(pattern, str):
+            raise _bad(at, pattern, "a regex string such as 'KL\\(T\\|\\|S\\)=([0-9.eE+-]+)'")
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as exc:
+            raise UserError(f"{at} = {pattern!r}: not a valid regex ({exc}); write it in single quotes "
+                            "so backslashes stay as they are") from None
+        if groups != 1:
+            raise UserError(f"{at} = {pattern!r}: has {groups} groups; it needs exactly one, around the number "
+                            "(use (?:...) for the others), e.g. 'tau=([0-9.eE+-]+)'")
+        out[name] = pattern
+    return out
+
+
 @dataclass(frozen=True)
 class Key:
     check: Callable
@@ -193,6 +219,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "command": Key(_nonempty_str, None, "train command template"),
         "checkpoint": Key(_nonempty_str, DEFAULT_CHECKPOINT, "where the train stage leaves its checkpoint"),
         "timeout_minutes": Key(_number(positive=True), None, "stop the stage after this long"),
+        "metrics": Key(_metrics, {}, "name -> regex with one numeric group, read from the train log per step"),
     },
     "stages.eval": {
         "command": Key(_nonempty_str, None, "eval command template"),
@@ -235,6 +262,7 @@ class StageConfig:
     command: str
     checkpoint: Optional[str] = None  # train only
     timeout_minutes: Optional[float] = None
+    metrics: tuple[tuple[str, str], ...] = ()  # train only: (name, regex) read from its log
 
 
 @dataclass(frozen=True)
@@ -384,7 +412,8 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         checkpoint = sec.get("checkpoint")
         if stage == "train":
             check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint")
-        stages[stage] = StageConfig(stage, command, checkpoint if stage == "train" else None, sec["timeout_minutes"])
+        stages[stage] = StageConfig(stage, command, checkpoint if stage == "train" else None, sec["timeout_minutes"],
+                                    tuple((sec.get("metrics") or {}).items()))
 
     ref = sections["baseline"]["reference"]
     reference = Reference(ref["mean"], ref["sd"], ref["n"], ref["prior"]) if ref else None

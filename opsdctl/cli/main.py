@@ -486,6 +486,9 @@ def compare(
 
     con = _console()
     render_compare(report, con)
+    from opsdctl.cli.render import render_training
+
+    render_training(con, report.get("training", []))
     if plot is not None:
         con.print(f"plot: {_escape(str(plot))}")
 

@@ -259,7 +259,9 @@ def render_show(con: Console, doc: dict) -> None:
         con.print("[dim]no chains yet[/dim]")
         return
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped", "per-problem correct"):
+    extra = sorted({n for r in doc["runs"] for n in ((r["train"] or {}).get("metrics") or {})} - {"kl", "frac_clipped"})
+    cols = ["chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped"] + extra + ["per-problem correct"]
+    for col in cols:
         t.add_column(col, overflow="fold")
     for r in doc["runs"]:
         tr = r["train"] or {}
@@ -274,7 +276,31 @@ def render_show(con: Console, doc: dict) -> None:
         state = _state(r["state"]) + (f" [dim]({escape(r['reason'])})[/dim]" if r["reason"] else "")
         t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,
                   _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
-                  _num(tr.get("frac_clipped"), "{:.1%}"), counts)
+                  _num(tr.get("frac_clipped"), "{:.1%}"),
+                  *[_num(((tr.get("metrics") or {}).get(n) or {}).get("mean"), "{:.4g}") for n in extra], counts)
+    con.print(t)
+
+
+def render_training(con: Console, rows: list[dict]) -> None:
+    """compare's training columns: per candidate, the mean of its runs' training statistics
+    (only the columns some run has)."""
+    rows = [r for r in rows if r["runs"] or r.get("gpu_peak_mib") is not None]
+    if not rows:
+        return
+    names = sorted({n for r in rows for n in r["metrics"]})
+    cols = [("loss", lambda r: _num(r["final_loss"], "{:.4g}")), ("KL", lambda r: _num(r["mean_kl"], "{:.4g}")),
+            ("clipped", lambda r: _num(r["frac_clipped"], "{:.1%}"))]
+    cols += [(n, lambda r, n=n: _num(r["metrics"].get(n), "{:.4g}")) for n in names if n not in ("kl", "frac_clipped")]
+    cols += [("step s", lambda r: _num(r["step_seconds"], "{:.1f}")),
+             ("GPU peak MiB", lambda r: _num(r.get("gpu_peak_mib"), "{:.0f}")),
+             ("GPU util", lambda r: _num(r.get("gpu_util_pct"), "{:.0f}%"))]
+    cols = [(c, f) for c, f in cols if any(f(r) != "-" for r in rows)]
+    t = Table(title="Training (mean over each candidate's runs)", title_justify="left")
+    for col in ["variant", "runs"] + [c for c, _ in cols]:
+        t.add_column(col, justify="left" if col == "variant" else "right")
+    for r in rows:
+        name = escape(r["name"]) + (" [yellow](partial)[/yellow]" if r.get("partial") else "")
+        t.add_row(name, str(r["runs"]), *[f(r) for _, f in cols])
     con.print(t)
 
 

@@ -11,6 +11,7 @@ from typing import Optional, Sequence
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.stats.compare import build_report
 from opsdctl.stats.scores import run_records
+from opsdctl.stats.training import training_rows
 from opsdctl.store.engine import Store, variants_named
 
 
@@ -29,7 +30,7 @@ def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseli
         shown = [base] + [r.variant for r in runs if r.variant in refs or r.variant.split("@")[0] in refs]
     budget = budget_now(cfg.budget, clock_start(store) if cfg.budget.kind == "hours" else None)
     usable = budget.usable_seconds
-    return build_report(
+    report = build_report(
         runs,
         baseline=base,
         reference=cfg.reference,
@@ -37,3 +38,5 @@ def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseli
         chain_minutes=chain_minutes,
         minutes_left=None if usable is None else max(0.0, usable / 60.0),
     )
+    report["training"] = training_rows(store, report)  # compare's training columns
+    return report

@@ -27,7 +27,7 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import eval_request, procs, results, stages
+from opsdctl.run import eval_request, log_metrics, procs, results, stages
 from opsdctl.run.progress_clock import ProgressClock, stalled
 from opsdctl.run.snapshot import ensure_materialized
 from opsdctl.store.engine import Store, snapshot_of
@@ -511,6 +511,9 @@ class LocalExecutor:
             return
         try:
             summary = results.read_train_summary(stage_dir, log_path)
+            declared = self.cfg.stages["train"].metrics  # [stages.train.metrics]
+            if declared and log_path.is_file():
+                summary = log_metrics.apply(summary, log_path.read_text(encoding="utf-8", errors="replace"), declared)
         except Exception as exc:  # statistics are a bonus; never fail a chain over them
             self.report(f"chain {chain_id}: could not read training statistics: {exc}")
             return

@@ -200,6 +200,7 @@ class TrainSummary:
     train_runtime: Optional[float] = None
     curve: list[dict] = field(default_factory=list)
     source: str = ""
+    metrics: dict = field(default_factory=dict)  # [stages.train.metrics]: name -> {mean, last, steps}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -212,6 +213,7 @@ class TrainSummary:
 ALIASES = {
     "step": ("step", "global_step", "steps"),
     "loss": ("loss", "train_loss"),
+    "lr": ("learning_rate", "lr"),
     "kl": ("kl", "mean_kl", "kl_mean", "kl_ts", "mean_token_kl"),
     "clip": ("frac_clipped", "fraction_clipped", "clip_frac", "clipped_frac", "clip_fraction"),
     "step_seconds": ("step_seconds", "step_s", "step_time"),
@@ -256,7 +258,7 @@ def summarize_metrics(records: list[dict], totals: Optional[dict] = None) -> Tra
     curve = []
     for i, rec in enumerate(records):
         point = {"step": int(_pick(rec, "step") or i + 1)}
-        for what, key in (("loss", "loss"), ("kl", "kl"), ("clip", "frac_clipped")):
+        for what, key in (("loss", "loss"), ("kl", "kl"), ("clip", "frac_clipped"), ("lr", "learning_rate")):
             v = _pick(rec, what)
             if v is not None:
                 point[key] = v
@@ -341,6 +343,9 @@ def summarize_log(log_text: str) -> TrainSummary:
             point: dict = {} if step is None else {"step": step}
             if isinstance(d.get("loss"), (int, float)):
                 point["loss"] = float(d["loss"])
+            lr = _pick(d, "lr")
+            if lr is not None:
+                point["learning_rate"] = lr
             kl = next((float(v) for k, v in d.items() if "kl" in k.lower() and isinstance(v, (int, float))), None)
             if kl is not None:
                 point["kl"] = kl

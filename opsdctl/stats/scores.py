@@ -65,6 +65,8 @@ def show_doc(store: Store, ref: str) -> dict:
                     "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
                     "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
                     "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
+                    "metrics": ts.metrics or {},  # [stages.train.metrics]: name -> {mean, last, steps}
+                    "curve": ts.curve or [],  # per logged step: loss, kl, frac_clipped, learning_rate, ...
                 },
             })
         return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,

@@ -199,6 +199,7 @@ class TrainStats(SQLModel, table=True):
     train_runtime: Optional[float] = None
     curve: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
     source: str = ""  # "train_result.json+metrics.jsonl" | "log"
+    metrics: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 
 class WorkerRun(SQLModel, table=True):

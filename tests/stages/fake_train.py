@@ -1,7 +1,7 @@
 """Emulates a train stage (our trainer or a user's script) for the control-plane tests.
 
 Prints Hugging Face Trainer dict lines and a vLLM rollout line per step, appends progress.jsonl,
-writes metrics.jsonl + train_result.json (unless FAKE_TRAIN_NO_FILES=1), and leaves a checkpoint
+writes metrics.jsonl + train_result.json (unless FAKE_NO_FILES=1), and leaves a checkpoint
 directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_STEPS (default 4), FAKE_STEP_SECONDS (default 0.01), FAKE_FAIL=1 (exit 3 after step 1),
   FAKE_CHILD=1 (start a sleeping child process first, writing its pid to <out>/child.pid;
@@ -11,7 +11,10 @@ directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_LOGGING_STEPS (default 1: a dict line every N steps, as the Trainer's logging_steps),
   FAKE_BAR=1 (the Trainer's own tqdm bar on stderr, " 37%|###7      | 37/100 [..."),
   FAKE_FLOOD (print this many extra loss dict lines at the start, as a chatty callback would),
-  FAKE_HANG_AT=N (after step N, hang: a stage that stalls).
+  FAKE_HANG_AT=N (after step N, hang: a stage that stalls),
+  FAKE_OPSD_LINES=1 (the released OPSD code's custom lines, two per step as from two processes:
+  `[OPSD kl] step 3: mean per-token KL(T||S)=0.0979 max=1.2 frac above tau=0.353`).
+The learning rate follows the recipe: constant, or a cosine decay (OPSD_LR_SCHEDULER_TYPE=cosine).
 The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
   "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
@@ -19,6 +22,7 @@ Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,6 +62,13 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
     for step in range(1, steps + 1):
         time.sleep(step_s)
         loss = -0.002 * step / steps - 0.0001 * args.seed
+        lr_now = lr
+        if os.environ.get("OPSD_LR_SCHEDULER_TYPE") == "cosine":
+            lr_now = lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / steps))
+        if os.environ.get("FAKE_OPSD_LINES") == "1":
+            for proc in (0, 1):  # KL(step) = 0.1 / step +- 0.01, frac = 0.3 +- 0.05
+                print(f"[OPSD kl] step {step}: mean per-token KL(T||S)={0.1 / step + (0.01 if proc else -0.01):.4f} "
+                      f"max={1.0 + step:.2f} frac above tau={0.3 + (0.05 if proc else -0.05):.3f}", flush=True)
         print(f"vLLM generation done - elapsed time: {0.5 + step * 0.01:.2f}s, prompts: 4, total tokens: 3413, "
               f"avg length: 853.2, speed: 912.6 tok/s", flush=True)
         if bar:
@@ -65,12 +76,12 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
             print(f"\r{pct:3d}%|{'#' * (pct // 10):<10}| {step}/{steps} [00:{step:02d}<00:10, 1.00s/it]",
                   end="", file=sys.stderr, flush=True)
         if step % logging_steps == 0:
-            print(repr({"loss": round(loss, 6), "grad_norm": 0.0492, "learning_rate": lr,
+            print(repr({"loss": round(loss, 6), "grad_norm": 0.0492, "learning_rate": lr_now,
                         "on_policy_loss": round(loss, 6), "epoch": round(0.01 * step, 4)}), flush=True)
         if os.environ.get("FAKE_NO_FILES") != "1":
             prog.write(json.dumps({"step": step, "max_steps": steps}) + "\n")
             prog.flush()
-            met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25,
+            met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25, "learning_rate": lr_now,
                                   "rollout_seconds": 0.5, "step_seconds": step_s, "peak_mem_mib": 1000 + step}) + "\n")
             met.flush()
         if step == int(os.environ.get("FAKE_HANG_AT", "0")):
