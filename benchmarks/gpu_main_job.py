@@ -95,7 +95,7 @@ def write_workspace(ws: Path, model: Path, train: Path, bench: Path, smoke: bool
     eval_tokens = 16 if smoke else EVAL_TOKENS
     train_cmd = (cmds["train"] + f" --model {model} --dataset {train} --max-steps {STEPS}"
                  " --per-device-batch 4 --grad-accum 1 --save-steps 1000")
-    eval_cmd = (cmds["eval"] + f" --model {model} --benchmark {bench} --k {EVAL_K}"
+    eval_cmd = (cmds["eval"] + f" --model {model} --benchmark {bench} --num-problems {EVAL_PROBLEMS} --k {EVAL_K}"
                 f" --max-new-tokens {eval_tokens}")
     devices = "[]" if smoke else '"all"'
     (ws / "opsdctl.toml").write_text(textwrap.dedent(f"""\
