@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,26 +62,43 @@ def _bool(value, where):
     return value
 
 
-def _int(lo: Optional[int] = None) -> Callable:
+# Upper bounds that no sane setting reaches: they turn `hours = 1e300` or a 30-digit integer
+# into one clear line instead of an overflow somewhere later. Every numeric key has one.
+INT_MAX = 2**31 - 1
+YEAR_HOURS = 366 * 24
+YEAR_MINUTES = YEAR_HOURS * 60
+HOUR_SECONDS = 3600.0
+
+
+def _int(lo: Optional[int] = None, hi: int = INT_MAX) -> Callable:
+    rule = "an integer " + (f">= {lo} and " if lo is not None else "") + f"<= {hi}"
+
     def check(value, where):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _bad(where, value, "an integer" + (f" >= {lo}" if lo is not None else ""))
-        if lo is not None and value < lo:
-            raise UserError(f"{where} = {value}: must be >= {lo}")
+            raise _bad(where, value, rule)
+        if (lo is not None and value < lo) or value > hi:
+            shown = value if len(str(value)) <= 24 else f"{str(value)[:12]}... ({len(str(value))} digits)"
+            raise UserError(f"{where} = {shown}: must be {rule}")
         return value
 
     return check
 
 
-def _number(lo: Optional[float] = None, positive: bool = False) -> Callable:
-    rule = "a number" + (" > 0" if positive else f" >= {lo:g}" if lo is not None else "")
+def _number(lo: Optional[float] = None, positive: bool = False, hi: float = 1e9, unit: str = "") -> Callable:
+    """A finite number in range; NaN and +-inf are refused (TOML spells them nan and inf)."""
+    low = " > 0" if positive else f" >= {lo:g}" if lo is not None else ""
+    rule = f"a finite number{low}{' and' if low else ''} <= {hi:g}{unit}"
 
     def check(value, where):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(where, value, rule)
-        value = float(value)
-        if (positive and value <= 0) or (lo is not None and value < lo) or value != value:
-            raise UserError(f"{where} = {value:g}: must be {rule[2:]}")
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise UserError(f"{where}: an integer of {len(str(value))} digits: must be {rule}") from None
+        if (not math.isfinite(value) or (positive and value <= 0) or (lo is not None and value < lo)
+                or value > hi):
+            raise UserError(f"{where} = {value:g}: must be {rule}")
         return value
 
     return check
@@ -110,7 +128,7 @@ def _str_list(value, where):
 def _devices(value, where):
     if value == "all":
         return "all"
-    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+    if isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1024 for x in value):
         if len(set(value)) != len(value):
             raise UserError(f"{where} = {value!r}: lists a GPU twice")
         return list(value)
@@ -172,9 +190,9 @@ class Key:
 
 
 REFERENCE_SCHEMA = {
-    "mean": Key(_number(), help="published baseline score, points (e.g. 54.22)"),
-    "sd": Key(_number(positive=True), help="run-to-run standard deviation, points (e.g. 1.48)"),
-    "n": Key(_int(lo=1), help="number of runs behind mean and sd (e.g. 5)"),
+    "mean": Key(_number(lo=0, hi=100), help="published baseline score, points (e.g. 54.22)"),
+    "sd": Key(_number(positive=True, hi=100), help="run-to-run standard deviation, points (e.g. 1.48)"),
+    "n": Key(_int(lo=1, hi=1_000_000), help="number of runs behind mean and sd (e.g. 5)"),
     "prior": Key(_bool, True, help="use sd as a prior for the pooled noise estimate"),
 }
 
@@ -187,51 +205,51 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "code_dir": Key(_nonempty_str, ".", "the code the stages run (snapshotted at queue time)"),
         "recipes_dir": Key(_nonempty_str, "recipes", "where recipe names are looked up"),
         "snapshot_code": Key(_bool, True, "run each chain in a copy of the code as it was when queued"),
-        "snapshot_warn_mib": Key(_number(lo=0), 100.0, "warn when a code snapshot stores more than this many new MiB (0 = never)"),
+        "snapshot_warn_mib": Key(_number(lo=0, hi=1e9), 100.0, "warn when a code snapshot stores more than this many new MiB (0 = never)"),
         "extra_method_knobs": Key(_str_list, [], "method knobs your own train script reads (OPSD_<KNOB>)"),
         "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
         "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
-        "gpus_per_chain": Key(_int(lo=0), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
+        "gpus_per_chain": Key(_int(lo=0, hi=1024), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
     },
     "budget": {
         "remaining_file": Key(_nonempty_str, None, "file holding the seconds left (re-read each time)"),
         "deadline": Key(_deadline, None, "ISO time the budget ends"),
-        "hours": Key(_number(positive=True), None, "hours from the first worker start"),
-        "margin_minutes": Key(_number(lo=0), 5.0, "kept free at the end"),
+        "hours": Key(_number(positive=True, hi=YEAR_HOURS, unit=" (a year)"), None, "hours from the first worker start"),
+        "margin_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 5.0, "kept free at the end"),
     },
     "gpus": {
         "devices": Key(_devices, [], '"all", or CUDA indices; [] runs without GPUs'),
-        "min_free_mib": Key(_int(lo=0), 0, "free memory each GPU needs before a stage starts"),
-        "gpu_wait_minutes": Key(_number(positive=True), 30.0, "how long a stage waits for its GPUs, then the chain is skipped"),
-        "release_wait_minutes": Key(_number(lo=0), 3.0, "after a stage, how long to wait for its processes' GPU memory to be freed"),
+        "min_free_mib": Key(_int(lo=0, hi=2**30), 0, "free memory each GPU needs before a stage starts"),
+        "gpu_wait_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), 30.0, "how long a stage waits for its GPUs, then the chain is skipped"),
+        "release_wait_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 3.0, "after a stage, how long to wait for its processes' GPU memory to be freed"),
     },
     "planner": {
         "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
         "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
         "auto_repeat": Key(_bool, False, "adaptive: let the worker queue extra repeats of undecided candidates itself"),
-        "auto_repeat_max": Key(_int(lo=0), 6, "at most this many auto-repeat chains per worker run"),
+        "auto_repeat_max": Key(_int(lo=0, hi=10_000), 6, "at most this many auto-repeat chains per worker run"),
         "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
                                  "(off: value of information may leave an idea untried when runs settle more elsewhere)"),
-        "train_minutes": Key(_number(positive=True), None, "train duration before any history [default: the profile's]"),
-        "eval_minutes": Key(_number(positive=True), None, "eval duration before any history [default: the profile's]"),
+        "train_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "train duration before any history [default: the profile's]"),
+        "eval_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "eval duration before any history [default: the profile's]"),
     },
     "stages.train": {
         "command": Key(_nonempty_str, None, "train command template"),
         "checkpoint": Key(_nonempty_str, DEFAULT_CHECKPOINT, "where the train stage leaves its checkpoint"),
-        "timeout_minutes": Key(_number(positive=True), None, "stop the stage after this long"),
+        "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
         "metrics": Key(_metrics, {}, "name -> regex with one numeric group, read from the train log per step"),
     },
     "stages.eval": {
         "command": Key(_nonempty_str, None, "eval command template"),
-        "timeout_minutes": Key(_number(positive=True), None, "stop the stage after this long"),
+        "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
     },
     "baseline": {
         "variant": Key(_nonempty_str, None, "the variant others are compared with"),
         "reference": Key(_reference, None, "published baseline {mean, sd, n}"),
     },
     "worker": {
-        "poll_seconds": Key(_number(positive=True), 2.0, "how often an idle worker looks for work"),
-        "kill_grace_seconds": Key(_number(lo=0), 15.0, "TERM -> KILL grace when stopping a stage"),
+        "poll_seconds": Key(_number(positive=True, hi=HOUR_SECONDS, unit=" (an hour)"), 2.0, "how often an idle worker looks for work"),
+        "kill_grace_seconds": Key(_number(lo=0, hi=HOUR_SECONDS, unit=" (an hour)"), 15.0, "TERM -> KILL grace when stopping a stage"),
     },
 }
 
@@ -313,6 +331,7 @@ class Config:
     poll_seconds: float
     kill_grace_seconds: float
     sections: dict[str, dict] = field(default_factory=dict)  # every validated section, by name
+    warnings: tuple[str, ...] = ()  # said once at load (stderr), never fatal
 
     @property
     def where(self) -> str:
@@ -415,6 +434,11 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         stages[stage] = StageConfig(stage, command, checkpoint if stage == "train" else None, sec["timeout_minutes"],
                                     tuple((sec.get("metrics") or {}).items()))
 
+    warnings = []
+    if budget.remaining_file is not None and not budget.remaining_file.is_file():
+        warnings.append(f"{where}: [budget] remaining_file {budget.remaining_file} does not exist: the worker "
+                        "starts no chain until it can read the seconds left from it")
+
     ref = sections["baseline"]["reference"]
     reference = Reference(ref["mean"], ref["sd"], ref["n"], ref["prior"]) if ref else None
 
@@ -437,6 +461,7 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         poll_seconds=sections["worker"]["poll_seconds"],
         kill_grace_seconds=sections["worker"]["kill_grace_seconds"],
         sections=sections,
+        warnings=tuple(warnings),
     )
 
 

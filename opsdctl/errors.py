@@ -16,3 +16,9 @@ class UserError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class EnvironmentProblem(UserError):
+    """The machine refused, not the input: a full disk, a read-only file system, a permission.
+    One line and exit 2 as any UserError; the worker stops on one instead of failing every
+    queued chain in turn (each would meet the same wall)."""

@@ -48,3 +48,16 @@ def read_tail(path: str | os.PathLike, max_bytes: int = 65536) -> str:
             return f.read().decode("utf-8", errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def unwritable_dir(path: str | os.PathLike) -> str | None:
+    """Why files cannot be created in `path` (made if missing), or None when they can."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".opsdctl-write-check.", dir=path)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None

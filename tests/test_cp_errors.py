@@ -116,7 +116,7 @@ BAD_CONFIGS = {
     "wrong_type": ("snapshot_code = 'yes'\n", "snapshot_code = 'yes': must be true or false"),
     "unknown_section": ("[gpu]\ndevices = []\n", "[gpu]: unknown section (did you mean [gpus]?)"),
     "devices": ("[gpus]\ndevices = 'some'\n", "[gpus] devices"),
-    "min_free": ("[gpus]\nmin_free_mib = -1\n", "[gpus] min_free_mib = -1: must be >= 0"),
+    "min_free": ("[gpus]\nmin_free_mib = -1\n", "[gpus] min_free_mib = -1: must be an integer >= 0"),
     "two_budgets": ("[budget]\nhours = 6\nremaining_file = 't'\n", "pick one source"),
     "bad_deadline": ("[budget]\ndeadline = 'soon'\n", "[budget] deadline = 'soon'"),
     "placeholder": ("[stages.train]\ncommand = 'train --seed {sed}'\n", "unknown placeholder {sed} (did you mean {seed}?)"),
@@ -129,6 +129,15 @@ BAD_CONFIGS = {
     "db_url": ("db = 'not a url'\n", "db = 'not a url': not a database URL"),
     "extra_knob": ("extra_method_knobs = ['clip_mode']\n", "'clip_mode' is already a known knob"),
     "invalid_toml": ("[budget\n", "invalid TOML"),
+    # issue 14: non-finite and absurd numbers, integers beyond 64 bits
+    "hours_inf": ("[budget]\nhours = inf\n", "[budget] hours = inf: must be a finite number > 0 and <= 8784 (a year)"),
+    "hours_absurd": ("[budget]\nhours = 1e300\n", "[budget] hours = 1e+300: must be a finite number"),
+    "margin_nan": ("[budget]\nmargin_minutes = nan\n", "margin_minutes = nan: must be a finite number"),
+    "reference_inf": ("[baseline]\nreference = { mean = inf, sd = 1.48, n = 5 }\n", "reference.mean = inf"),
+    "reference_sd_nan": ("[baseline]\nreference = { mean = 54.22, sd = nan, n = 5 }\n", "reference.sd = nan"),
+    "grace_neg_inf": ("[worker]\nkill_grace_seconds = -inf\n", "kill_grace_seconds = -inf"),
+    "int_beyond_64_bits": ("[gpus]\nmin_free_mib = 99999999999999999999999999999\n", "min_free_mib = 999999999999... (29 digits)"),
+    "float_for_int_huge": ("[planner]\ntrain_minutes = 1e20\n", "train_minutes = 1e+20"),
 }
 
 
@@ -137,7 +146,7 @@ def test_bad_config_refused(populated, monkeypatch, capsys, case):
     ws, (before_bytes, before_counts) = populated
     text, needle = BAD_CONFIGS[case]
     good = default_config()
-    if text.startswith("[") and text.split("]")[0][1:] in ("budget", "gpus", "stages.train", "stages.eval", "baseline"):
+    if text.startswith("[") and text.split("]")[0][1:] in ("budget", "gpus", "stages.train", "stages.eval", "baseline", "worker"):
         ws.write_config(_replace_table(good, text.split("]")[0][1:], text))  # a bad version of a table
     elif text.startswith("["):
         ws.write_config(good + "\n" + text)  # an extra table

@@ -61,6 +61,7 @@ def test_gate_seam(ws, monkeypatch):
     monkeypatch.setenv("FAKE_LOOK", "1")  # a look record after 4 of 8 problems ...
     monkeypatch.setenv("FAKE_PROBLEMS", "8")
     monkeypatch.setenv("FAKE_EVAL_SECONDS", "0.4")  # ... then 1.6 s more: time enough to be stopped
+    monkeypatch.setenv("FAKE_BAR", "1")  # the Trainer's bar: progress records from the log too
     cfg, store = _setup(ws)
     queue_recipes(cfg, lambda: store, ["baseline", "cosine", "token-clip"])
     gate = ScriptedGate()

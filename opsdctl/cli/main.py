@@ -45,7 +45,10 @@ def _root(
 def _config():
     from opsdctl.config import find_config, load_config
 
-    return load_config(find_config(str(_state["config"]) if _state["config"] else None))
+    cfg = load_config(find_config(str(_state["config"]) if _state["config"] else None))
+    for warning in cfg.warnings:
+        _warn(warning)
+    return cfg
 
 
 def _store(cfg):

@@ -61,6 +61,8 @@ def render_status(con: Console, doc: dict) -> None:
     budget = doc["budget"]
     worker = doc["worker"]
     con.print(f"[bold]budget[/bold]  {escape(budget['text'])}")
+    if budget.get("hold") and any(c["state"] == "queued" for c in doc["chains"]):
+        con.print(f"[yellow]holding[/yellow]  {escape(budget['hold'])}")
     wstyle = {"running": "green", "dead": "red"}.get(worker["state"], "dim")
     con.print(f"[bold]worker[/bold]  [{wstyle}]{escape(worker['text'])}[/]")
     chains = doc["chains"]

@@ -10,17 +10,20 @@ with the processes holding each GPU) complete it.
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 from opsdctl.config import Config
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.recipes import partial
+from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
 from opsdctl.run.worker_view import worker_view
 from opsdctl.store.engine import (
     Store,
     all_variants,
     chains_in_state,
     finished_chains,
+    get_meta,
     latest_worker,
     queued_chains,
     score_of,
@@ -99,9 +102,13 @@ def stage_view(st: Stage) -> dict:
 
 def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict:
     started = clock_start(store) if cfg.budget.kind == "hours" else None
-    budget = budget_now(cfg.budget, started)
+    now = time.time()
+    budget = budget_now(cfg.budget, started, now)
     with store.read() as s:
         worker = worker_view(latest_worker(s))
+        if budget.error and worker["state"] == "running":  # plan with the deadline that worker keeps
+            kept = get_meta(s, LAST_DEADLINE_KEY)
+            budget = with_kept_deadline(budget, float(kept) if kept else None, now)
         running = chains_in_state(s, State.RUNNING)
         queued = queued_chains(s)
         finished = finished_chains(s, recent)
@@ -117,8 +124,8 @@ def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict
 
     planner = planner_status(cfg, store, budget.usable_seconds)
     _running_details(chains, planner)
-    return {"budget": {**budget.to_json(), "text": budget.text()}, "worker": worker, "chains": chains,
-            "planner": planner, "gpus": gpus_status(cfg),
+    return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
+            "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
             "generated_at": iso(utcnow()), "store": store.safe_url()}
 
 

@@ -12,6 +12,7 @@ The usable time is what is left minus `margin_minutes`.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from typing import Optional
 from opsdctl.config import BudgetConfig
 
 CLOCK_KEY = "budget_clock_started_at"  # Meta key: epoch seconds, as text
+# A countdown claiming more than this is not a countdown (1e20 s would overflow every clock).
+MAX_REMAINING_S = 366 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,8 @@ class BudgetView:
     deadline: Optional[dt.datetime]  # aware, when known
     clock_started: Optional[bool] = None  # hours: has a worker started the clock?
     source: str = ""
-    error: Optional[str] = None
+    error: Optional[str] = None  # the source could not be read
+    kept: bool = False  # error, but seconds_left counts down from the last deadline the worker read
 
     @property
     def usable_seconds(self) -> Optional[float]:
@@ -53,12 +57,13 @@ class BudgetView:
             "clock_started": self.clock_started,
             "source": self.source,
             "error": self.error,
+            "kept": self.kept,
         }
 
     def text(self) -> str:
         if self.kind == "none":
             return "no budget set (unlimited)"
-        if self.error:
+        if self.error and not self.kept:
             return f"unknown ({self.error})"
         left = fmt_duration(max(0.0, self.seconds_left or 0.0))
         usable = self.usable_seconds or 0.0
@@ -66,6 +71,8 @@ class BudgetView:
         tail = f", {fmt_duration(max(0.0, usable))} usable after the {fmt_duration(self.margin_seconds)} margin"
         if usable <= 0:
             tail = f", inside the {fmt_duration(self.margin_seconds)} margin: no new chains start"
+        if self.kept:
+            extra += f" (from the last deadline read; now {self.error})"
         return f"{left} left{tail}{extra}"
 
 
@@ -76,12 +83,8 @@ def budget_now(cfg: BudgetConfig, clock_start: Optional[float], now: Optional[fl
     kind = cfg.kind
     if kind == "remaining_file":
         path = Path(cfg.remaining_file)
-        try:
-            text = path.read_text().strip()
-            secs = float(text.split()[0])
-            age = max(0.0, now - os.stat(path).st_mtime)
-        except (OSError, ValueError, IndexError) as exc:
-            why = "missing" if isinstance(exc, FileNotFoundError) else "unreadable"
+        secs, age, why = read_remaining(path, now)
+        if why is not None:
             return BudgetView(kind, None, margin, None, source=str(path), error=f"{path} {why}")
         left = secs - age
         return BudgetView(kind, left, margin, _at(now + left), source=str(path))
@@ -95,6 +98,28 @@ def budget_now(cfg: BudgetConfig, clock_start: Optional[float], now: Optional[fl
         end = clock_start + total
         return BudgetView(kind, end - now, margin, _at(end), clock_started=True, source=f"{cfg.hours:g} h")
     return BudgetView("none", None, margin, None)
+
+
+def read_remaining(path: Path, now: float) -> tuple[float, float, Optional[str]]:
+    """(seconds in the file, seconds since it was written, None) or (0, 0, why it is unknown):
+    missing, empty (being rewritten), not a number, not finite, or absurd."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        age = max(0.0, now - os.stat(path).st_mtime)
+    except FileNotFoundError:
+        return 0.0, 0.0, "is missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return 0.0, 0.0, f"is unreadable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    if not text:
+        return 0.0, 0.0, "is empty"
+    word = text.split()[0]
+    try:
+        secs = float(word)
+    except ValueError:
+        return 0.0, 0.0, f"holds {word[:40]!r}, not a number of seconds"
+    if not math.isfinite(secs) or abs(secs) > MAX_REMAINING_S:
+        return 0.0, 0.0, f"holds {word[:40]!r}, not a plausible number of seconds left"
+    return secs, age, None
 
 
 def _at(epoch: float) -> dt.datetime:

@@ -13,9 +13,11 @@ from typing import Optional, Sequence
 from opsdctl.config import Config
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
+from opsdctl.fsutil import unwritable_dir
 from opsdctl.recipes.load import Recipe, load_recipe
 from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import snapshot as snap
+from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
 from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
@@ -98,11 +100,26 @@ def queue_recipes(
                     _refuse_changed(versions[-1], recipe)
     # 3. Freeze the code (outside the store transaction: git can take a moment), under the lock
     #    that keeps `opsdctl gc` from removing the snapshot before its chains are recorded.
+    #    The worker writes every chain's logs under runs_dir: refuse now if it cannot.
+    why = unwritable_dir(cfg.runs_dir)
+    if why is not None:
+        raise UserError(f"{cfg.where}: runs_dir {cfg.runs_dir}: cannot write there ({why}); "
+                        "point runs_dir at a writable directory")
     with snapshot_lock(cfg.runs_dir):
-        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+        frozen = _freeze(cfg)
         # 4. One transaction: variants, snapshot row, chains.
         return _record_queue(cfg, store, recipes, frozen, repeats=repeats, seed=seed, same_seed=same_seed,
                              priority=priority, force=force, setting=setting)
+
+
+def _freeze(cfg: Config) -> snap.Snapshot:
+    try:
+        return snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+    except OSError as exc:  # a full disk under runs_dir, say: one line, nothing queued
+        problem = environment_problem(exc)
+        if problem is None:
+            raise
+        raise UserError(f"queue: could not freeze the code into {cfg.runs_dir}: {problem}; nothing was queued") from None
 
 
 def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap.Snapshot, *, repeats: int,

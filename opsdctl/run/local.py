@@ -28,6 +28,8 @@ from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
 from opsdctl.run import eval_request, log_metrics, procs, results, stages
+from opsdctl.run.env_errors import environment_problem
+from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
 from opsdctl.run.progress_clock import ProgressClock, stalled
 from opsdctl.run.snapshot import ensure_materialized
 from opsdctl.store.engine import Store, snapshot_of
@@ -127,8 +129,12 @@ class LocalExecutor:
             if not code_dir.is_dir():
                 return self._end(chain_id, State.FAILED, f"code dir {code_dir} is missing")
             run_dir = self._prepare_run_dir(chain, variant)
-        except Exception as exc:  # a broken snapshot or an unwritable runs dir fails this chain only
-            return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
+        except Exception as exc:  # a broken snapshot fails this chain only
+            if environment_problem(exc) is None:
+                return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
+            # An unwritable or full runs dir would fail every queued chain in turn: stop instead.
+            recorded, new_id = requeue_after_error(self.store, chain_id, f"could not prepare the chain: {exc}", self.report)
+            raise environment_stop(exc, chain_id, recorded, new_id) from None
 
         checkpoint: Optional[str] = eval_request.first_checkpoint(chain)
         try:
@@ -140,18 +146,20 @@ class LocalExecutor:
                     return self._end(chain_id, outcome.end, outcome.reason)
                 checkpoint = outcome.checkpoint or checkpoint
         except BaseException as exc:
-            # A bug or a store failure in the worker: stop the stage (orphans hold GPU memory),
-            # record what we can, and let the error surface. If even that fails, the chain stays
-            # `running` and the next worker start interrupts and re-queues it.
+            # A bug, a store failure or a full disk in the worker: stop the stage (orphans hold
+            # GPU memory), re-queue the chain (it did nothing wrong) and let the error surface,
+            # as one line when it is the machine's. If even the re-queue cannot be written, the
+            # chain stays `running` and the next worker start interrupts and re-queues it.
             if self._live is not None:
                 try:
-                    procs.stop_stage(self._live, self._grace())
+                    procs.stop_stage(self._live, self._grace(), cut_short=self._forced)
                 except Exception:
                     pass
-            try:
-                self._end(chain_id, State.INTERRUPTED, f"worker error: {type(exc).__name__}: {exc}"[:500])
-            except Exception:
-                pass
+            reason = f"worker error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+            recorded, new_id = requeue_after_error(self.store, chain_id, reason, self.report)
+            stop = environment_stop(exc, chain_id, recorded, new_id)
+            if stop is not None:
+                raise stop from None
             raise
         finally:
             self._live = None
@@ -256,6 +264,8 @@ class LocalExecutor:
         try:
             proc = stages.spawn(command, code_dir, env, log_path)
         except OSError as exc:
+            if environment_problem(exc) is not None:
+                raise  # not this chain's fault: run_chain re-queues it and the worker stops
             self._finish_stage(stage_id, StageState.FAILED, None, time.monotonic() - started, f"could not start: {exc}")
             return StageOutcome(False, State.FAILED, f"{stage} could not start: {exc}")
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
@@ -274,7 +284,7 @@ class LocalExecutor:
             how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
-        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll())
+        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
         self._live = None
         if how == "exited" and leftover.found:
             self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
@@ -410,7 +420,7 @@ class LocalExecutor:
 
     def _stop(self, ident, proc, force: bool = False) -> None:
         grace = 0.0 if force else self._grace()
-        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll())
+        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll(), cut_short=self._forced)
         if report.survivors:
             self.report(f"pid(s) {report.survivors} survived SIGKILL (uninterruptible?)")
         try:
@@ -420,6 +430,10 @@ class LocalExecutor:
 
     def _grace(self) -> float:
         return 0.0 if self.stop_request.force else self.cfg.kill_grace_seconds
+
+    def _forced(self) -> bool:
+        """Re-read while a stage's grace period runs: a second signal kills now."""
+        return self.stop_request.force
 
     # --- progress -------------------------------------------------------------------------
 

@@ -117,9 +117,11 @@ def stop_stage(
     grace: float,
     on_wait: Optional[Callable[[float, int], None]] = None,
     reap: Optional[Callable[[], None]] = None,
+    cut_short: Optional[Callable[[], bool]] = None,
 ) -> KillReport:
     """TERM the stage's verified processes (its group, and token carriers outside it), wait up
-    to `grace` seconds, then KILL what is left. `reap` lets a parent collect its zombie child."""
+    to `grace` seconds, then KILL what is left. `reap` lets a parent collect its zombie child;
+    `cut_short` is asked while waiting: True ends the grace period now (a second Ctrl-C)."""
     procs, group_ours = stage_processes(ident)
     report = KillReport(found=len(procs))
     if not procs:
@@ -131,7 +133,7 @@ def stop_stage(
         if reap:
             reap()
         left = [p for p in procs if _alive(p)]
-        if not left:
+        if not left or (cut_short is not None and cut_short()):
             break
         if on_wait:
             on_wait(deadline - time.monotonic(), len(left))

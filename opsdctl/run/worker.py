@@ -26,9 +26,12 @@ from typing import Callable, Optional
 
 from opsdctl.config import Config
 from opsdctl.plan.budget import CLOCK_KEY, budget_now
+from opsdctl.plan.budget_keeper import BudgetKeeper, forget_deadline, hold_reason
 from opsdctl.plan.gate import Gate, Skip, Start, Wait, chain_info
 from opsdctl.plan.planner import make_gate
+from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import procs
+from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.enqueue import interrupt_and_requeue
 from opsdctl.run.executors import make_executor, worker_gate_config
 from opsdctl.run.local import StopRequest
@@ -132,9 +135,13 @@ class Worker:
         self.gate = gate if gate is not None else make_gate(worker_gate_config(cfg), self.usable_seconds, store, report)
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
+        self.keeper: Optional[BudgetKeeper] = None  # set at start-up, once the hours clock is known
+        self._holding: Optional[str] = None
 
     def usable_seconds(self) -> Optional[float]:
-        return budget_now(self.cfg.budget, self.clock_start).usable_seconds
+        if self.keeper is None:
+            return budget_now(self.cfg.budget, self.clock_start).usable_seconds
+        return self.keeper.usable_seconds()
 
     # signals --------------------------------------------------------------------------------
 
@@ -176,6 +183,13 @@ class Worker:
                 exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
             except BaseException as exc:
                 exit_reason = f"crashed: {type(exc).__name__}: {exc}"
+                problem = None if isinstance(exc, UserError) else environment_problem(exc)
+                if problem is not None:  # the machine's fault: one line, not a traceback
+                    exit_reason = f"stopped: {problem}"
+                    raise EnvironmentProblem(f"worker stopped: {problem}; free the space or fix the "
+                                             "permissions, then start the worker again") from None
+                if isinstance(exc, UserError):
+                    exit_reason = f"stopped: {exc}"
                 raise
             finally:
                 self._unregister(exit_reason)
@@ -188,13 +202,15 @@ class Worker:
             s.add(row)
             s.flush()
             self.run_id = row.id
+            forget_deadline(s)
             if self.cfg.budget.kind == "hours":
                 start = get_meta(s, CLOCK_KEY)
                 if start is None:
                     start = repr(time.time())
                     set_meta(s, CLOCK_KEY, start)
                 self.clock_start = float(start)
-        budget = budget_now(self.cfg.budget, self.clock_start)
+        self.keeper = BudgetKeeper(self.cfg.budget, self.clock_start, self.store, report=self.report)
+        budget = self.keeper.view()
         self.report(f"worker {os.getpid()} on {self.store.safe_url()}; budget: {budget.text()}")
 
     def _unregister(self, reason: str) -> None:
@@ -231,6 +247,15 @@ class Worker:
                     break
                 self._sleep(BUSY_POLL_S)
                 continue
+            hold = hold_reason(self.keeper.view()) if self.keeper is not None else None
+            if hold is not None and executor.has_room() and self._queued_any():
+                # Unknown budget, never read: start nothing blind (chains that run go on).
+                if hold != self._holding:
+                    self._holding = hold
+                    self._activity(f"holding: {hold}")
+                self._sleep(min(self.cfg.poll_seconds, BUSY_POLL_S) if busy else self.cfg.poll_seconds)
+                continue
+            self._holding = None
             if executor.has_room():
                 picked, wait = self._pick()
             elif busy or self._queued_any():  # a slot frees up, or one is being reserved

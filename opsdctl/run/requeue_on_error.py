@@ -1,0 +1,56 @@
+"""When the worker itself fails mid-chain: put the chain back, never leave it `running`.
+
+A bug, a store error or a full disk in the worker is not the chain's fault. The chain becomes
+`interrupted` and is re-queued as a fresh chain pointing at it (what recovery would do at the
+next start), and its stage rows still marked running are closed. The store may itself be the
+problem (a full disk): the write is tried a few times, as a killed stage's files free space.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from opsdctl.errors import EnvironmentProblem
+from opsdctl.run.enqueue import interrupt_and_requeue
+from opsdctl.run.env_errors import environment_problem
+from opsdctl.store.engine import stages_of
+from opsdctl.store.models import Chain, utcnow
+from opsdctl.store.states import StageState
+
+ATTEMPTS = 5
+RETRY_S = 1.0
+
+
+def requeue_after_error(store, chain_id: int, reason: str, report: Callable[[str], None]) -> tuple[bool, Optional[int]]:
+    """(recorded, the new chain's id). recorded False: the store could not be written; the next
+    worker start's recovery re-queues the chain."""
+    for attempt in range(ATTEMPTS):
+        try:
+            with store.write() as s:
+                for st in stages_of(s, chain_id):
+                    if st.state == StageState.RUNNING.value:
+                        st.state, st.finished_at, st.reason = StageState.INTERRUPTED.value, utcnow(), reason
+                fresh = interrupt_and_requeue(s, s.get(Chain, chain_id), reason, requeue=True)
+                new_id = fresh.id if fresh is not None else None
+        except Exception:
+            if attempt + 1 < ATTEMPTS:
+                time.sleep(RETRY_S)
+            continue
+        if new_id is not None:
+            report(f"chain {chain_id}: interrupted ({reason}); re-queued as chain {new_id}")
+        return True, new_id
+    return False, None
+
+
+def environment_stop(exc: BaseException, chain_id: int, recorded: bool, new_id: Optional[int]) -> Optional[EnvironmentProblem]:
+    """The one-line error the worker exits with when `exc` was the machine's, else None."""
+    problem = environment_problem(exc)
+    if problem is None:
+        return None
+    if not recorded:
+        fate = "it could not be recorded (the next worker start re-queues it)"
+    else:
+        fate = f"it was re-queued as chain {new_id}" if new_id is not None else "it had already ended"
+    return EnvironmentProblem(f"worker stopped: {problem} while running chain {chain_id}; {fate}; "
+                              "free the space or fix the permissions, then start the worker again")
