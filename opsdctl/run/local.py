@@ -31,6 +31,7 @@ from opsdctl.run import eval_request, log_metrics, procs, results, stages
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
 from opsdctl.run.progress_clock import ProgressClock, stalled
+from opsdctl.run.score_row import score_row as _score_row
 from opsdctl.run.snapshot import ensure_materialized
 from opsdctl.store.engine import Store, snapshot_of
 from opsdctl.store.models import (
@@ -133,7 +134,7 @@ class LocalExecutor:
             if environment_problem(exc) is None:
                 return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
             # An unwritable or full runs dir would fail every queued chain in turn: stop instead.
-            recorded, new_id = requeue_after_error(self.store, chain_id, f"could not prepare the chain: {exc}", self.report)
+            recorded, new_id = requeue_after_error(self.store, self.cfg, chain_id, f"could not prepare the chain: {exc}", self.report)
             raise environment_stop(exc, chain_id, recorded, new_id) from None
 
         checkpoint: Optional[str] = eval_request.first_checkpoint(chain)
@@ -156,7 +157,7 @@ class LocalExecutor:
                 except Exception:
                     pass
             reason = f"worker error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
-            recorded, new_id = requeue_after_error(self.store, chain_id, reason, self.report)
+            recorded, new_id = requeue_after_error(self.store, self.cfg, chain_id, reason, self.report)
             stop = environment_stop(exc, chain_id, recorded, new_id)
             if stop is not None:
                 raise stop from None
@@ -569,21 +570,6 @@ class LocalExecutor:
 
 def _has_file_progress(watch: _Watch) -> bool:
     return watch.last_progress is not None and watch.last_progress.get("source") == "progress.jsonl"
-
-
-def _score_row(chain_id: int, result: results.EvalResult, stage_seconds: Optional[float]) -> Score:
-    return Score(
-        chain_id=chain_id,
-        k=result.k,
-        avg_at_k=round(result.avg_at_k, 6),
-        n_problems=result.n_problems,
-        n_correct=result.n_correct,
-        n_samples=result.n_samples,
-        problems=result.problems,
-        partial=result.partial,
-        seconds=result.seconds if result.seconds is not None else (round(stage_seconds, 3) if stage_seconds else None),
-        source=result.source,
-    )
 
 
 def _fmt_s(seconds: float) -> str:

@@ -12,33 +12,37 @@ import time
 from typing import Callable, Optional
 
 from opsdctl.errors import EnvironmentProblem
-from opsdctl.run.enqueue import interrupt_and_requeue
 from opsdctl.run.env_errors import environment_problem
+from opsdctl.run.salvage import recover_chain
 from opsdctl.store.engine import stages_of
 from opsdctl.store.models import Chain, utcnow
-from opsdctl.store.states import StageState
+from opsdctl.store.states import StageState, State
 
 ATTEMPTS = 5
 RETRY_S = 1.0
 
 
-def requeue_after_error(store, chain_id: int, reason: str, report: Callable[[str], None]) -> tuple[bool, Optional[int]]:
+def requeue_after_error(store, cfg, chain_id: int, reason: str, report: Callable[[str], None]) -> tuple[bool, Optional[int]]:
     """(recorded, the new chain's id). recorded False: the store could not be written; the next
-    worker start's recovery re-queues the chain."""
+    worker start's recovery re-queues the chain. Finished work is salvaged (opsdctl.run.salvage)."""
+    notes: list[str] = []
     for attempt in range(ATTEMPTS):
         try:
             with store.write() as s:
                 for st in stages_of(s, chain_id):
                     if st.state == StageState.RUNNING.value:
                         st.state, st.finished_at, st.reason = StageState.INTERRUPTED.value, utcnow(), reason
-                fresh = interrupt_and_requeue(s, s.get(Chain, chain_id), reason, requeue=True)
-                new_id = fresh.id if fresh is not None else None
+                chain = s.get(Chain, chain_id)
+                if chain.state != State.RUNNING.value:
+                    return True, None  # it ended meanwhile (a cancel)
+                new_id = recover_chain(s, cfg, chain, reason, notes.append)
         except Exception:
+            notes.clear()
             if attempt + 1 < ATTEMPTS:
                 time.sleep(RETRY_S)
             continue
-        if new_id is not None:
-            report(f"chain {chain_id}: interrupted ({reason}); re-queued as chain {new_id}")
+        for note in notes:
+            report(note)
         return True, new_id
     return False, None
 
@@ -51,6 +55,6 @@ def environment_stop(exc: BaseException, chain_id: int, recorded: bool, new_id: 
     if not recorded:
         fate = "it could not be recorded (the next worker start re-queues it)"
     else:
-        fate = f"it was re-queued as chain {new_id}" if new_id is not None else "it had already ended"
+        fate = f"it was re-queued as chain {new_id}" if new_id is not None else "it had ended (or its result was salvaged)"
     return EnvironmentProblem(f"worker stopped: {problem} while running chain {chain_id}; {fate}; "
                               "free the space or fix the permissions, then start the worker again")

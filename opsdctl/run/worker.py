@@ -32,7 +32,7 @@ from opsdctl.plan.planner import make_gate
 from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import procs
 from opsdctl.run.env_errors import environment_problem
-from opsdctl.run.enqueue import interrupt_and_requeue
+from opsdctl.run.salvage import recover_chain
 from opsdctl.run.executors import make_executor, worker_gate_config
 from opsdctl.run.local import StopRequest
 from opsdctl.store.engine import (
@@ -104,10 +104,11 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None],
         reason = f"worker{pid} died{where}" + (
             f"; stopped {n} orphaned stage process{'es' if n != 1 else ''}" if n else "; its stage processes were gone"
         )
-        with store.write() as s:
-            fresh = interrupt_and_requeue(s, s.get(Chain, chain.id), reason, requeue=True)
-            new_id = fresh.id if fresh is not None else None
-        report(f"chain {chain.id}: interrupted ({reason}); re-queued as chain {new_id}")
+        notes: list[str] = []
+        with store.write() as s:  # finished work is salvaged, not re-run (opsdctl.run.salvage)
+            new_id = recover_chain(s, cfg, s.get(Chain, chain.id), reason, notes.append)
+        for note in notes:
+            report(note)
         out.append(Recovered(chain.id, new_id, n))
     return out
 
