@@ -222,6 +222,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "min_free_mib": Key(_int(lo=0, hi=2**30), 0, "free memory each GPU needs before a stage starts"),
         "gpu_wait_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), 30.0, "how long a stage waits for its GPUs, then the chain is skipped"),
         "release_wait_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 3.0, "after a stage, how long to wait for its processes' GPU memory to be freed"),
+        "sample_seconds": Key(_number(lo=0, hi=3600), 1.0, "how often the worker samples a stage's GPU memory and utilisation (NVML; 0 = off)"),
     },
     "planner": {
         "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),

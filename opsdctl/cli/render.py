@@ -262,7 +262,9 @@ def render_show(con: Console, doc: dict) -> None:
         return
     t = Table(show_edge=False, pad_edge=False)
     extra = sorted({n for r in doc["runs"] for n in ((r["train"] or {}).get("metrics") or {})} - {"kl", "frac_clipped"})
-    cols = ["chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped"] + extra + ["per-problem correct"]
+    gpu_stages = [st for st in ("train", "eval") if any(st in (r.get("gpu") or {}) for r in doc["runs"])]
+    cols = (["chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped"] + extra
+            + [f"{st} GPU peak/util" for st in gpu_stages] + ["per-problem correct"])
     for col in cols:
         t.add_column(col, overflow="fold")
     for r in doc["runs"]:
@@ -279,8 +281,22 @@ def render_show(con: Console, doc: dict) -> None:
         t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,
                   _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
                   _num(tr.get("frac_clipped"), "{:.1%}"),
-                  *[_num(((tr.get("metrics") or {}).get(n) or {}).get("mean"), "{:.4g}") for n in extra], counts)
+                  *[_num(((tr.get("metrics") or {}).get(n) or {}).get("mean"), "{:.4g}") for n in extra],
+                  *[_gpu_cell((r.get("gpu") or {}).get(st)) for st in gpu_stages], counts)
     con.print(t)
+    if any(g.get("attribution") == "device" for r in doc["runs"] for g in (r.get("gpu") or {}).values()):
+        con.print("[dim]* GPU memory read as the device's used memory minus what it held when the stage started "
+                  "(NVML listed none of the stage's own processes)[/dim]")
+
+
+def _gpu_cell(g: Optional[dict]) -> str:
+    """'9300 MiB 87%' from a stage's NVML figures; '*' marks memory read as the device's (no
+    per-process figures from NVML)."""
+    if not g or g.get("peak_mib") is None:
+        return "-"
+    mark = "*" if g.get("attribution") == "device" else ""
+    util = "" if g.get("util_pct") is None else f" {g['util_pct']:.0f}%"
+    return f"{g['peak_mib']:.0f} MiB{mark}{util}"
 
 
 def render_training(con: Console, rows: list[dict]) -> None:

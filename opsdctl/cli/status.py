@@ -97,6 +97,8 @@ def stage_view(st: Stage) -> dict:
         "log": st.log_path,
         "progress": st.progress,
         "reason": st.reason,
+        "gpu_peak_mib": st.gpu_peak_mib,
+        "gpu_util_pct": st.gpu_util_pct,
     }
 
 

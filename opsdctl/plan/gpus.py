@@ -62,6 +62,7 @@ class GpuInfo:
     free_mib: int
     processes: tuple[GpuProcess, ...] = ()
     visible_as: Optional[str] = None  # the CUDA_VISIBLE_DEVICES entry that selects it (inherited list)
+    util_pct: Optional[int] = None  # NVML's GPU utilisation over its last sample period (None: not reported)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -183,6 +184,10 @@ class NvmlProbe:
                 name = _text(pynvml.nvmlDeviceGetName(h))
                 bus = _text(pynvml.nvmlDeviceGetPciInfo(h).busId)
                 mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                try:
+                    util = int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+                except pynvml.NVMLError:  # not supported on some devices (MIG slices)
+                    util = None
                 procs: dict[int, Optional[int]] = {}
                 for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
                     try:
@@ -198,7 +203,7 @@ class NvmlProbe:
                     pname, visible = _proc_name(pid)
                     plist.append(GpuProcess(pid, pname, used, visible))
                 raw.append((i, uuid, name, bus, int(mem.total // MIB), int(mem.used // MIB), int(mem.free // MIB),
-                            tuple(plist)))
+                            tuple(plist), util))
         finally:
             try:
                 pynvml.nvmlShutdown()
@@ -207,7 +212,7 @@ class NvmlProbe:
         slots = cuda_order([(r[0], r[1], r[3]) for r in raw], self.inherited)
         return [
             GpuInfo(r[0], slots[r[0]].index_cuda if r[0] in slots else None, r[1], r[2], r[3], r[4], r[5], r[6], r[7],
-                    slots[r[0]].token if r[0] in slots and self.inherited is not None else None)
+                    slots[r[0]].token if r[0] in slots and self.inherited is not None else None, r[8])
             for r in raw
         ]
 
@@ -223,7 +228,7 @@ class FakeProbe:
     """NVML answers from a JSON file (re-read on every call):
 
         {"gpus": [{"uuid": "GPU-fake-0", "name": "Fake H100", "pci_bus_id": "00000000:17:00.0",
-                   "total_mib": 81559, "base_used_mib": 0,
+                   "total_mib": 81559, "base_used_mib": 0, "util_pct": 35,
                    "processes": [{"pid": 4242, "used_mib": 61000, "name": "python"}]}],
          "free_dead_after_s": 0.0}
 
@@ -267,12 +272,14 @@ class FakeProbe:
                 plist.append(GpuProcess(pid, pname if visible else p.get("name", "?"), int(p.get("used_mib", 0)), visible))
             total = int(g.get("total_mib", 81559))
             used = min(total, int(g.get("base_used_mib", 0)) + sum(p.used_mib or 0 for p in plist))
+            util = g.get("util_pct")
             raw.append((i, g.get("uuid", f"GPU-fake-{i}"), g.get("name", "Fake GPU"),
-                        g.get("pci_bus_id", f"00000000:{0x10 + i:02x}:00.0"), total, used, total - used, tuple(plist)))
+                        g.get("pci_bus_id", f"00000000:{0x10 + i:02x}:00.0"), total, used, total - used, tuple(plist),
+                        None if util is None else int(util)))
         slots = cuda_order([(r[0], r[1], r[3]) for r in raw], self.inherited)
         return [
             GpuInfo(r[0], slots[r[0]].index_cuda if r[0] in slots else None, r[1], r[2], r[3], r[4], r[5], r[6], r[7],
-                    slots[r[0]].token if r[0] in slots and self.inherited is not None else None)
+                    slots[r[0]].token if r[0] in slots and self.inherited is not None else None, r[8])
             for r in raw
         ]
 

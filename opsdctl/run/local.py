@@ -27,7 +27,7 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import eval_request, log_metrics, procs, results, stages
+from opsdctl.run import eval_request, gpu_sampler, log_metrics, procs, results, stages
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
 from opsdctl.run.progress_clock import ProgressClock, stalled
@@ -261,14 +261,21 @@ class LocalExecutor:
             eval_request.apply_env(env, chain)
         env.update(dict(grant.env))
         env["CUDA_VISIBLE_DEVICES"] = gpus_text
+        watch = _Watch()
+        leader: list[int] = []  # the sampler starts first, so its baseline is the GPUs before the stage
+        sampler = gpu_sampler.sampler_for_stage(gpus, lambda: _stage_pids(leader, watch),
+                                                self.cfg.section("gpus").get("sample_seconds", 1.0))
         started = time.monotonic()
         try:
             proc = stages.spawn(command, code_dir, env, log_path)
         except OSError as exc:
+            if sampler is not None:
+                sampler.stop()
             if environment_problem(exc) is not None:
                 raise  # not this chain's fault: run_chain re-queues it and the worker stops
             self._finish_stage(stage_id, StageState.FAILED, None, time.monotonic() - started, f"could not start: {exc}")
             return StageOutcome(False, State.FAILED, f"{stage} could not start: {exc}")
+        leader.append(proc.pid)
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
         self._live = ident
         with self.store.write() as s:
@@ -277,7 +284,6 @@ class LocalExecutor:
         self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: {stage} started (pid {proc.pid}, log {log_path})")
         self._activity(f"chain {chain.id}: {stage} (pid {proc.pid})")
 
-        watch = _Watch()
         how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
         seconds = time.monotonic() - started
         rc = proc.returncode
@@ -287,6 +293,7 @@ class LocalExecutor:
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
         leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
         self._live = None
+        self._record_gpu_usage(stage_id, sampler)
         if how == "exited" and leftover.found:
             self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
         try:
@@ -537,6 +544,14 @@ class LocalExecutor:
         with self.store.write() as s:
             s.add(TrainStats(chain_id=chain_id, **summary.to_dict()))
 
+    def _record_gpu_usage(self, stage_id: int, sampler: Optional[gpu_sampler.GpuSampler]) -> None:
+        usage = sampler.stop() if sampler is not None else None
+        if usage is None:
+            return
+        with self.store.write() as s:
+            row = s.get(Stage, stage_id)
+            row.gpu_peak_mib, row.gpu_util_pct, row.gpu = usage.peak_mib, usage.util_pct, usage.to_json()
+
     def _partial_score(self, chain_id, stage, stage_dir: Path, watch: _Watch) -> Optional[Score]:
         result = None
         try:
@@ -566,6 +581,13 @@ class LocalExecutor:
         self._last_heartbeat = time.monotonic()
         with self.store.write() as s:
             s.get(WorkerRun, self.worker_run_id).heartbeat_at = utcnow()
+
+
+def _stage_pids(leader: list[int], watch: _Watch) -> set[int]:
+    """The stage's own processes now: its leader, their descendants, and every one seen before."""
+    if not leader:
+        return set()
+    return {leader[0]} | watch.pids.copy() | set(procs.descendants(leader[0]))
 
 
 def _has_file_progress(watch: _Watch) -> bool:

@@ -41,7 +41,7 @@ def _record(chain, variant, score) -> RunRecord:
 
 def show_doc(store: Store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, score_of, train_stats_of
+    from opsdctl.store.engine import chains_of_variant, score_of, stages_of, train_stats_of
 
     with store.read() as s:
         v = find_variant(s, ref)
@@ -61,6 +61,9 @@ def show_doc(store: Store, ref: str) -> dict:
                 "checkpoint": chain.checkpoint,
                 "trained_by": chain.trained_by,
                 "problems": score.problems if score else None,
+                # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
+                "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
+                        for st in stages_of(s, chain.id) if st.gpu_peak_mib is not None},
                 "train": None if ts is None else {
                     "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
                     "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,

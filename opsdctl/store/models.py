@@ -165,6 +165,10 @@ class Stage(SQLModel, table=True):
     reason: Optional[str] = None
     progress: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
     pids: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    # NVML, sampled by the worker on the granted GPUs (opsdctl/run/gpu_sampler.py); None without GPUs
+    gpu_peak_mib: Optional[float] = None  # the most memory the stage held on one of its GPUs
+    gpu_util_pct: Optional[float] = None  # mean device utilisation of its GPUs while it ran
+    gpu: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 
 class Score(SQLModel, table=True):

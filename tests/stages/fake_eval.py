@@ -13,6 +13,7 @@ Partial evaluations, as the workspace's dev_eval.sh and our evaluator take them:
 --k K, else NUM_PROBLEMS / VAL_N from the environment (the script prints `NUM_PROBLEMS=.. VAL_N=..`
 when it uses them), else FAKE_PROBLEMS / FAKE_K; FAKE_IGNORE_PARTIAL=1 ignores all of them (a script
 that cannot run partial evals). CHECKPOINT may be `base`: the untrained base model (a lower score).
+FAKE_GPU_FILE / FAKE_EVAL_GPU_MIB / FAKE_GPU_UTIL: GPU use as NVML shows it (tests/stages/fake_gpu_file.py).
 The recipe's extra method knob `fake_mode` (OPSD_FAKE_MODE): "badresult" (as FAKE_BAD_RESULT=1),
 "silent" (neither result.json nor a FINAL line).
 Usage: fake_eval.py CHECKPOINT|base [--output-dir DIR] [--final-only] [--num-problems N] [--k K]
@@ -70,6 +71,11 @@ if os.environ.get("FAKE_IGNORE_PARTIAL") != "1":
 bonus = {"token": 0.15, "base": -0.2}.get(ckpt.get("clip_mode"), 0.0)
 rng = random.Random(1000 + int(ckpt.get("seed", 0)))
 problems = []
+gpu_file = os.environ.get("FAKE_GPU_FILE")
+if gpu_file:
+    import fake_gpu_file
+
+    fake_gpu_file.use(gpu_file, int(os.environ.get("FAKE_EVAL_GPU_MIB", "500")), int(os.environ.get("FAKE_GPU_UTIL", "80")))
 for i in range(n):
     time.sleep(float(os.environ.get("FAKE_EVAL_SECONDS", "0.01")))
     p_true = max(0.0, min(1.0, 0.3 + 0.1 * (i % 4) + bonus))
@@ -96,4 +102,6 @@ if args.output_dir and not final_only:
         doc["avg_at_k"] = "high"
     with open(os.path.join(args.output_dir, "result.json"), "w") as f:
         json.dump(doc, f)
+if gpu_file:
+    fake_gpu_file.release(gpu_file)
 print(f"FINAL avg@{k} accuracy: {100 * avg:.2f}% ({correct}/{n * k} solutions correct on {n} problems)", flush=True)

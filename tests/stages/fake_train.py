@@ -14,6 +14,9 @@ directory. Knobs come from OPSD_* variables; behaviour from FAKE_* variables:
   FAKE_HANG_AT=N (after step N, hang: a stage that stalls),
   FAKE_OPSD_LINES=1 (the released OPSD code's custom lines, two per step as from two processes:
   `[OPSD kl] step 3: mean per-token KL(T||S)=0.0979 max=1.2 frac above tau=0.353`).
+GPU use as NVML shows it (tests/stages/fake_gpu_file.py): FAKE_GPU_FILE (a FakeProbe file), FAKE_GPU_MIB
+(the memory it ramps up to by the last step), FAKE_GPU_UTIL (device utilisation while it runs),
+FAKE_GPU_AS=device (no per-process entry: only the device's used memory grows).
 The learning rate follows the recipe: constant, or a cosine decay (OPSD_LR_SCHEDULER_TYPE=cosine).
 The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
   "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
@@ -54,12 +57,20 @@ if args.recipe:
     print(f"recipe {recipe['name']} v{recipe['version']} hash {recipe['hash'][:12]}", flush=True)
 
 print(f"training seed={args.seed} clip_mode={clip} lr={lr}", flush=True)
+gpu_file = os.environ.get("FAKE_GPU_FILE")
+if gpu_file:
+    import fake_gpu_file
+
+    as_device = os.environ.get("FAKE_GPU_AS") == "device"
 logging_steps = int(os.environ.get("FAKE_LOGGING_STEPS", "1"))
 bar = os.environ.get("FAKE_BAR") == "1"
 for _ in range(int(os.environ.get("FAKE_FLOOD", "0"))):
     print(repr({"loss": 0.0, "grad_norm": 0.0, "learning_rate": lr, "epoch": 0.0}))
 with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(out, "metrics.jsonl"), "a") as met:
     for step in range(1, steps + 1):
+        if gpu_file:
+            fake_gpu_file.use(gpu_file, int(os.environ.get("FAKE_GPU_MIB", "1000")) * step // steps,
+                              int(os.environ.get("FAKE_GPU_UTIL", "80")), as_device=as_device)
         time.sleep(step_s)
         loss = -0.002 * step / steps - 0.0001 * args.seed
         lr_now = lr
@@ -93,6 +104,8 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
 
 if bar:
     print(file=sys.stderr, flush=True)
+if gpu_file:
+    fake_gpu_file.release(gpu_file, as_device=as_device)
 runtime = round(steps * step_s, 3)
 print(repr({"train_runtime": runtime, "train_samples_per_second": 3.5,
             "train_steps_per_second": round(steps / runtime, 3) if runtime else 0.0, "train_loss": -0.0079,
