@@ -248,6 +248,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "variant": Key(_nonempty_str, None, "the variant others are compared with"),
         "reference": Key(_reference, None, "published baseline {mean, sd, n}"),
     },
+    "queue": {
+        "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),
+        "same_seed": Key(_bool, None, "every repeat at that seed, as the scorer re-trains [default: the profile's]"),
+    },
     "worker": {
         "poll_seconds": Key(_number(positive=True, hi=HOUR_SECONDS, unit=" (an hour)"), 2.0, "how often an idle worker looks for work"),
         "kill_grace_seconds": Key(_number(lo=0, hi=HOUR_SECONDS, unit=" (an hour)"), 15.0, "TERM -> KILL grace when stopping a stage"),
@@ -340,6 +344,14 @@ class Config:
 
     def section(self, name: str) -> dict:
         return self.sections.get(name, {})
+
+    def seed_policy(self) -> tuple[int, bool]:
+        """(first seed, same seed for every repeat) of `queue`: [queue], else the profile's."""
+        prof = PROFILES[self.profile]
+        q = self.section("queue")
+        seed = q.get("seed")
+        same = q.get("same_seed")
+        return (prof.repeat_seed if seed is None else seed, prof.repeat_same_seed if same is None else same)
 
 
 def find_config(explicit: Optional[str] = None) -> Path:
@@ -520,6 +532,13 @@ def starter_config(profile: str = "tiny") -> str:
     gpu = prof.name != "tiny"
     devices = "[0, 1, 2, 3]" if gpu else "[]"
     min_free = "70000" if gpu else "0"
+    if prof.repeat_same_seed:
+        seeding = (f"seed = {prof.repeat_seed}                         # the scorer's protocol: it re-trains a recipe 5 times at seed "
+                   f"{prof.repeat_seed} and\nsame_seed = true                  #   averages, so repeats here run at that one seed "
+                   "too (their spread is\n                                  #   vLLM sampling and CUDA nondeterminism, as the scorer's)")
+    else:
+        seeding = (f"seed = {prof.repeat_seed}                          # repeat r runs seed S + r: this profile trains "
+                   "deterministically on\nsame_seed = false                 #   CPU, so one seed would repeat one score")
     reference = (
         "reference = { mean = 54.22, sd = 1.48, n = 5 }   # published: mean of 5 re-trains, 1-sigma 1.48"
         if gpu
@@ -579,6 +598,9 @@ command = "{cmds["eval"]}"
 [baseline]
 variant = "baseline"              # the variant every other one is compared with
 {reference}
+
+[queue]                           # how repeats are seeded; `queue --seed S`, --same-seed, --seed-per-repeat override
+{seeding}
 
 [worker]
 poll_seconds = 2                  # how often an idle worker looks for queued chains

@@ -108,8 +108,13 @@ def queue(
     recipes: Optional[List[str]] = typer.Argument(None, metavar="RECIPE...", help="Recipe files, or names under recipes/.",
                                                   show_default=False),
     repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe."),
-    seed: int = typer.Option(0, "--seed", "-s", help="Base seed: repeat r runs seed S+r (see --same-seed)."),
-    same_seed: bool = typer.Option(False, "--same-seed", help="Run every repeat at exactly --seed."),
+    seed: Optional[int] = typer.Option(None, "--seed", "-s", min=0, show_default=False,
+                                       help="Seed of the first repeat [default: [queue] seed, else the profile's: 42 "
+                                            "for qwen3-1.7b, 0 for tiny]."),
+    same_seed: Optional[bool] = typer.Option(None, "--same-seed/--seed-per-repeat", show_default=False,
+                                             help="Every repeat at exactly the seed (the scorer's protocol), or repeat r "
+                                                  "at seed S+r [default: [queue] same_seed, else the profile's: same "
+                                                  "for qwen3-1.7b, per repeat for tiny]."),
     priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order."),
     force: bool = typer.Option(False, "--force", help="Record a changed recipe under an existing name as a new version."),
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
@@ -146,8 +151,10 @@ def queue(
             raise UserError("--name only names an --eval-only checkpoint; a recipe is named in its file")
         from opsdctl.run.enqueue import queue_recipes
 
+        default_seed, default_same = cfg.seed_policy()
         result = queue_recipes(
-            cfg, lambda: _store(cfg), recipes or [], repeats=repeats, seed=seed, same_seed=same_seed,
+            cfg, lambda: _store(cfg), recipes or [], repeats=repeats,
+            seed=default_seed if seed is None else seed, same_seed=default_same if same_seed is None else same_seed,
             priority=priority, force=force, partial_spec=partial,
         )
     for note in result.notes:

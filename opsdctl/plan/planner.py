@@ -331,7 +331,8 @@ class StoreFacts:
         return out
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
-        """One more queued chain of `variant`: a fresh seed, the code snapshot of its latest chain."""
+        """One more queued chain of `variant` with the code snapshot of its latest chain: at that
+        chain's seed under the same-seed protocol ([queue] same_seed / the profile's), else a fresh one."""
         from sqlalchemy import func, select
 
         from opsdctl.store.engine import find_variant, next_repeat, next_seq
@@ -344,7 +345,10 @@ class StoreFacts:
             last = s.scalars(select(Chain).where(Chain.variant_id == v.id).order_by(Chain.id.desc()).limit(1)).first()
             if last is None:
                 return None
-            seed = int(s.scalar(select(func.max(Chain.seed)).where(Chain.variant_id == v.id)) or 0) + 1
+            if self.cfg.seed_policy()[1]:  # the scorer's protocol: every repeat at the same seed
+                seed = last.seed
+            else:
+                seed = int(s.scalar(select(func.max(Chain.seed)).where(Chain.variant_id == v.id)) or 0) + 1
             chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
                           state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
                           code_dir=last.code_dir, queued_at=utcnow(), reason=f"auto-repeat: {why}")

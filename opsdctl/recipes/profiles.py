@@ -46,6 +46,11 @@ class Profile:
     # Fallback stage durations for the planner before any history exists.
     train_minutes: float
     eval_minutes: float
+    # How repeats of a recipe are seeded by default (`queue`; [queue] seed / same_seed override).
+    # qwen3-1.7b: the scorer's protocol, 5 re-trains at the same seed 42 (their spread is vLLM
+    # sampling and CUDA nondeterminism); tiny: seeds S, S+1, ... since CPU training is deterministic.
+    repeat_seed: int = 0
+    repeat_same_seed: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,6 +83,8 @@ PROFILES: dict[str, Profile] = {
         eval_seed=0,
         train_minutes=19.0,
         eval_minutes=27.0,
+        repeat_seed=42,
+        repeat_same_seed=True,
     ),
     "tiny": Profile(
         name="tiny",
