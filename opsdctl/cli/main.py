@@ -158,7 +158,7 @@ def queue(
             priority=priority, force=force, partial_spec=partial,
         )
     for note in result.notes:
-        _warn(note) if "version" in note else _console(stderr=True).print(_escape(note))
+        _warn(note) if "version" in note or "same knobs" in note else _console(stderr=True).print(_escape(note))
     from opsdctl.plan.fit_warning import unfit_warnings
 
     for warning in [*result.warnings, *unfit_warnings(cfg, _store(cfg), [c.chain_id for c in result.chains])]:
@@ -473,18 +473,22 @@ def compare(
     baseline: Optional[str] = typer.Option(None, "--baseline", "-b", help="Baseline variant [default: [baseline] variant]."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG", help="Also draw the runs, means and 95% CIs to this PNG."),
+    pool_code: bool = typer.Option(False, "--pool-code", help="Pool a variant's runs across code trees and stage commands "
+                                                             "(by default each code state is its own candidate, e.g. "
+                                                             "`token-clip @3f2a1c`)."),
 ) -> None:
     """Rank candidates against the baseline and the run-to-run noise floor.
 
     One shared run-to-run sigma (pooled, with the published reference as prior), t intervals,
     P(beat baseline), Bonferroni-corrected verdicts, and how many more runs would settle each
-    question. Partial evaluations are listed apart, never pooled.
+    question. Partial evaluations are listed apart, never pooled. A candidate is a variant on
+    one code state (code tree and stage commands): runs on edited code are another candidate.
     """
     from opsdctl.plan.report import compare_doc
 
     cfg = _config()
     store = _store(cfg)
-    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store))
+    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store), pool_code=pool_code)
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
 
@@ -517,6 +521,28 @@ def _chain_minutes(cfg, store) -> Optional[float]:
             hparams = dict(versions[-1].hparams) if versions else {}
     train, evaluate = estimator_for(cfg, store).chain(cfg.profile, hparams)
     return (train.high_s + evaluate.high_s) / 60.0
+
+
+@app.command()
+def diff(
+    chain_a: int = typer.Argument(..., metavar="CHAIN_A"),
+    chain_b: int = typer.Argument(..., metavar="CHAIN_B"),
+    patch: bool = typer.Option(False, "--patch", help="Also print the full code diff (git snapshots)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the differences as JSON."),
+) -> None:
+    """What differs between two chains: knobs, seed and eval settings, the code each checkpoint was
+    trained with (diff stat of the two snapshots) and the stage commands; and whether compare
+    counts them as one candidate."""
+    from opsdctl.run.chain_diff import chain_diff
+
+    cfg = _config()
+    doc = chain_diff(_store(cfg), chain_a, chain_b, patch=patch)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_diff
+
+    render_diff(_console(), doc)
 
 
 @app.command()

@@ -263,7 +263,7 @@ def render_show(con: Console, doc: dict) -> None:
     t = Table(show_edge=False, pad_edge=False)
     extra = sorted({n for r in doc["runs"] for n in ((r["train"] or {}).get("metrics") or {})} - {"kl", "frac_clipped"})
     gpu_stages = [st for st in ("train", "eval") if any(st in (r.get("gpu") or {}) for r in doc["runs"])]
-    cols = (["chain", "seed", "state", "avg@k", "k x n", "loss", "KL", "clipped"] + extra
+    cols = (["chain", "seed", "state", "avg@k", "k x n", "code", "loss", "KL", "clipped"] + extra
             + [f"{st} GPU peak/util" for st in gpu_stages] + ["per-problem correct"])
     for col in cols:
         t.add_column(col, overflow="fold")
@@ -278,7 +278,7 @@ def render_show(con: Console, doc: dict) -> None:
             kn += " [dim]eval only[/dim]"
         counts = " ".join(str(p["correct"]) for p in r["problems"]) if r["problems"] else "-"
         state = _state(r["state"]) + (f" [dim]({escape(r['reason'])})[/dim]" if r["reason"] else "")
-        t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn,
+        t.add_row(str(r["chain_id"]), str(r["seed"]), state, _num(r["score"], "{:.2f}"), kn, _code_cell(r.get("code")),
                   _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
                   _num(tr.get("frac_clipped"), "{:.1%}"),
                   *[_num(((tr.get("metrics") or {}).get(n) or {}).get("mean"), "{:.4g}") for n in extra],
@@ -287,6 +287,7 @@ def render_show(con: Console, doc: dict) -> None:
     if any(g.get("attribution") == "device" for r in doc["runs"] for g in (r.get("gpu") or {}).values()):
         con.print("[dim]* GPU memory read as the device's used memory minus what it held when the stage started "
                   "(NVML listed none of the stage's own processes)[/dim]")
+    render_code_snapshots(con, [r.get("code") for r in doc["runs"]] + [r.get("eval_code") for r in doc["runs"]])
 
 
 def _gpu_cell(g: Optional[dict]) -> str:
@@ -322,6 +323,34 @@ def render_training(con: Console, rows: list[dict]) -> None:
     con.print(t)
 
 
+def _code_cell(code: Optional[dict]) -> str:
+    if not code:
+        return "-"
+    return "@" + code["short"] + (" [yellow]dirty[/yellow]" if code["dirty"] else "")
+
+
+def render_code_snapshots(con: Console, codes: list) -> None:
+    """One line per distinct code snapshot: tree, commit, HEAD, dirty flag and a short diff stat."""
+    seen = {}
+    for c in codes:
+        if c and c["tree"] not in seen:
+            seen[c["tree"]] = c
+    for c in seen.values():
+        if c["kind"] == "live":
+            con.print(f"code @live: the live code dir {escape(c['tree'])} (snapshot_code = false): not recorded")
+            continue
+        line = f"code @{c['short']}: {c['kind']} {c['tree'][:12]}"
+        if c.get("commit"):
+            line += f", commit {c['commit'][:12]}"
+        if c.get("head"):
+            line += f" on HEAD {c['head'][:12]}"
+        if c["dirty"]:
+            line += f", [yellow]dirty[/yellow]: {escape(c['diffstat'])}" + (f" ({escape(c['files'])})" if c["files"] else "")
+        elif c["kind"] == "git":
+            line += ", clean"
+        con.print(line)
+
+
 def _bytes(n: int) -> str:
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
@@ -350,3 +379,43 @@ def render_gc(con: Console, report) -> None:
     con.print(t)
     con.print(f"{'dry run: ' if report.dry_run else ''}{verb} {_bytes(report.freed_bytes)}; kept "
               f"{report.kept_snapshots} snapshot(s) and the outputs of {report.kept_run_dirs} chain(s) live chains need")
+
+
+def render_diff(con: Console, doc: dict) -> None:
+    """`opsdctl diff`: the same data as `--json`, one section per kind of difference."""
+    from opsdctl.recipes.knobs import format_value
+    from opsdctl.run.chain_diff import identity_words
+
+    a, b = doc["a"], doc["b"]
+    con.print(f"[bold]chain {a['chain_id']}[/bold] {escape(a['variant'])} seed {a['seed']} ({a['state']})  vs  "
+              f"[bold]chain {b['chain_id']}[/bold] {escape(b['variant'])} seed {b['seed']} ({b['state']})")
+    con.print(escape(identity_words(doc)))
+    if doc["knobs"]:
+        t = Table(title="knobs", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("knob", f"chain {a['chain_id']}", f"chain {b['chain_id']}"):
+            t.add_column(col)
+        for k in doc["knobs"]:
+            fmt = lambda v: "-" if v is None else format_value(v)  # noqa: E731
+            t.add_row(f"{k['knob']} [dim]({k['section']})[/dim]", escape(fmt(k["a"])), escape(fmt(k["b"])))
+        con.print(t)
+    else:
+        con.print("knobs: the same")
+    for d in doc["settings"]:
+        con.print(f"{d['what']}: {escape(str(d['a']))} vs {escape(str(d['b']))}")
+    code = doc["code"]
+    if code["same"]:
+        con.print(f"code: the same (@{code['a']['short']})")
+    else:
+        ca, cb = code["a"] or {}, code["b"] or {}
+        con.print(f"code: @{ca.get('short', '-')} vs @{cb.get('short', '-')}"
+                  + (f": {escape(code['diffstat'])}" if code["diffstat"] else ""))
+        for f in code["files"]:
+            con.print(f"  {escape(f)}")
+        if code["note"]:
+            con.print(f"[yellow]{escape(code['note'])}[/yellow]")
+    for c in doc["commands"]:
+        con.print(f"{c['stage']} command:\n  - {escape(c['a'])}\n  + {escape(c['b'])}")
+    if not doc["commands"]:
+        con.print("stage commands: the same")
+    if code.get("patch"):
+        con.print(code["patch"], markup=False, highlight=False, soft_wrap=True)

@@ -134,8 +134,11 @@ class PlannerGate:
         if base and (self.report_doc["baseline"] or {}).get("source") == "runs":
             known.append(base)
         can_extra = self.settings.auto_repeat and self.extra_queued < self.settings.auto_repeat_max
+        # queued chains as the compare report names them: their candidate (variant x code tree)
+        candidates = getattr(self.facts, "candidates", None)
+        labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         p = policy.plan(
-            [policy.QueuedItem(c.chain_id, c.variant, c.priority) for c in queued],
+            [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued],
             self.report_doc,
             policy=self.settings.policy,
             baseline=base,
@@ -298,7 +301,12 @@ class StoreFacts:
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
 
-        return run_records(self.store)
+        return run_records(self.store, baseline=self.baseline_label())
+
+    def candidates(self, chain_ids) -> dict[int, str]:
+        from opsdctl.stats.scores import candidate_labels
+
+        return candidate_labels(self.store, chain_ids, self.baseline_label())
 
     def samples(self) -> list[Sample]:
         from opsdctl.plan.durations import history
@@ -331,20 +339,29 @@ class StoreFacts:
         return out
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
-        """One more queued chain of `variant` with the code snapshot of its latest chain: at that
-        chain's seed under the same-seed protocol ([queue] same_seed / the profile's), else a fresh one."""
+        """One more queued chain of candidate `variant` ("token-clip" or "token-clip @3f2a1c") with the
+        code snapshot of the candidate's latest chain: at that chain's seed under the same-seed
+        protocol ([queue] same_seed / the profile's), else a fresh one."""
         from sqlalchemy import func, select
 
+        from opsdctl.stats.scores import candidate_labels
         from opsdctl.store.engine import find_variant, next_repeat, next_seq
         from opsdctl.store.models import Chain, utcnow
 
+        with self.store.read() as s:
+            v = find_variant(s, variant.split(" @")[0])
+            vid, kind = v.id, v.kind
+            ids = list(s.scalars(select(Chain.id).where(Chain.variant_id == vid, Chain.eval_only.is_(False))
+                                 .order_by(Chain.id.desc())))
+        labels = candidate_labels(self.store, ids, self.baseline_label())
+        last_id = next((i for i in ids if labels.get(i) == variant), None)
+        if kind != "recipe" or last_id is None:  # the base model or an outside checkpoint: nothing to train
+            return None
+        from opsdctl.store.models import Variant
+
         with self.store.write() as s:
-            v = find_variant(s, variant)
-            if v.kind != "recipe":  # the base model or an outside checkpoint: nothing to train again
-                return None
-            last = s.scalars(select(Chain).where(Chain.variant_id == v.id).order_by(Chain.id.desc()).limit(1)).first()
-            if last is None:
-                return None
+            v = s.get(Variant, vid)
+            last = s.get(Chain, last_id)
             if self.cfg.seed_policy()[1]:  # the scorer's protocol: every repeat at the same seed
                 seed = last.seed
             else:

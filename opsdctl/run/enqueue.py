@@ -132,6 +132,8 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
         seen: dict[str, Variant] = {}
         for recipe in recipes:
             variant = seen.get(recipe.hash) or _register_variant(session, recipe, force, notes)
+            if recipe.hash not in seen and (twin := twin_note(session, variant)):
+                notes.append(twin)
             seen[recipe.hash] = variant
             first = next_repeat(session, variant.id)
             seq = next_seq(session)
@@ -221,14 +223,22 @@ def _register_variant(session, recipe: Recipe, force: bool, notes: list[str]) ->
     session.flush()
     if version > 1:
         notes.append(f"{recipe.name}: recorded as {variant.label} (content differs from earlier versions)")
+    return variant
+
+
+def twin_note(session, variant: Variant) -> Optional[str]:
+    """Queue-time flag for a variant whose knobs equal an older one's under another name: on the
+    same code its runs count as that one's (opsdctl.stats.candidates), so say so every time."""
     from sqlalchemy import select
 
     twin = session.scalars(
-        select(Variant).where(Variant.hash == recipe.hash, Variant.id != variant.id)
+        select(Variant).where(Variant.hash == variant.hash, Variant.id != variant.id, Variant.id < variant.id)
+        .order_by(Variant.id)
     ).first()
-    if twin is not None:
-        notes.append(f"{variant.label}: same knobs as variant {twin.label}")
-    return variant
+    if twin is None:
+        return None
+    return (f"{variant.label}: same knobs as {twin.label}; queue it as {twin.label}? On the same code its runs "
+            f"count as {twin.label}'s (one candidate in compare); only a code change makes it a candidate of its own")
 
 
 def _refuse_changed(latest: Variant, recipe: Recipe) -> None:

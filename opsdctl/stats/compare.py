@@ -55,7 +55,18 @@ class RunRecord:
     n_problems: int
     counts: tuple[int, ...] | None  # per-problem correct counts (None: external FINAL line only)
     problem_ids: tuple[str, ...] | None  # aligned with counts
-    partial: bool  # the evaluator said partial
+    partial: bool  # queued --partial, or the evaluator said so
+    # The candidate it counts for (opsdctl.stats.candidates: knob hash x code tree x commands),
+    # labelled e.g. "token-clip @3f2a1c"; None: the variant label alone.
+    candidate: str | None = None
+    code: str | None = None  # short id of the code tree its checkpoint was trained with
+    train_id: int | None = None  # the chain that trained the checkpoint (itself, unless eval-only)
+    kind: str = "recipe"  # the variant's kind: recipe | base | checkpoint
+
+    @property
+    def key(self) -> str:
+        """What compare groups runs by: the candidate."""
+        return self.candidate or self.variant
 
 
 def _f(x) -> float | None:
@@ -105,7 +116,8 @@ def _mean_v(runs: list[RunRecord]) -> float | None:
 def _entry_head(name: str, runs: list[RunRecord]) -> dict:
     """The keys every variant entry starts with; the tests against the baseline start empty."""
     ys = [r.score for r in runs]
-    return {"name": name, "n": len(ys), "mean": _f(sum(ys) / len(ys)), "sd": _f(_sd(ys)), "se": None,
+    return {"name": name, "variants": list(dict.fromkeys(r.variant for r in runs)), "code": runs[0].code,
+            "n": len(ys), "mean": _f(sum(ys) / len(ys)), "sd": _f(_sd(ys)), "se": None,
             "delta": None, "ci_low": None, "ci_high": None, "p_beat": None, "verdict": None, "runs_needed": None}
 
 
@@ -174,11 +186,11 @@ def build_report(
     part: dict[tuple[str, int, int], list[RunRecord]] = {}
     for r in runs:
         if is_partial(r, full_k, full_n):
-            part.setdefault((r.variant, r.k, r.n_problems), []).append(r)
+            part.setdefault((r.key, r.k, r.n_problems), []).append(r)
         else:
-            full.setdefault(r.variant, []).append(r)
+            full.setdefault(r.key, []).append(r)
 
-    names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.variant for r in runs))
+    names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
     candidates = [v for v in names if v != baseline]
     notes: list[str] = []
 

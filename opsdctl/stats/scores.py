@@ -8,22 +8,113 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from opsdctl.recipes import partial
+from opsdctl.stats import candidates
 from opsdctl.stats.compare import RunRecord
 from opsdctl.store.engine import Store, find_variant, scored_runs
 from opsdctl.store.models import variant_label
 
 
-def run_records(store: Store, variant_refs: Optional[Sequence[str]] = None) -> list[RunRecord]:
-    """Every succeeded, scored chain (of the named variants, when given) as a RunRecord."""
+def run_records(store: Store, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
+                baseline: Optional[str] = None) -> list[RunRecord]:
+    """Every succeeded, scored chain (of the named variants, when given) as a RunRecord, with the
+    candidate it counts for (opsdctl.stats.candidates); `baseline` keeps its label on its runs."""
+    return candidate_runs(store, variant_refs, pool_code=pool_code, baseline=baseline)[0]
+
+
+def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
+                   baseline: Optional[str] = None) -> tuple[list[RunRecord], list[str]]:
+    """(records, notes about candidates). Labels come from every scored run of the store, so a
+    candidate is named the same whichever variants are asked for. One training counts once: of
+    several full scores of one checkpoint, only the latest is kept."""
     with store.read() as s:
-        ids = None
-        if variant_refs:
-            ids = [find_variant(s, ref).id for ref in variant_refs]
-        rows = scored_runs(s, ids)
-        return [_record(chain, variant, score) for chain, variant, score in rows]
+        ids = {find_variant(s, ref).id for ref in variant_refs} if variant_refs else None
+        rows = scored_runs(s)
+        codes = training_code(s, [chain for chain, _, _ in rows])
+    runs = [candidates.Run(chain.id, variant.label, _identity(chain, variant, codes, pool_code))
+            for chain, variant, _ in rows]
+    labels = candidates.assign_labels(runs, prefer=baseline)
+    out, kept_runs, latest_full = [], [], {}
+    for (chain, variant, score), run in zip(rows, runs):
+        if ids is not None and variant.id not in ids:
+            continue
+        rec = _record(chain, variant, score, labels[run.identity], codes.get(chain.id))
+        if not rec.partial:
+            latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
+        out.append(rec)
+        kept_runs.append(run)
+    out = [r for r in out if r.partial or latest_full[r.train_id] == r.chain_id]
+    pooled: dict[str, set] = {}
+    for (chain, variant, _), run in zip(rows, runs):
+        if ids is None or variant.id in ids:
+            pooled.setdefault(variant.label, set()).add(codes.get(chain.id))
+    return out, candidates.notes(kept_runs, labels, pool_code, pooled)
 
 
-def _record(chain, variant, score) -> RunRecord:
+def training_code(s, chains) -> dict[int, Optional[str]]:
+    """chain id -> the code tree key its checkpoint was trained with (the training chain's
+    snapshot, for an eval-only chain of a checkpoint this store trained)."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import CodeSnapshot
+
+    keys = dict(s.execute(select(CodeSnapshot.id, CodeSnapshot.key)).all())
+    return {cid: keys.get(snap) for cid, snap in training_snapshot_ids(s, chains).items()}
+
+
+def training_snapshot_ids(s, chains) -> dict[int, Optional[int]]:
+    """chain id -> the snapshot row its checkpoint was trained with (see training_code)."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Chain
+
+    trainers = {c.trained_by for c in chains if c.eval_only and c.trained_by}
+    snap = dict(s.execute(select(Chain.id, Chain.snapshot_id).where(Chain.id.in_(trainers))).all()) if trainers else {}
+    return {c.id: snap.get(c.trained_by, c.snapshot_id) if c.eval_only and c.trained_by else c.snapshot_id
+            for c in chains}
+
+
+DIFFSTAT_FILES = 3  # file lines of a diff stat that `show` keeps
+
+
+def code_view(row) -> Optional[dict]:
+    """A code snapshot row for `show`: tree and commit, HEAD, dirty flag, a short diff stat."""
+    if row is None:
+        return None
+    lines = [line.strip() for line in (row.diffstat or "").splitlines() if line.strip()]
+    files, summary = lines[:-1], (lines[-1] if lines else "")
+    short = "; ".join(files[:DIFFSTAT_FILES] + ([f"+{len(files) - DIFFSTAT_FILES} more"] if len(files) > DIFFSTAT_FILES
+                                                   else []))
+    return {"kind": row.kind, "tree": row.key, "short": candidates.short_code(row.key), "commit": row.commit,
+            "head": row.head, "dirty": bool(row.dirty), "diffstat": summary, "files": short, "path": row.path}
+
+
+def command_identity(chain) -> Optional[str]:
+    """The identity of the stage commands a chain runs (None while chains do not record them)."""
+    return getattr(chain, "commands_id", None)
+
+
+def _identity(chain, variant, codes, pool_code: bool) -> candidates.Identity:
+    return candidates.identity(variant.hash, codes.get(chain.id), command_identity(chain), kind=variant.kind,
+                               pool_code=pool_code)
+
+
+def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[str] = None) -> dict[int, str]:
+    """The candidate label of each chain (queued ones too): what the planner matches with compare."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Chain, Variant
+
+    with store.read() as s:
+        rows = scored_runs(s)
+        wanted = s.execute(select(Chain, Variant).join(Variant, Variant.id == Chain.variant_id)
+                           .where(Chain.id.in_(list(chain_ids)))).all() if chain_ids else []
+        codes = training_code(s, [c for c, _, _ in rows] + [c for c, _ in wanted])
+    labels = candidates.assign_labels([candidates.Run(c.id, v.label, _identity(c, v, codes, False)) for c, v, _ in rows],
+                                      prefer=baseline)
+    return {c.id: candidates.label_for(_identity(c, v, codes, False), v.label, labels) for c, v in wanted}
+
+
+def _record(chain, variant, score, candidate: str, code: Optional[str]) -> RunRecord:
     problems = score.problems or None
     counts = tuple(int(p["correct"]) for p in problems) if problems else None
     ids = tuple(str(p.get("id", i)) for i, p in enumerate(problems)) if problems else None
@@ -36,17 +127,24 @@ def _record(chain, variant, score) -> RunRecord:
         counts=counts,
         problem_ids=ids,
         partial=partial.run_is_partial(chain, score),  # queued --partial, or the evaluator said so
+        candidate=candidate,
+        code=None if variant.kind != "recipe" else candidates.short_code(code),
+        train_id=chain.trained_by or chain.id,
+        kind=variant.kind,
     )
 
 
 def show_doc(store: Store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, score_of, stages_of, train_stats_of
+    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stages_of, train_stats_of
 
     with store.read() as s:
         v = find_variant(s, ref)
         runs = []
-        for chain in chains_of_variant(s, v.id):
+        chains = chains_of_variant(s, v.id)
+        labels = candidate_labels(store, [c.id for c in chains])
+        trained = training_snapshot_ids(s, chains)
+        for chain in chains:
             score = score_of(s, chain.id)
             ts = train_stats_of(s, chain.id)
             runs.append({
@@ -60,6 +158,11 @@ def show_doc(store: Store, ref: str) -> dict:
                 "eval_only": bool(chain.eval_only),
                 "checkpoint": chain.checkpoint,
                 "trained_by": chain.trained_by,
+                "candidate": labels.get(chain.id),
+                # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
+                "code": code_view(snapshot_of(s, trained.get(chain.id))),
+                "eval_code": code_view(snapshot_of(s, chain.snapshot_id)) if trained.get(chain.id) != chain.snapshot_id
+                else None,
                 "problems": score.problems if score else None,
                 # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
                 "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
