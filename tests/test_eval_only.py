@@ -45,9 +45,12 @@ def test_requeue_eval_only_evaluates_the_trained_checkpoint_after_a_timeout(ws):
     show = ws.cli_json("show", "token-clip")
     (run,) = [r for r in show["runs"] if r["chain_id"] == 2]
     assert run["eval_only"] and run["trained_by"] == 1 and run["score"] is not None and run["seed"] == 5
+    assert run["train"]["final_loss"] is not None  # its training is chain 1's
     report = ws.cli_json("compare")
     (tc,) = [e for e in report["variants"] if e["name"] == "token-clip"]
     assert tc["n"] == 1 and tc["chain_ids"] == [2]
+    (row,) = [r for r in report["training"] if r["name"] == "token-clip"]
+    assert row["runs"] == 1 and row["final_loss"] is not None  # compare's training columns: chain 1's statistics
 
     # one training is one run: a second full evaluation is refused in one line, nothing written
     before = ws.sql("select count(*) from chain")

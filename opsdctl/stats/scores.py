@@ -136,7 +136,7 @@ def _record(chain, variant, score, candidate: str, code: Optional[str]) -> RunRe
 
 def show_doc(store: Store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stages_of, train_stats_of
+    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stages_of, train_stats_of, trainer_of
 
     with store.read() as s:
         v = find_variant(s, ref)
@@ -146,7 +146,7 @@ def show_doc(store: Store, ref: str) -> dict:
         trained = training_snapshot_ids(s, chains)
         for chain in chains:
             score = score_of(s, chain.id)
-            ts = train_stats_of(s, chain.id)
+            ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
             runs.append({
                 "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
                 "reason": chain.reason,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from opsdctl.store.engine import Store, stages_of, train_stats_of
+from opsdctl.store.engine import Store, stages_of, train_stats_of, trainer_of
 
 COLUMNS = ("final_loss", "mean_kl", "frac_clipped", "step_seconds")
 
@@ -26,6 +26,7 @@ def training_row(store: Store, name: str, chain_ids: Iterable[int]) -> dict:
     stats, stages = [], []
     with store.read() as s:
         for cid in chain_ids:
+            cid = trainer_of(s, cid)  # an eval-only run's training is its trainer's
             ts = train_stats_of(s, cid)
             if ts is not None:
                 stats.append(ts)

@@ -253,6 +253,12 @@ def finished_chains(session: Session, limit: Optional[int]) -> list[Chain]:
     return list(session.scalars(stmt))
 
 
+def trainer_of(session: Session, chain_id: int) -> int:
+    """The chain that trained this chain's checkpoint: itself, or an eval-only chain's `trained_by`."""
+    chain = session.get(Chain, chain_id)
+    return chain.trained_by if chain is not None and chain.eval_only and chain.trained_by else chain_id
+
+
 def stages_of(session: Session, chain_id: int) -> list[Stage]:
     return list(session.scalars(select(Stage).where(Stage.chain_id == chain_id).order_by(Stage.id)))
 
