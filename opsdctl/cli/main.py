@@ -265,6 +265,66 @@ def status(
     render_status(_console(), doc)
 
 
+@app.command()
+def wait(
+    chain_ids: Optional[List[int]] = typer.Argument(None, metavar="[CHAIN_ID]...", help="Chains to wait for.",
+                                                    show_default=False),
+    all_chains: bool = typer.Option(False, "--all", "-a", help="Every queued or running chain, until none is "
+                                                               "(chains queued meanwhile too)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="MIN", min=0,
+                                            help="Give up after this many minutes (exit 124; the chains keep running)."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"ok", "timed_out", "waited_seconds", "chains": [...]}.'),
+) -> None:
+    """Block until chains end; print each one's outcome; exit 1 if any failed (for scripts and agents).
+
+    Exit 0 when every chain succeeded (or was stopped as futile), 1 when any failed, was cancelled,
+    skipped or interrupted, 124 on --timeout. A chain interrupted and re-queued (its worker died)
+    is followed to its re-run.
+    """
+    from opsdctl.errors import UserError
+    from opsdctl.run.wait import wait_chains
+
+    if bool(chain_ids) == all_chains:
+        raise UserError("opsdctl wait: name the chains (opsdctl wait 3 4) or pass --all, not both or neither")
+    cfg = _config()
+    store = _store(cfg)
+    err = _console(stderr=True)
+    warned, absent_since = [], []
+
+    def tick(pending, worker):
+        import time
+
+        if worker["state"] == "running":
+            absent_since.clear()
+        elif not absent_since:
+            absent_since.append(time.monotonic())
+        if absent_since and time.monotonic() - absent_since[0] >= 5 and not warned:  # not a worker starting up
+            warned.append(True)
+            _warn(f"no worker is running on this store ({worker['text']}): start `opsdctl worker`, or these "
+                  "chains never end")
+        if spinner is not None:
+            first = pending[0]
+            prog = (first.get("progress") or {}).get("text") or first["state"]
+            spinner.update(_escape(f"waiting for {len(pending)} chain{'s' if len(pending) != 1 else ''}: chain "
+                                   f"{first['final_chain_id']} {first['variant']} {first.get('stage') or ''} {prog}"))
+
+    spinner = err.status("waiting...") if err.is_terminal and not as_json else None
+    if spinner is not None:
+        spinner.start()
+    try:
+        result = wait_chains(store, None if all_chains else chain_ids, None if timeout is None else timeout * 60, on_tick=tick)
+    finally:
+        if spinner is not None:
+            spinner.stop()
+    if as_json:
+        _print_json(result.to_json())
+    else:
+        from opsdctl.cli.render import render_wait
+
+        render_wait(_console(), result.to_json())
+    raise typer.Exit(result.exit_code)
+
+
 # --- cancel / requeue ---------------------------------------------------------------------
 
 

@@ -290,6 +290,29 @@ def render_show(con: Console, doc: dict) -> None:
     render_code_snapshots(con, [r.get("code") for r in doc["runs"]] + [r.get("eval_code") for r in doc["runs"]])
 
 
+def render_wait(con: Console, doc: dict) -> None:
+    """`opsdctl wait`: one line per chain with its outcome, then the verdict."""
+    for c in doc["chains"]:
+        via = f" (re-run as chain {c['final_chain_id']})" if c["final_chain_id"] != c["chain_id"] else ""
+        score = ""
+        if c.get("score") is not None:
+            score = f", avg@{c['k']} = {c['score']:.2f}" + (" (partial)" if c.get("partial") else "")
+        reason = f": {escape(c['reason'])}" if c.get("reason") and c["state"] != "succeeded" else ""
+        con.print(f"chain {c['chain_id']}{via} {escape(c['variant'])} seed {c['seed']}: {_state(c['state'])}"
+                  f"{score}{reason}")
+    if doc["timed_out"]:
+        left = [c for c in doc["chains"] if c["state"] in ("queued", "running")]
+        con.print(f"[yellow]timed out after {fmt_duration(doc['waited_seconds'])}[/yellow]: {len(left)} chain(s) "
+                  "still queued or running")
+    elif not doc["chains"]:
+        con.print("[dim]nothing queued or running[/dim]")
+    elif doc["ok"]:
+        con.print(f"[green]all {len(doc['chains'])} ended well[/green] (waited {fmt_duration(doc['waited_seconds'])})")
+    else:
+        bad = [c for c in doc["chains"] if c["state"] not in ("succeeded", "stopped-futile")]
+        con.print(f"[red]{len(bad)} of {len(doc['chains'])} did not succeed[/red]")
+
+
 def _gpu_cell(g: Optional[dict]) -> str:
     """'9300 MiB 87%' from a stage's NVML figures; '*' marks memory read as the device's (no
     per-process figures from NVML)."""
