@@ -121,6 +121,9 @@ def test_queue_eval_only_base_store_and_outside_checkpoints(ws, tmp_path):
     report = ws.cli_json("compare")
     names = {(e["name"], e["partial"]) for e in report["variants"] if e.get("n")}
     assert {("base", False), ("mine", False), ("baseline", True)} <= names
+    d = ws.cli_json("diff", "1", "3")  # the baseline's chain vs the base model's
+    assert d["knobs"] == [] and "chain 3 is the base model" in d["knobs_note"] and not d["same_candidate"]
+    assert d["commands"] == []  # the same eval template: the checkpoint is written back as {checkpoint}
     proc = ws.cli("export-recipe", "base", check=False)
     assert proc.returncode == 2 and "not a recipe" in proc.stderr
     # an outside checkpoint evaluated again under the same name is another run of it

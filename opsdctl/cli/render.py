@@ -421,10 +421,17 @@ def render_diff(con: Console, doc: dict) -> None:
             fmt = lambda v: "-" if v is None else format_value(v)  # noqa: E731
             t.add_row(f"{k['knob']} [dim]({k['section']})[/dim]", escape(fmt(k["a"])), escape(fmt(k["b"])))
         con.print(t)
+    elif doc.get("knobs_note"):
+        con.print(f"knobs: {escape(doc['knobs_note'])}")
     else:
         con.print("knobs: the same")
+    def setting(what, v) -> str:
+        if what == "eval":
+            return "full" if not v else f"partial {v['num_problems']}x{v['k']}"
+        return "-" if v is None else str(v)
+
     for d in doc["settings"]:
-        con.print(f"{d['what']}: {escape(str(d['a']))} vs {escape(str(d['b']))}")
+        con.print(f"{d['what']}: {escape(setting(d['what'], d['a']))} vs {escape(setting(d['what'], d['b']))}")
     code = doc["code"]
     if code["same"]:
         con.print(f"code: the same (@{code['a']['short']})")

@@ -28,11 +28,19 @@ def chain_diff(store: Store, a: int, b: int, patch: bool = False) -> dict:
         va, vb = s.get(Variant, ca.variant_id), s.get(Variant, cb.variant_id)
         trained = training_snapshot_ids(s, [ca, cb])
         sa, sb = snapshot_of(s, trained[ca.id]), snapshot_of(s, trained[cb.id])
-        cmds = {c.id: {st.name: _normalized(st.command, c, st) for st in stages_of(s, c.id)} for c in (ca, cb)}
+        cmds = {}
+        for c in (ca, cb):
+            rows = stages_of(s, c.id)
+            ckpt = c.checkpoint if c.eval_only else next((st.checkpoint for st in rows if st.name == "train"), None)
+            cmds[c.id] = {st.name: _normalized(st.command, c, st, ckpt) for st in rows}
         ia = candidates.identity(va.hash, sa.key if sa else None, command_identity(ca), kind=va.kind)
         ib = candidates.identity(vb.hash, sb.key if sb else None, command_identity(cb), kind=vb.kind)
         side = {ca.id: _side(ca, va, sa), cb.id: _side(cb, vb, sb)}
-    knobs = _knob_diff(va, vb)
+    knobs = _knob_diff(va, vb) if va.kind == vb.kind == "recipe" else []
+    knobs_note = None
+    if va.kind != "recipe" or vb.kind != "recipe":
+        knobs_note = "; ".join(f"chain {c.id} is {_kind_words(v.kind)}" for c, v in ((ca, va), (cb, vb))
+                               if v.kind != "recipe") + ": no knobs to compare"
     settings = [{"what": k, "a": side[a][k], "b": side[b][k]} for k in ("seed", "profile", "eval", "eval_only", "checkpoint")
                 if side[a][k] != side[b][k]]
     commands = [{"stage": st, "a": cmds[a].get(st), "b": cmds[b].get(st)} for st in ("train", "eval")
@@ -42,6 +50,7 @@ def chain_diff(store: Store, a: int, b: int, patch: bool = False) -> dict:
         "b": side[b],
         "same_candidate": ia == ib,  # compare pools them (same knobs, code and commands)
         "knobs": knobs,
+        "knobs_note": knobs_note,
         "settings": settings,
         "code": _code_diff(sa, sb, patch),
         "commands": commands,
@@ -64,13 +73,19 @@ def _knob_diff(va: Variant, vb: Variant) -> list[dict]:
     return out
 
 
-def _normalized(command: str, chain, stage) -> str:
-    """The command with this chain's own values written back as placeholders (paths inside any
-    word; the seed and chain id as whole words), so two chains' commands differ only where their
-    templates or settings do."""
+def _kind_words(kind: str) -> str:
+    return "the base model" if kind == "base" else "a checkpoint trained outside opsdctl"
+
+
+def _normalized(command: str, chain, stage, checkpoint=None) -> str:
+    """The command with this chain's own values written back as placeholders (the checkpoint and
+    paths inside any word; the seed and chain id as whole words), so two chains' commands differ
+    only where their templates or settings do."""
     import shlex
 
     text = command or ""
+    if stage.name == "eval" and checkpoint and "/" in checkpoint:  # a path; `base` is matched as a word below
+        text = text.replace(checkpoint, "{checkpoint}")
     for path, name in ((str(Path(stage.stage_dir)), "{stage_dir}"), (str(Path(stage.stage_dir).parent), "{run_dir}"),
                        (stage.cwd, "{code_dir}")):
         if path:
@@ -80,6 +95,8 @@ def _normalized(command: str, chain, stage) -> str:
     except ValueError:
         return text
     values = {str(chain.seed): "{seed}", str(chain.id): "{chain_id}"}
+    if stage.name == "eval" and checkpoint and "/" not in checkpoint:
+        values[checkpoint] = "{checkpoint}"
     return " ".join(values.get(w, w) for w in words)
 
 
@@ -147,6 +164,6 @@ def identity_words(doc: dict) -> str:
     """One line: do compare's candidates keep them apart, and why."""
     if doc["same_candidate"]:
         return "same candidate: compare pools their runs (same knobs, code and commands)"
-    why = [w for w, differs in (("knobs", bool(doc["knobs"])), ("code", not doc["code"]["same"]),
+    why = [w for w, differs in (("knobs", doc["a"]["hash"] != doc["b"]["hash"]), ("code", not doc["code"]["same"]),
                                 ("commands", bool(doc["commands"]))) if differs]
     return "different candidates in compare" + (f" ({', '.join(why)} differ)" if why else "")
