@@ -15,7 +15,7 @@ from opsdctl.errors import UserError
 from opsdctl.recipes import partial
 from opsdctl.run import snapshot as snap
 from opsdctl.stats import candidates
-from opsdctl.stats.scores import code_view, command_identity, training_snapshot_ids
+from opsdctl.stats.scores import code_view, training_commands, training_snapshot_ids
 from opsdctl.store.engine import Store, get_chain, snapshot_of, stages_of
 from opsdctl.store.models import Variant
 
@@ -33,8 +33,9 @@ def chain_diff(store: Store, a: int, b: int, patch: bool = False) -> dict:
             rows = stages_of(s, c.id)
             ckpt = c.checkpoint if c.eval_only else next((st.checkpoint for st in rows if st.name == "train"), None)
             cmds[c.id] = {st.name: _normalized(st.command, c, st, ckpt) for st in rows}
-        ia = candidates.identity(va.hash, sa.key if sa else None, command_identity(ca), kind=va.kind)
-        ib = candidates.identity(vb.hash, sb.key if sb else None, command_identity(cb), kind=vb.kind)
+        cmd_ids = training_commands(s, [ca, cb])
+        ia = candidates.identity(va.hash, sa.key if sa else None, cmd_ids[ca.id], kind=va.kind)
+        ib = candidates.identity(vb.hash, sb.key if sb else None, cmd_ids[cb.id], kind=vb.kind)
         side = {ca.id: _side(ca, va, sa), cb.id: _side(cb, vb, sb)}
     knobs = _knob_diff(va, vb) if va.kind == vb.kind == "recipe" else []
     knobs_note = None

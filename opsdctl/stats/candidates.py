@@ -101,9 +101,22 @@ def _suffixed(name: str, ident: Identity, first: Identity) -> str:
     return text
 
 
+def _code_of(state) -> Optional[str]:
+    return state[0] if isinstance(state, tuple) else state
+
+
+def _state_words(state) -> str:
+    """`@3f2a1c`, or `@3f2a1c cmd 9e8d7c` for a (code tree, commands) pair with commands."""
+    if isinstance(state, tuple):
+        code, cmds = state
+        return f"@{short_code(code)}" + (f" cmd {cmds[:SHORT]}" if cmds else "")
+    return f"@{short_code(state)}"
+
+
 def notes(runs: Sequence[Run], labels: dict[Identity, str], pool_code: bool, pooled_codes: dict[str, set]) -> list[str]:
     """What compare should say about candidates: variants split by code, names merged by knobs,
-    and, with --pool-code, what was pooled. `pooled_codes`: variant label -> code trees it ran on."""
+    and, with --pool-code, what was pooled. `pooled_codes`: variant label -> the code states
+    (code tree, or (code tree, commands)) it ran on."""
     out: list[str] = []
     by_variant: dict[str, list[str]] = {}
     by_label: dict[str, list[str]] = {}
@@ -114,10 +127,12 @@ def notes(runs: Sequence[Run], labels: dict[Identity, str], pool_code: bool, poo
         if r.variant not in by_label.setdefault(lab, []):
             by_label[lab].append(r.variant)
     if pool_code:
-        for variant, codes in pooled_codes.items():
-            if len(codes) > 1:
-                shown = ", ".join(f"@{short_code(c)}" for c in sorted(codes, key=str))
-                out.append(f"--pool-code: {variant}'s runs on {len(codes)} code trees ({shown}) are pooled as one candidate")
+        for variant, states in pooled_codes.items():
+            if len(states) > 1:
+                shown = ", ".join(_state_words(c) for c in sorted(states, key=str))
+                trees = len({_code_of(c) for c in states})
+                what = f"{trees} code trees" if trees == len(states) else f"{len(states)} code states"
+                out.append(f"--pool-code: {variant}'s runs on {what} ({shown}) are pooled as one candidate")
     else:
         for variant, labs in by_variant.items():
             if len(labs) > 1:

@@ -29,7 +29,7 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     with store.read() as s:
         ids = {find_variant(s, ref).id for ref in variant_refs} if variant_refs else None
         rows = scored_runs(s)
-        codes = training_code(s, [chain for chain, _, _ in rows])
+        codes = training_identity(s, [chain for chain, _, _ in rows])
     runs = [candidates.Run(chain.id, variant.label, _identity(chain, variant, codes, pool_code))
             for chain, variant, _ in rows]
     labels = candidates.assign_labels(runs, prefer=baseline)
@@ -37,7 +37,7 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     for (chain, variant, score), run in zip(rows, runs):
         if ids is not None and variant.id not in ids:
             continue
-        rec = _record(chain, variant, score, labels[run.identity], codes.get(chain.id))
+        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0])
         if not rec.partial:
             latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
         out.append(rec)
@@ -45,8 +45,8 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     out = [r for r in out if r.partial or latest_full[r.train_id] == r.chain_id]
     pooled: dict[str, set] = {}
     for (chain, variant, _), run in zip(rows, runs):
-        if ids is None or variant.id in ids:
-            pooled.setdefault(variant.label, set()).add(codes.get(chain.id))
+        if (ids is None or variant.id in ids) and variant.kind == "recipe":
+            pooled.setdefault(variant.label, set()).add(codes[chain.id])
     return out, candidates.notes(kept_runs, labels, pool_code, pooled)
 
 
@@ -59,6 +59,12 @@ def training_code(s, chains) -> dict[int, Optional[str]]:
 
     keys = dict(s.execute(select(CodeSnapshot.id, CodeSnapshot.key)).all())
     return {cid: keys.get(snap) for cid, snap in training_snapshot_ids(s, chains).items()}
+
+
+def training_identity(s, chains) -> dict[int, tuple[Optional[str], Optional[str]]]:
+    """chain id -> (code tree key, commands identity) its checkpoint was trained with."""
+    code, cmds = training_code(s, chains), training_commands(s, chains)
+    return {c.id: (code[c.id], cmds[c.id]) for c in chains}
 
 
 def training_snapshot_ids(s, chains) -> dict[int, Optional[int]]:
@@ -88,14 +94,20 @@ def code_view(row) -> Optional[dict]:
             "head": row.head, "dirty": bool(row.dirty), "diffstat": summary, "files": short, "path": row.path}
 
 
-def command_identity(chain) -> Optional[str]:
-    """The identity of the stage commands a chain runs (None while chains do not record them)."""
-    return getattr(chain, "commands_id", None)
+def training_commands(s, chains) -> dict[int, Optional[str]]:
+    """chain id -> the identity of the stage commands its checkpoint was trained with (the chain's
+    frozen `commands_hash`; the training chain's, for an eval-only chain; None for chains queued
+    before commands were recorded)."""
+    out = {}
+    for c in chains:
+        trainer = s.get(type(c), c.trained_by) if c.eval_only and c.trained_by else c
+        out[c.id] = getattr(trainer, "commands_hash", None) if trainer is not None else None
+    return out
 
 
 def _identity(chain, variant, codes, pool_code: bool) -> candidates.Identity:
-    return candidates.identity(variant.hash, codes.get(chain.id), command_identity(chain), kind=variant.kind,
-                               pool_code=pool_code)
+    code, cmds = codes.get(chain.id, (None, None))
+    return candidates.identity(variant.hash, code, cmds, kind=variant.kind, pool_code=pool_code)
 
 
 def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[str] = None) -> dict[int, str]:
@@ -108,7 +120,7 @@ def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[
         rows = scored_runs(s)
         wanted = s.execute(select(Chain, Variant).join(Variant, Variant.id == Chain.variant_id)
                            .where(Chain.id.in_(list(chain_ids)))).all() if chain_ids else []
-        codes = training_code(s, [c for c, _, _ in rows] + [c for c, _ in wanted])
+        codes = training_identity(s, [c for c, _, _ in rows] + [c for c, _ in wanted])
     labels = candidates.assign_labels([candidates.Run(c.id, v.label, _identity(c, v, codes, False)) for c, v, _ in rows],
                                       prefer=baseline)
     return {c.id: candidates.label_for(_identity(c, v, codes, False), v.label, labels) for c, v in wanted}
