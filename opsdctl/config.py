@@ -248,6 +248,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "variant": Key(_nonempty_str, None, "the variant others are compared with"),
         "reference": Key(_reference, None, "published baseline {mean, sd, n}"),
     },
+    "export": {
+        "path": Key(_nonempty_str, None, "the worker writes the best variant's recipe.env here near the deadline (unset: off)"),
+        "minutes_before_deadline": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 10.0,
+                                       "start writing it this long before the budget ends, then on every change of leader"),
+    },
     "queue": {
         "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),
         "same_seed": Key(_bool, None, "every repeat at that seed, as the scorer re-trains [default: the profile's]"),

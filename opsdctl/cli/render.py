@@ -110,6 +110,8 @@ def render_status(con: Console, doc: dict) -> None:
         con.print("[dim]queue empty[/dim]")
     if doc.get("gpus"):
         render_gpu_lines(con, doc["gpus"])
+    if doc.get("export"):
+        render_export_line(con, doc["export"])
 
     if finished:
         t = Table(title="finished (newest first)", title_justify="left", show_edge=False, pad_edge=False)
@@ -120,6 +122,23 @@ def render_status(con: Console, doc: dict) -> None:
             t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), _state(c["state"]), _score(c),
                       took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
         con.print(t)
+
+
+def render_export_line(con: Console, ex: dict) -> None:
+    """[export]: what the worker last wrote to the submission recipe.env, and when; or when it starts."""
+    last = ex.get("last")
+    if last and last.get("path") == ex["path"]:
+        if last.get("verdict"):
+            p = f", P(beat) {last['p_beat']:.3f}" if last.get("p_beat") is not None else ""
+            what = f"{escape(last['leader'])} ({last['verdict']}{p})"
+        else:
+            what = f"{escape(last['leader'])} (the released recipe)"
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])} <- {what} at {_local(last['written_at'])}"
+                  + ("" if ex["active"] else f"; {escape(ex['when'])}"))
+    elif ex["active"]:
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])}: due now ({escape(ex['when'])}); the worker writes it")
+    else:
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])}: nothing written yet; {escape(ex['when'])}")
 
 
 def _in(seconds) -> str:

@@ -128,7 +128,26 @@ def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "generated_at": iso(utcnow()), "store": store.safe_url()}
+            "export": export_view(cfg, store, budget), "generated_at": iso(utcnow()), "store": store.safe_url()}
+
+
+def export_view(cfg: Config, store: Store, budget) -> Optional[dict]:
+    """[export]: where the worker writes the best recipe.env, whether it has started, and what it
+    wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
+    sec = cfg.section("export")
+    if not sec.get("path"):
+        return None
+    from pathlib import Path
+
+    from opsdctl.run.auto_export import due, last_written
+
+    path = Path(sec["path"]).expanduser()
+    path = path if path.is_absolute() else (cfg.base_dir / path).resolve()
+    active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
+    last = last_written(store)
+    if last is not None:
+        last = {k: v for k, v in last.items() if k != "key"}
+    return {"path": str(path), "active": active, "when": why, "last": last}
 
 
 def _running_details(chains: list[dict], planner: dict) -> None:

@@ -32,6 +32,7 @@ from opsdctl.plan.planner import make_gate
 from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import procs
 from opsdctl.run.env_errors import environment_problem
+from opsdctl.run.auto_export import exporter_for
 from opsdctl.run.salvage import recover_chain
 from opsdctl.run.executors import make_executor, worker_gate_config
 from opsdctl.run.local import StopRequest
@@ -139,6 +140,9 @@ class Worker:
         self.keeper: Optional[BudgetKeeper] = None  # set at start-up, once the hours clock is known
         self._holding: Optional[str] = None
 
+    def _budget_view(self):
+        return self.keeper.view() if self.keeper is not None else budget_now(self.cfg.budget, self.clock_start)
+
     def usable_seconds(self) -> Optional[float]:
         if self.keeper is None:
             return budget_now(self.cfg.budget, self.clock_start).usable_seconds
@@ -175,12 +179,16 @@ class Worker:
             try:
                 executor = make_executor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id,
                                          self.usable_seconds)
+                exporter = None
                 try:
                     recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
                             any_host=lock.store_wide)
+                    exporter = exporter_for(self.cfg, self.store, self.report, self._budget_view)  # [export]
                     ran = self._loop(executor)
                 finally:
                     executor.close()  # on a stop or an error: stop what still runs elsewhere
+                    if exporter is not None:
+                        exporter.stop()
                 exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
             except BaseException as exc:
                 exit_reason = f"crashed: {type(exc).__name__}: {exc}"
