@@ -133,3 +133,22 @@ def test_bad_metric_declarations_are_refused_in_one_line(ws, body, words):
     err = " ".join(res.stderr.split())
     assert "[stages.train] metrics" in err and words in err, err
     assert not ws.db.exists() or ws.sql("select count(*) from chain") == [(0,)]
+
+
+def test_show_plot_draws_the_training_curves(ws):
+    import struct
+
+    _config(ws)
+    ws.cli("queue", "cosine", "baseline")
+    ws.run("worker", "--drain", env={"FAKE_NO_FILES": "1", "FAKE_OPSD_LINES": "1", "FAKE_STEPS": "6"})
+    png = ws.root / "curves.png"
+    out = ws.cli("show", "cosine", "--plot", png)
+    assert f"plot: {png}" in out.stdout
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert width >= 1000 and height >= 600  # two columns of panels: loss, KL, clipped, lr, kl_max
+    # a variant with no curve yet: a warning, no file
+    ws.cli("queue", "token-clip")
+    empty = ws.cli("show", "token-clip", "--plot", ws.root / "none.png")
+    assert "no run has a training curve yet" in empty.stderr and not (ws.root / "none.png").exists()

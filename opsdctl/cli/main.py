@@ -675,18 +675,38 @@ def simulate(
 def show(
     variant: str = typer.Argument(..., metavar="VARIANT", help="NAME (latest version) or NAME@vN."),
     as_json: bool = typer.Option(False, "--json", help="Print the variant and its runs as JSON."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG",
+                                        help="Also draw its runs' training curves (loss, KL, clipping, learning rate, "
+                                             "your [stages.train.metrics]) to this PNG, the baseline's greyed behind."),
 ) -> None:
     """One variant: its recipe and every run, with per-problem counts and training statistics."""
     from opsdctl.stats.scores import show_doc
 
     cfg = _config()
-    doc = show_doc(_store(cfg), variant)
+    store = _store(cfg)
+    doc = show_doc(store, variant)
+    drawn = None
+    if plot is not None:
+        from opsdctl.errors import UserError
+        from opsdctl.stats.train_plot import plot_training
+
+        base = None
+        if cfg.baseline_variant and cfg.baseline_variant.split("@")[0] != doc["name"]:
+            try:
+                base = show_doc(store, cfg.baseline_variant)
+            except UserError:  # not run yet: curves of the variant alone
+                base = None
+        drawn = plot_training(doc, plot, base)
+        if drawn is None:
+            _warn(f"{doc['variant']}: no run has a training curve yet; no plot written")
     if as_json:
         _print_json(doc)
         return
     from opsdctl.cli.render import render_show
 
     render_show(_console(), doc)
+    if drawn is not None:
+        _console().print(f"plot: {_escape(str(drawn))}")
 
 
 @app.command()
