@@ -86,7 +86,9 @@ def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = 
     elif not changed:
         header.append("no key differs from the released recipe: this empty recipe.env trains the baseline")
     else:
-        header.append(f"only the {len(changed)} keys that differ from the released recipe (--all-keys writes every one)")
+        n = len(changed)
+        header.append(f"only what differs from the released recipe ({n} key{'' if n == 1 else 's'}; "
+                      "--all-keys writes every one)")
     header += left_out_lines(left_out)
     text = knobs.format_recipe_env(body, header)
     defaults = knobs.default_method()
