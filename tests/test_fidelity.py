@@ -397,6 +397,11 @@ def test_reason_first_has_the_released_layout_and_budget(make, tok):
     assert reason_first_transition() == "\n" + TRANSITION + "\n" + INSTRUCTION
     cfg = TrainConfig(profile=get_profile("qwen3-1.7b"), hparams=hp, method=m, seed=0, output_dir=REPO)
     assert cfg.rationale_max_tokens == 4096
+    from opsdctl.errors import UserError
+    from opsdctl.recipes import knobs
+
+    with pytest.raises(UserError, match="only the released layout"):  # no reason-first form of ours
+        knobs.check_invariants(hp, "r.toml", {**m, "teacher_prompt": "own-words"})
 
     spy = Spy(fixed=[40, 41, 42])
     tr = make({"reason_first": True}, backend=spy)
