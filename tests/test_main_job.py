@@ -19,7 +19,7 @@ def test_queue_worker_compare_export_with_the_real_workloads(ws, tiny_assets, tm
     ws.cli("init", "--profile", "tiny", "--force")
     cfg = (ws.root / "opsdctl.toml").read_text()
     cfg = cfg.replace("--output-dir {stage_dir}\"", "--output-dir {stage_dir} --max-steps 2\"", 1)
-    cfg = cfg.replace("--gpus {gpus}", f"--gpus {{gpus}} --benchmark {bench}")
+    cfg = cfg.replace("--gpus {gpus}", f"--gpus {{gpus}} --benchmark {bench} --num-problems 10")  # the later flag wins
     cfg = cfg.replace("snapshot_code = true ", "snapshot_code = false")
     (ws.root / "opsdctl.toml").write_text(cfg)
 
