@@ -182,6 +182,22 @@ def _metrics(value, where):
     return out
 
 
+def _family(value, where):
+    """`[compare] family`: "all", "since:ISO-TIME", or a list of variant names."""
+    if isinstance(value, list):
+        if not value or not all(isinstance(x, str) and x.strip() for x in value):
+            raise _bad(where, value, 'a non-empty list of variant names, "all" or "since:2025-06-01"')
+        return [x.strip() for x in value]
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "all":
+            return text
+        if text.startswith("since:"):
+            _deadline(text[len("since:"):], where)  # an ISO time, checked now
+            return text
+    raise _bad(where, value, 'a list of variant names, "all" or "since:2025-06-01T00:00:00"')
+
+
 @dataclass(frozen=True)
 class Key:
     check: Callable
@@ -194,6 +210,7 @@ REFERENCE_SCHEMA = {
     "sd": Key(_number(positive=True, hi=100), help="run-to-run standard deviation, points (e.g. 1.48)"),
     "n": Key(_int(lo=1, hi=1_000_000), help="number of runs behind mean and sd (e.g. 5)"),
     "prior": Key(_bool, True, help="use sd as a prior for the pooled noise estimate"),
+    "offset_sd": Key(_number(lo=0), 1.0, help="how far your setup may sit from the published one, points (1 sd)"),
 }
 
 # Section name -> key -> Key. "" is the top level. Later features add their keys here.
@@ -246,7 +263,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "baseline": {
         "variant": Key(_nonempty_str, None, "the variant others are compared with"),
-        "reference": Key(_reference, None, "published baseline {mean, sd, n}"),
+        "reference": Key(_reference, None, "published baseline {mean, sd, n, prior, offset_sd}"),
+    },
+    "compare": {
+        "family": Key(_family, "all", 'what the verdicts correct for: "all" (every candidate in the store), '
+                      '"since:2025-06-01" (candidates first queued since then), or ["a", "b", ...]'),
     },
     "export": {
         "path": Key(_nonempty_str, None, "the worker writes the best variant's recipe.env here near the deadline (unset: off)"),
@@ -301,6 +322,7 @@ class Reference:
     sd: float
     n: int
     prior: bool = True  # use (sd, n - 1) as the prior on the run-to-run sigma
+    offset_sd: float = 1.0  # sd of the offset between the user's setup and the published one, points
 
 
 @dataclass(frozen=True)
@@ -458,7 +480,7 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
                         "starts no chain until it can read the seconds left from it")
 
     ref = sections["baseline"]["reference"]
-    reference = Reference(ref["mean"], ref["sd"], ref["n"], ref["prior"]) if ref else None
+    reference = Reference(ref["mean"], ref["sd"], ref["n"], ref["prior"], ref["offset_sd"]) if ref else None
 
     return Config(
         path=path,
@@ -603,6 +625,12 @@ command = "{cmds["eval"]}"
 [baseline]
 variant = "baseline"              # the variant every other one is compared with
 {reference}
+# The published mean may not be your setup's: reference.offset_sd (default 1.0 point) is the sd
+# of that offset, added to every verdict against it; one or two local baseline runs remove most of it.
+
+[compare]
+family = "all"                    # verdicts correct over every candidate tried in the store; or
+                                  #   "since:2025-06-01" (queued since then), or ["a", "b", ...]
 
 [queue]                           # how repeats are seeded; `queue --seed S`, --same-seed, --seed-per-repeat override
 {seeding}

@@ -71,3 +71,41 @@ def test_show_unknown_variant_is_one_line(scored):
     out = scored.cli("show", "nope", check=False)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "nope" in out.stderr
+
+
+def test_compare_unknown_baseline_is_refused_in_one_line(scored):
+    # issue 15, item 6: it used to fall back to the published reference without a word
+    out = scored.cli("compare", "--baseline", "basline", check=False)
+    assert out.returncode == 2
+    err = out.stderr.strip()
+    assert len(err.splitlines()) == 1 and "--baseline basline" in err and "not in the store" in err
+    assert out.stdout == ""
+    assert scored.cli_json("compare", "--baseline", "cosine")["baseline"]["name"] == "cosine"
+
+
+def test_compare_one_variant_corrects_over_the_whole_store(scored):
+    # issue 16, item 4: `compare cosine` still counts token-clip in the family and the noise
+    alone = scored.cli_json("compare", "cosine")
+    every = scored.cli_json("compare")
+    assert alone["bonferroni"]["m"] == every["bonferroni"]["m"] == 2
+    assert alone["bonferroni"]["family"] == ["cosine", "token-clip"]
+    assert alone["noise"]["nu"] == every["noise"]["nu"] and alone["noise"]["s"] == every["noise"]["s"]
+    # a declared family narrows it (the shown ones always count)
+    fam = scored.cli_json("compare", "cosine", "--family", "cosine")
+    assert fam["bonferroni"]["m"] == 1 and fam["bonferroni"]["family"] == ["cosine"]
+    since = scored.cli_json("compare", "--family", "since:2999-01-01")
+    assert since["bonferroni"]["family"] == ["cosine", "token-clip"]  # nothing queued since: the shown ones
+    bad = scored.cli("compare", "--family", "since:yesterday", check=False)
+    assert bad.returncode == 2 and "since:yesterday" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    unknown = scored.cli("compare", "--family", "cosine,nope", check=False)
+    assert unknown.returncode == 2 and "nope" in unknown.stderr
+
+
+def test_compare_family_from_the_config(scored):
+    cfg = scored.root / "opsdctl.toml"
+    cfg.write_text(cfg.read_text() + '\n[compare]\nfamily = ["token-clip"]\n')
+    doc = scored.cli_json("compare", "cosine")
+    assert doc["bonferroni"]["family"] == ["cosine", "token-clip"] and doc["bonferroni"]["m"] == 2
+    cfg.write_text(cfg.read_text().replace('family = ["token-clip"]', 'family = "sometimes"'))
+    bad = scored.cli("compare", check=False)
+    assert bad.returncode == 2 and "[compare] family" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

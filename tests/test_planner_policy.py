@@ -82,10 +82,11 @@ def test_baseline_repeats_when_a_candidate_needs_them():
     p = plan(q((1, "x"), (2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
     assert p.order == [1, 2, 3]  # the new variant first, then baseline and candidate runs
     assert {s.chain_id: s.tier for s in p.slots} == {1: "1", 2: "2a", 3: "2a"}
-    # measured by the published reference instead: the baseline's own runs do not help
+    # measured by the published reference instead: local baseline runs remove its setup offset,
+    # so they help too (issue 16)
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
     p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
-    assert {s.chain_id: s.tier for s in p.slots} == {2: "4", 3: "v"} and p.order == [3, 2]  # a's repeat by value of information
+    assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "v"} and p.order == [3, 2]  # a's repeat by value of information
 
 
 def test_no_baseline_at_all_runs_it_first():
@@ -121,7 +122,7 @@ def test_on_a_real_report():
     """build_report's output drives the same decisions (keys and types as the policy reads them)."""
     runs = []
     cid = 0
-    for name, scores in {"hot": [58.5, 57.9], "cold": [46.0, 45.1], "mid": [55.0]}.items():
+    for name, scores in {"hot": [58.5, 57.9, 58.2], "cold": [46.0, 45.1, 45.5, 46.2], "mid": [55.0]}.items():
         for y in scores:
             cid += 1
             runs.append(RunRecord(name, cid, y, 12, 30, None, None, False))
@@ -130,7 +131,12 @@ def test_on_a_real_report():
     assert verdicts["cold"] == "worse" and verdicts["hot"] in ("better", "undecided")
     p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, baseline="baseline",
              usable_s=300 * MIN, chain_s=CHAIN)
-    assert 10 in p.skips and p.order[0] == 12
+    assert 10 in p.skips and set(p.order) == {11, 12, 13}
+    assert p.skips[10].endswith(f"<= {by_name_worse(rep, 'cold'):.3g}): no more runs for it")
+
+
+def by_name_worse(rep, name):
+    return next(e["worse_at"] for e in rep["variants"] if e["name"] == name)
 
 
 def test_worker_policy_flag_end_to_end(ws):

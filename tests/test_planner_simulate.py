@@ -43,9 +43,9 @@ def test_the_simulator_drives_the_workers_decision_code(monkeypatch):
     monkeypatch.setattr(planner.policy, "plan", spy("plan", real_plan))
     monkeypatch.setattr(planner.admission, "admit_chain", spy("admit_chain", real_admit))
     monkeypatch.setattr(planner, "judge_look", spy("judge_look", real_judge))
-    r = simulate.simulate_session("adaptive + futility", seed=2)
+    r = simulate.simulate_session("adaptive + futility", seed=0)
     assert calls["plan"] >= r.started and calls["admit_chain"] >= r.started
-    assert calls["judge_look"] >= 1  # the looks of every candidate's evaluation
+    assert calls["judge_look"] >= 1  # the looks of the evaluations futility may stop
     assert r.cut == 0
 
 

@@ -299,3 +299,112 @@ def test_futility_rule():
     se = stats.futility_se(0.5, 4.0, 2.25, 5)
     assert se == pytest.approx(math.sqrt(0.5 + 4.0 + 0.45))
     assert stats.futility_stop(-6.0, 2.0) and not stats.futility_stop(-4.0, 2.0)
+
+
+# ---------------------------------------------------------------- issue 16: prior check, offset, the rule
+
+
+def test_prior_check_against_scipy():
+    got = stats.prior_check(30.0, 6, 1.48, 4)
+    assert got.chi2 == pytest.approx(30.0 / 1.48**2) and got.p == pytest.approx(ss.chi2.sf(30.0 / 1.48**2, 6), rel=1e-12)
+    assert got.s_local == pytest.approx(math.sqrt(5.0)) and got.kept == (got.p >= 0.10)
+    assert not stats.prior_check(60.0, 6, 1.48, 4).kept  # s_local 3.2 vs 1.48: dropped
+    assert stats.prior_check(3.0, 6, 1.48, 4).kept  # smaller scatter: the prior is conservative, kept
+    unchecked = stats.prior_check(0.0, 0, 1.48, 4)
+    assert unchecked.kept and unchecked.p is None  # nothing to check it with yet
+    assert not stats.prior_check(10.0, 3, None, 0).kept
+    assert stats.within_ss([[1.0, 2.0, 3.0], [4.0, 6.0], [9.0]]) == (4.0, 3)
+
+
+def test_reference_check_against_scipy():
+    rc = stats.reference_check(56.0, 3, 54.22, 5, 1.5, 9)
+    se = 1.5 * math.sqrt(1 / 3 + 1 / 5)
+    assert rc.diff == pytest.approx(1.78) and rc.se == pytest.approx(se)
+    assert rc.p == pytest.approx(2 * ss.t.sf(1.78 / se, 9), rel=1e-12)
+    half = ss.t.ppf(0.975, 9) * se
+    assert (rc.ci_low, rc.ci_high) == (pytest.approx(1.78 - half), pytest.approx(1.78 + half))
+    assert rc.significant == (rc.p < 0.05)
+    assert stats.reference_check(60.0, 3, 54.22, 5, 1.5, 9).significant
+    assert stats.reference_check(56.0, 0, 54.22, 5, 1.5, 9) is None
+
+
+def test_baseline_mean_and_variance_by_hand():
+    s2, o = 2.19, 1.0
+    v_ref = s2 / 5 + o**2
+    assert stats.baseline_var(s2, 0, 5, o, True) == pytest.approx(v_ref)
+    assert stats.baseline_var(s2, 3, 5, o, True) == pytest.approx(1 / (3 / s2 + 1 / v_ref))
+    assert stats.baseline_var(s2, 3, 5, o, False) == pytest.approx(s2 / 3)
+    assert stats.baseline_var(s2, 0, None, o, False) is None
+    w_l, w_r = 3 / s2, 1 / v_ref
+    assert stats.baseline_mean(56.0, 3, s2, 54.22, 5, o, True) == pytest.approx((w_l * 56.0 + w_r * 54.22) / (w_l + w_r))
+    assert stats.baseline_mean(56.0, 3, s2, 54.22, 5, o, False) == 56.0
+    assert stats.baseline_mean(None, 0, s2, 54.22, 5, o, True) == 54.22
+
+
+def test_upper_t_is_exact_for_tiny_levels():
+    for nu in (3, 8, 40):
+        for a in (0.05, 1e-4, 1e-12):
+            assert stats.upper_t(a, nu) == pytest.approx(ss.t.isf(a, nu), rel=1e-9)
+
+
+def test_look_level_and_rule_verdict():
+    from opsdctl.stats import sequential
+
+    assert stats.look_level(6, 2, 3) == 0.0  # 3 local dof: the prior is not checked yet
+    assert stats.look_level(3, 1, 10) == 0.0  # 3 local runs in the comparison
+    assert stats.look_level(6, 2, 4) == pytest.approx(sequential.nominal_level(6, 0.025))
+    lvl = 0.01
+    c = ss.t.isf(lvl, 8)
+    assert stats.rule_verdict(c * 1.0001, 1.0, 8, lvl) == "better"
+    assert stats.rule_verdict(c * 0.9999, 1.0, 8, lvl) == "undecided"
+    assert stats.rule_verdict(-c * 1.0001, 1.0, 8, lvl) == "worse"
+    assert stats.rule_verdict(5.0, 1.0, 8, 0.0) == "undecided" and stats.rule_verdict(5.0, None, 8, lvl) == "undecided"
+
+
+def test_rule_runs_needed_is_the_first_r_that_settles():
+    for delta, n_v, n_b in [(2.5, 2, 3), (3.5, 1, 0), (-2.5, 2, 3), (1.5, 2, 2)]:
+        arms = stats.Arms(1.48, n_v, n_b, 4 + (n_v - 1) + max(0, n_b - 1), 4, 2, 5, 1.0, True)
+        got = stats.rule_runs_needed(delta, arms)
+        if got.extra is not None:
+            assert arms.with_runs(got.extra, 0).settles(delta)
+            assert all(not arms.with_runs(r, 0).settles(delta) for r in range(got.extra))
+        else:
+            assert got.needs_baseline_runs and got.both_arms is not None
+            assert arms.with_runs(got.both_arms, got.both_arms).settles(delta)
+            assert all(not arms.with_runs(r, 0).settles(delta) for r in range(1, stats.MAX_RULE_RUNS + 1))
+    # against the reference only, the SE has a floor: +2 points never settles on candidate runs
+    ref_only = stats.Arms(1.48, 2, 0, 5, 4, 1, 5, 1.0, True)
+    got = stats.rule_runs_needed(2.0, ref_only)
+    assert got.extra is None and got.needs_baseline_runs and got.both_arms >= 1
+    assert stats.rule_runs_needed(0.0, ref_only).extra is None
+
+
+def test_rule_power_by_simulation():
+    # the design figure's power against the verdict rule itself: a fresh candidate of n runs and
+    # a baseline of n local runs combined with the reference, the prior fixed at s = sigma
+    rng = np.random.default_rng(5)
+    sigma, eff, reps = 1.48, 3.0, 40000
+    for n in (3, 5):
+        arms = stats.Arms(sigma, n, n, 4 + 2 * (n - 1), 2 * (n - 1), 1, 5, 1.0, True)
+        want = stats.rule_power(eff, arms, 2 * (n - 1))
+        b = rng.normal(0.0, sigma, (reps, n))
+        c = rng.normal(eff, sigma, (reps, n))
+        ssw = ((b - b.mean(1, keepdims=True)) ** 2).sum(1) + ((c - c.mean(1, keepdims=True)) ** 2).sum(1)
+        nu = arms.nu
+        s2 = (4 * sigma**2 + ssw) / nu
+        v_ref = s2 / 5 + 1.0
+        w_l, w_r = n / s2, 1 / v_ref
+        b_mean = (w_l * b.mean(1) + w_r * 0.0) / (w_l + w_r)  # the reference sits at the true baseline
+        z = (c.mean(1) - b_mean) / np.sqrt(s2 / n + 1 / (w_l + w_r))
+        level = stats.look_level(2 * n, 1, 2 * (n - 1))
+        emp = np.mean(z >= ss.t.isf(level, nu))
+        assert emp == pytest.approx(want, abs=0.012), (n, emp, want)
+
+
+def test_rule_design_is_the_smallest_n_and_counts_the_new_candidate():
+    arms = stats.Arms(1.48, 0, 0, 4, 0, 2, 5, 1.0, True)
+    n = stats.rule_design(3.0, arms)
+    state = lambda k: arms.with_runs(k, k)  # noqa: E731
+    assert stats.rule_power(3.0, state(n), state(n).nu - 4) >= 0.8 > stats.rule_power(3.0, state(n - 1), state(n - 1).nu - 4)
+    assert stats.rule_design(2.0, arms) > n  # smaller effects need more runs
+    assert stats.rule_design(3.0, stats.Arms(1.48, 0, 0, 4, 0, 6, 5, 1.0, True)) > n  # a larger family too

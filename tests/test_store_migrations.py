@@ -226,6 +226,8 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
         assert [q.id for q in queued_chains(s)] == [3]
         (chain, variant, score), = scored_runs(s)
         assert (chain.id, variant.label, score.avg_at_k, score.problems) == (1, "baseline", 54.22, PROBLEMS)
+        # 0003 filled the compact counts of the rows it found (compare reads those)
+        assert score.counts == ",".join(str(p["correct"]) for p in PROBLEMS) and len(score.problem_set) == 16
         assert [st.progress for st in stages_of(s, 1)] == [{"done": 100, "total": 100, "text": "step 100/100"}, None]
         assert s.get(Stage, 1).pids == [100, 101]
     # the upgraded store takes new rows, including the new column
@@ -234,6 +236,7 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
         s.add(Score(chain_id=2, k=4, avg_at_k=50.0, n_problems=15, partial=True))
     with store.read() as s:
         assert s.get(Chain, 3).node_id == "abc123"
+        assert s.get(Score, 2).counts is None  # no per-problem counts: nothing to compact
     # opening again is the fast path: nothing left to do
     assert Store(f"sqlite:///{db}").revision() == migrations.HEAD
     assert open_store(f"sqlite:///{db}").revision() == migrations.HEAD

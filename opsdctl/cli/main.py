@@ -531,6 +531,9 @@ def compare(
     variants: Optional[List[str]] = typer.Argument(None, metavar="[VARIANT]...",
                                                    help="Variants to compare [default: every scored one]."),
     baseline: Optional[str] = typer.Option(None, "--baseline", "-b", help="Baseline variant [default: [baseline] variant]."),
+    family: Optional[str] = typer.Option(None, "--family", metavar="SPEC",
+                                         help='What the verdicts correct for: "all" (every candidate tried), '
+                                              '"since:2025-06-01" or "a,b,c" [default: [compare] family].'),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG", help="Also draw the runs, means and 95% CIs to this PNG."),
     pool_code: bool = typer.Option(False, "--pool-code", help="Pool a variant's runs across code trees and stage commands "
@@ -539,16 +542,20 @@ def compare(
 ) -> None:
     """Rank candidates against the baseline and the run-to-run noise floor.
 
-    One shared run-to-run sigma (pooled, with the published reference as prior), t intervals,
-    P(beat baseline), Bonferroni-corrected verdicts, and how many more runs would settle each
-    question. Partial evaluations are listed apart, never pooled. A candidate is a variant on
-    one code state (code tree and stage commands): runs on edited code are another candidate.
+    One shared run-to-run sigma pooled over every variant in the store (the published sd as a
+    prior while the local scatter allows it), the published mean with a setup offset, t
+    intervals, P(beat baseline), and verdicts valid under repeated looks and corrected over
+    every candidate tried, with how many more runs would settle each question. Partial
+    evaluations are listed apart: screening only, never pooled, never a verdict. A candidate is
+    a variant on one code state (code tree and stage commands): runs on edited code are another
+    candidate.
     """
     from opsdctl.plan.report import compare_doc
 
     cfg = _config()
     store = _store(cfg)
-    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store), pool_code=pool_code)
+    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store), pool_code=pool_code,
+                         family=family)
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
 

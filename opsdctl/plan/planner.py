@@ -131,7 +131,7 @@ class PlannerGate:
         chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
         known = [e["name"] for e in self.report_doc["variants"] if e.get("n") and not e.get("partial")]
         base = self.facts.baseline_label()
-        if base and (self.report_doc["baseline"] or {}).get("source") == "runs":
+        if base and (self.report_doc["baseline"] or {}).get("source") in ("runs", "runs+reference"):
             known.append(base)
         can_extra = self.settings.auto_repeat and self.extra_queued < self.settings.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)

@@ -116,7 +116,10 @@ class _Cost:
 
 
 def _worse_runs(e: dict, report: dict) -> Optional[int]:
-    """Extra candidate runs that would settle `worse` if delta and s hold (runs_needed on -delta)."""
+    """Extra candidate runs that would settle `worse` if delta and s hold: compare's own
+    runs_needed_worse (the verdict rule's), else (a report without it) runs_needed on -delta."""
+    if "runs_needed_worse" in e:
+        return e["runs_needed_worse"]
     nz, b = report["noise"], report["baseline"]
     m = report["bonferroni"]["m"]
     if e.get("delta") is None or e["delta"] >= 0 or nz.get("s") is None or not m:
@@ -150,9 +153,11 @@ def plan(
     base_source = base.get("source")
     noise_known = (report or {}).get("noise", {}).get("s") is not None
 
-    # Candidates that settle only with baseline runs too (when the baseline is measured by runs).
+    # Candidates that settle only with baseline runs too: local baseline runs remove the published
+    # mean's setup offset, so this holds against the reference as well as against store runs.
     base_for = {e["name"]: e for e in entries.values()
-                if e.get("verdict") == inference.UNDECIDED and e.get("needs_baseline_runs") and base_source == "runs"
+                if e.get("verdict") == inference.UNDECIDED and e.get("needs_baseline_runs")
+                and base_source in ("runs", "runs+reference", "reference")
                 and cost.fits(2 * (e.get("runs_needed_both_arms") or 0))}
     base_key = max((e["p_beat"] or 0.0) for e in base_for.values()) if base_for else None
 
@@ -165,16 +170,17 @@ def plan(
             continue
         e = entries.get(q.variant)
         if e is not None and e.get("verdict") == inference.WORSE:
-            skips[q.chain_id] = (f"verdict worse (P(beat) = {e['p_beat']:.3g} <= "
-                                 f"{report['bonferroni']['worse_at']:.3g}): no more runs for it")
+            at = e.get("worse_at") if e.get("worse_at") is not None else report["bonferroni"]["worse_at"]
+            skips[q.chain_id] = f"verdict worse (P(beat) = {e['p_beat']:.3g} <= {at:.3g}): no more runs for it"
             continue
         j = taken.get(q.variant, 0)
         taken[q.variant] = j + 1
         tier, key, why = _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost)
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     pick = None
-    if voi and noise_known and base_source == "reference" and not any(t[1].tier == "0" for t in slots):
-        pick = _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat)
+    if voi and noise_known and base_source in ("reference", "runs+reference") and not any(t[1].tier == "0" for t in slots):
+        pick = _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
+                         baseline_known=baseline in set(known_variants))
     if pick is not None:
         variant, why, full = pick
         first = next((t for t in slots if t[1].variant == variant), None)
@@ -283,21 +289,36 @@ class _Voi:
     then (every new idea tried raises it for all) and nu' the pooled dof by then. The verdict
     rules are compare's; this only predicts them."""
 
-    def __init__(self, s: float, nu: int, n_b: int, m: int, alpha: float):
+    def __init__(self, s: float, nu: int, n_b: int, m: int, alpha: float, var_b: Optional[float] = None,
+                 nu_local: Optional[int] = None):
+        # n_b: local baseline runs (looks count them); var_b: variance of the baseline mean
+        # (compare's se_mean^2: the published mean's offset included); nu_local: the store's repeat dof
         self.s, self.nu, self.n_b, self.m, self.alpha = s, nu, n_b, m, alpha
-        self._t: dict[tuple[int, int], float] = {}
+        self.var_b = var_b if var_b is not None else s**2 / max(n_b, 1)
+        self.nu_local = nu_local
+        self._t: dict[tuple, float] = {}
 
-    def crit(self, m: int, nu: int) -> float:
-        key = (m, nu)
+    def crit(self, m: int, nu: int, j: Optional[int] = None) -> float:
+        """The verdict's critical t at look j (compare's rule: Bonferroni over m, alpha spent over
+        the looks, none before enough local dof); inf when no verdict is possible there."""
+        local = None if self.nu_local is None else self.nu_local + (nu - self.nu)
+        key = (m, nu, j, local)
         if key not in self._t:
-            self._t[key] = inference.t_ppf(inference.bonferroni_level(m, self.alpha), nu)
+            if j is None or local is None:
+                self._t[key] = inference.t_ppf(inference.bonferroni_level(m, self.alpha), nu)
+            else:
+                lvl = inference.look_level(j, m, local, self.alpha)
+                self._t[key] = inference.upper_t(lvl, nu) if lvl > 0 else math.inf
         return self._t[key]
 
     def p_settle(self, a: _Arm, r: int, m: int, nu: int) -> float:
         s, n = self.s, a.n + r
         if n == 0:
             return 0.0
-        thr = self.crit(m, nu) * s * math.sqrt(1.0 / n + 1.0 / self.n_b)
+        c = self.crit(m, nu, n + self.n_b if self.nu_local is not None else None)
+        if not math.isfinite(c):
+            return 0.0
+        thr = c * math.sqrt(s**2 / n + self.var_b)
         s0 = PRIOR_EFFECT_SD
         if a.n:
             v_post = 1.0 / (1.0 / s0**2 + a.n / s**2)
@@ -357,7 +378,34 @@ class _Voi:
         return best_v, best_a
 
 
-def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat) -> Optional[tuple[str, str, bool]]:
+def _with_baseline_runs(voi: _Voi, r_b: int, ref_n: Optional[int], offset_sd: float, use_ref: bool) -> _Voi:
+    """The same valuation after r_b more local baseline runs: a smaller variance of the baseline
+    mean (compare's inference.baseline_var: the published mean's offset shrinks away), more dof,
+    later looks."""
+    if r_b == 0:
+        return voi
+    n_b = voi.n_b + r_b
+    dof = r_b - (1 if voi.n_b == 0 else 0)
+    out = _Voi(voi.s, voi.nu + dof, n_b, voi.m, voi.alpha,
+               var_b=inference.baseline_var(voi.s**2, n_b, ref_n, offset_sd, use_ref),
+               nu_local=None if voi.nu_local is None else voi.nu_local + dof)
+    return out
+
+
+def _best_with_baseline(voi: _Voi, arms, chains: int, base_cap: int, ref_n, offset_sd, use_ref):
+    """(value, candidate allocation, baseline runs) of the best plan when up to base_cap of the
+    chains may go to the baseline: its runs tighten every candidate's comparison at once."""
+    best = (-1.0, [0] * len(arms), 0)
+    for r_b in range(0, min(base_cap, chains) + 1):
+        sub = _with_baseline_runs(voi, r_b, ref_n, offset_sd, use_ref)
+        v, alloc = sub.best(arms, chains - r_b) if chains - r_b > 0 else (sub.value_now(arms), [0] * len(arms))
+        if v > best[0] + 1e-12:
+            best = (v, alloc, r_b)
+    return best
+
+
+def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
+              baseline_known: bool = False) -> Optional[tuple[str, str, bool]]:
     """(variant, why, full) of the next chain by value of information, or None (fall back to the
     tiers): the allocation of the chains that fit with the most verdicts expected to settle by the
     end; from it, a new idea's first run if it tries any (queue order), else the repeat whose runs
@@ -388,11 +436,27 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat) -> 
         if q.variant in n_queued and q.variant not in seen:
             seen.add(q.variant)
             arms.append(_Arm(q.variant, 0, 0.0, min(chains, n_queued[q.variant] + extra)))
-    if not any(a.cap for a in arms):
+    rule = b.get("se_mean") is not None and "nu_local" in nz  # compare's verdict rule (issue 16)
+    # the baseline's runs count when compare combines local runs with the published mean
+    base_queued = sum(1 for q in queued if q.variant == baseline)
+    base_cap = (base_queued + (extra if baseline_known else 0)) if rule and baseline else 0
+    if not any(a.cap for a in arms) and not base_cap:
         return None
-    voi = _Voi(float(nz["s"]), int(nz["nu"]), int(b["n"]), int(bf.get("m") or 0), float(bf.get("alpha") or inference.ALPHA))
+    voi = _Voi(float(nz["s"]), int(nz["nu"]), int(b.get("n_local", 0)) if rule else int(b["n"]),
+               int(bf.get("m") or 0), float(bf.get("alpha") or inference.ALPHA),
+               var_b=float(b["se_mean"]) ** 2 if rule else None, nu_local=int(nz["nu_local"]) if rule else None)
+    ref = b.get("reference") or {}
+    use_ref = b.get("source") in ("reference", "runs+reference")
     now = voi.value_now(arms)
-    best, alloc = voi.best(arms, chains)
+    best, alloc, r_b = _best_with_baseline(voi, arms, chains, base_cap, ref.get("n"),
+                                           float(ref.get("offset_sd") or 0.0), use_ref)
+    if r_b:
+        plan_txt = ", ".join([f"{baseline} x{r_b}"] + [f"{a.name} x{r}" for a, r in zip(arms, alloc) if r])
+        if best - now < VOI_MIN_GAIN:
+            return None
+        return baseline, (f"{chains} chain(s) fit; best plan {plan_txt}: {best:.2f} verdicts expected to settle "
+                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True
+    voi = _with_baseline_runs(voi, 0, None, 0.0, False)
     k = sum(1 for a, r in zip(arms, alloc) if a.n == 0 and r > 0)
     m, nu = voi.m + k, voi.nu + chains - k
     # A futility stop forfeits the run's score (and drops the variant, not a verdict); it pays only

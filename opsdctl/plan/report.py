@@ -1,35 +1,108 @@
-"""The compare report as the user sees it: the configured baseline, and the time the budget has left.
+"""The compare report as the user sees it: the configured baseline, the family, and the time the
+budget has left.
 
-The statistics themselves (opsdctl.stats) know nothing of budgets; this puts the two together for
-`opsdctl compare` and the demo.
+The statistics themselves (opsdctl.stats) know nothing of budgets or of the store; this puts the
+pieces together for `opsdctl compare` and the demo: every scored run of the store (the noise
+pools them all, whatever is shown), the family the verdicts correct for, and the time left.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import datetime as dt
+from typing import Optional, Sequence, Union
 
+from opsdctl.errors import UserError
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.stats.compare import build_report
 from opsdctl.stats.scores import candidate_runs
 from opsdctl.stats.training import training_rows
-from opsdctl.store.engine import Store, variants_named
+from opsdctl.store.engine import Store, find_variant, variants_named
+
+FAMILY_HELP = '"all", "since:2025-06-01T00:00" or a comma list of variant names'
+
+
+def parse_family(text: Union[str, Sequence[str], None], where: str = "--family") -> Union[str, list[str]]:
+    """"all" | "since:ISO" | [names]: the family spec of `--family` or `[compare] family`."""
+    if text is None:
+        return "all"
+    if not isinstance(text, str):
+        return [str(x) for x in text]
+    t = text.strip()
+    if t == "all":
+        return t
+    if t.startswith("since:"):
+        _since(t, where)
+        return t
+    names = [x.strip() for x in t.split(",") if x.strip()]
+    if not names:
+        raise UserError(f"{where} {text!r}: give {FAMILY_HELP}")
+    return names
+
+
+def _since(spec: str, where: str) -> dt.datetime:
+    raw = spec[len("since:"):].strip()
+    try:
+        when = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"{where} {spec!r}: {raw!r} is not an ISO time such as 2025-06-01T09:00") from None
+    return when if when.tzinfo is not None else when.astimezone()
+
+
+def family_labels(store: Store, spec: Union[str, list[str]], where: str = "--family") -> Optional[list[str]]:
+    """The variant labels of a family spec; None for "all" (every candidate with a run)."""
+    from sqlalchemy import func, select
+
+    from opsdctl.store.models import Chain, Variant
+
+    if spec == "all":
+        return None
+    with store.read() as s:
+        if isinstance(spec, str):  # since:
+            when = _since(spec, where).astimezone(dt.timezone.utc)
+            first = (select(Variant.name, Variant.version)
+                     .join(Chain, Chain.variant_id == Variant.id)
+                     .group_by(Variant.id, Variant.name, Variant.version)
+                     .having(func.min(Chain.queued_at) >= when))
+            from opsdctl.store.models import variant_label
+
+            return [variant_label(n, v) for n, v in s.execute(first)]
+        out = []
+        for ref in spec:
+            try:
+                out.append(find_variant(s, ref).label)
+            except UserError as exc:
+                raise UserError(f"{where}: {exc}") from None
+        return out
 
 
 def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
-                chain_minutes: Optional[float] = None, pool_code: bool = False) -> dict:
-    """The `opsdctl compare` report for the configured baseline and the time left. Candidates are
-    (variant, code tree) unless `pool_code` (opsdctl.stats.candidates)."""
+                chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> dict:
+    """The `opsdctl compare` report for the configured baseline, family and the time left.
+    Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates).
+
+    Every scored run of the store goes in (the noise pools them all, whatever is shown; the family
+    counts every candidate tried). An explicit `baseline` (`--baseline NAME`) must name a variant
+    in the store: a typo would otherwise silently compare against the published reference."""
     base = baseline or cfg.baseline_variant
-    if base and "@" not in base:  # a bare name means its latest version, as everywhere else
-        with store.read() as s:
+    with store.read() as s:
+        if baseline is not None:
+            try:
+                find_variant(s, baseline)
+            except UserError as exc:
+                raise UserError(f"--baseline {baseline}: {exc}; leave it out to use [baseline] variant "
+                                f"({cfg.baseline_variant or 'unset'})") from None
+        if base and "@" not in base:  # a bare name means its latest version, as everywhere else
             versions = variants_named(s, base)
             base = versions[-1].label if versions else base
-    refs = list(variant_refs or [])
-    runs, notes = candidate_runs(store, [*refs, base] if refs and base and base not in refs else refs or None,
-                                 pool_code=pool_code, baseline=base)
+        refs = list(variant_refs or [])
+        shown_labels = [find_variant(s, r).label for r in refs]
+    spec = parse_family(family, "--family") if family is not None else parse_family(
+        cfg.section("compare").get("family", "all"), f"{cfg.where}: [compare] family")
+    fam = family_labels(store, spec, "--family" if family is not None else f"{cfg.where}: [compare] family")
+    runs, notes = candidate_runs(store, None, pool_code=pool_code, baseline=base)
     shown = None
     if refs:
-        shown = [base] + [r.key for r in runs if r.variant in refs or r.variant.split("@")[0] in refs]
+        shown = [base] + [k for k in dict.fromkeys(r.key for r in runs if r.variant in shown_labels) if k != base]
     budget = budget_now(cfg.budget, clock_start(store) if cfg.budget.kind == "hours" else None)
     usable = budget.usable_seconds
     report = build_report(
@@ -37,6 +110,7 @@ def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseli
         baseline=base,
         reference=cfg.reference,
         variants=shown,
+        family=fam,
         chain_minutes=chain_minutes,
         minutes_left=None if usable is None else max(0.0, usable / 60.0),
     )

@@ -1,36 +1,49 @@
-"""The comparison report: candidates ranked against the baseline and the noise floor (issue 3).
+"""The comparison report: candidates ranked against the baseline and the noise floor (issues 3, 16).
 
 `build_report` turns plain run records into the `opsdctl compare --json` dict (no store
-access); `render_compare` prints it with rich. The maths live in opsdctl.stats.inference.
+access); `render_compare` prints it with rich. The maths live in opsdctl.stats.inference and
+opsdctl.stats.sequential.
 
-Rules (issue 3):
+Rules:
 - Full vs partial: a run is partial when the evaluator said so, or k < full_k, or
   n_problems < full_n (full_k / full_n default to the largest k / n among runs not flagged
-  partial). Partial runs are never pooled: they are listed apart (`"partial": true`), with
-  their mean and eval-sampling SE only (no delta, P(beat) or verdict: other problems/samples).
-- Baseline: the full store runs of `baseline` when it has any; otherwise the reference
-  (mean, n) stands in.
-- Noise: pooled s^2 over the baseline's and every shown candidate's full runs, with the
-  reference as prior (s0 = sd, nu0 = n - 1) unless `prior = false` or there is no reference.
-  When nu == 0 there is no t: `noise.note` and each variant's `note` say
-  "not enough runs to estimate noise"; se, CI and p_beat are null and the verdict `undecided`.
-- Verdicts: Bonferroni over the m candidates that have full runs.
-- Runs needed: `runs_needed` extra candidate runs (null for delta <= 0, a settled verdict,
-  or unknown noise). When candidate runs alone can never settle it, `runs_needed` is null,
-  `needs_baseline_runs` is true, and `runs_needed_both_arms` says how many runs to add to
-  each arm. With chain_minutes (and minutes_left) given: `minutes_needed` (and `fits`).
+  partial). Partial runs are never pooled and never give a verdict: they are listed apart
+  ("partial: screening only") with their mean and their own, wider SE
+  sqrt((tau^2 + mean V_r) / n) (training noise plus their eval-sampling noise).
+- Noise: one s^2 pooled over the full runs of every variant in `runs` (whatever is shown),
+  with the reference's sd as prior (s0 = sd, nu0 = n - 1) unless `prior = false`, and only while
+  the local scatter does not reject it (inference.prior_check: one-sided chi-square at 0.10).
+- Baseline: the published mean is one more measurement of the user's baseline, with a setup
+  offset of sd `offset_sd` (default 1.0 point). Without local baseline runs it stands in with
+  variance s^2/n_ref + offset_sd^2; with local runs it is tested against them
+  (inference.reference_check) and, unless significantly different, combined with them by
+  precision; when it differs, only the local runs count.
+- Family: verdicts are Bonferroni-corrected over the m candidates of the family: every
+  candidate with a run in `runs` (or those of the `family` variants given, plus the candidates
+  shown). A candidate is a run's key (knobs x code tree, opsdctl.stats.candidates): a variant
+  with another's knobs on the same code is that candidate, not one more.
+- Looks: compare may be re-run after every run, so each verdict uses the nominal level of its
+  look j = candidate runs + local baseline runs (opsdctl.stats.sequential: alpha spent over the
+  looks), and no verdict is given before the local runs have MIN_LOCAL_DOF dof.
+- Runs needed: extra candidate runs that would settle the verdict (`better` for delta > 0:
+  `runs_needed`; `worse` for delta < 0: `runs_needed_worse`) if delta and s hold; when
+  candidate runs alone never do, `needs_baseline_runs` and `runs_needed_both_arms`.
 
 JSON (points; variances in points^2):
-  baseline: name, source ("runs" | "reference" | null), n, mean, sd, se_mean, mean_ci_low/high,
-            runs, chain_ids, reference
-  noise:    s, nu, tau2, v_eval, s0, nu0, eval_dominates, runs_with_counts, runs_without_counts,
-            note ("not enough runs to estimate noise" | null), v_eval_note, advice
-  bonferroni: m, alpha, better_at, worse_at;  design: [{effect, power, runs_per_arm, chains,
-            minutes, fits}];  budget: chain_minutes, minutes_left;  full_k, full_n, notes
-  variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (of delta), p_beat, verdict,
-            runs_needed, needs_baseline_runs, runs_needed_both_arms, minutes_needed, fits, partial,
-            se_mean, mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k,
-            n_problems, runs, chain_ids, note   (partial entries: se_eval instead of the tests)
+  baseline: name, source ("runs" | "runs+reference" | "reference" | null), n (local runs, or
+            the reference's n), n_local, mean, sd, se_mean, mean_ci_low/high, runs, chain_ids,
+            reference, offset_sd, reference_check {diff, se, ci_low, ci_high, p, significant},
+            local_runs_would_buy [{runs, se_mean}]
+  noise:    s, nu, nu_local, s_local, tau2, v_eval, s0, nu0 (as used), prior_check {chi2, p,
+            level, kept, checked}, eval_dominates, runs_with_counts, runs_without_counts, note, advice
+  bonferroni: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
+            growth, c};  design: [{effect, power, runs_per_arm, chains, minutes, fits}];
+  budget: chain_minutes, minutes_left;  full_k, full_n, notes
+  variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
+            verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
+            needs_baseline_runs, runs_needed_both_arms, minutes_needed, fits, partial, se_mean,
+            mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k, n_problems,
+            runs, chain_ids, note   (partial entries: se, se_eval, label; no tests)
 Every value in the report is a plain JSON type; no NaN (null instead).
 """
 
@@ -38,10 +51,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Optional, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import inference
+from opsdctl.stats import inference, sequential
+
+PARTIAL_LABEL = "partial: screening only"
 
 
 @dataclass(frozen=True)
@@ -100,17 +115,24 @@ def is_partial(run: RunRecord, full_k: int | None, full_n: int | None) -> bool:
     )
 
 
-def _v(run: RunRecord) -> float | None:
-    """Eval-sampling variance V_r of a run, None without counts (or with k < 2)."""
-    if run.counts is None or run.k < 2:
-        return None
-    return inference.eval_variance(run.counts, run.k)
+def _eval_vars(runs: Sequence[RunRecord]) -> dict[int, float]:
+    """Eval-sampling variance V_r of every run with counts (k >= 2), by position in `runs`:
+    inference.eval_variance, vectorised over the runs that share (k, n) (a store may hold
+    thousands)."""
+    import numpy as np
 
-
-def _mean_v(runs: list[RunRecord]) -> float | None:
-    """Mean eval-sampling variance V_r over the runs that have per-problem counts."""
-    vv = [x for x in (_v(r) for r in runs) if x is not None]
-    return sum(vv) / len(vv) if vv else None
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, r in enumerate(runs):
+        if r.counts is not None and r.k >= 2 and r.n_problems:
+            groups.setdefault((r.k, r.n_problems), []).append(i)
+    out: dict[int, float] = {}
+    for (k, n), idx in groups.items():
+        c = np.array([runs[i].counts for i in idx], dtype=np.float64)
+        if np.any(c < 0) or np.any(c > k):
+            raise ValueError(f"counts must lie in [0, k={k}]")
+        v = 1e4 / n**2 * np.sum(c * (k - c), axis=1) / (k**2 * (k - 1))
+        out.update(zip(idx, v.tolist()))
+    return out
 
 
 def _entry_head(name: str, runs: list[RunRecord]) -> dict:
@@ -125,29 +147,39 @@ def _entry_runs(runs: list[RunRecord]) -> dict:
     return {"runs": [_f(r.score) for r in runs], "chain_ids": [r.chain_id for r in runs]}
 
 
-def _fractions(runs: Iterable[RunRecord]) -> list[dict[str, float]]:
-    """Per-run {problem id: c_i / k}; positions stand in for missing ids."""
-    out = []
-    for r in runs:
-        if r.counts is None:
-            continue
-        ids = r.problem_ids if r.problem_ids is not None else tuple(f"#{i}" for i in range(len(r.counts)))
-        out.append({pid: c / r.k for pid, c in zip(ids, r.counts)})
-    return out
+def _fraction_rows(runs: Iterable[RunRecord]) -> tuple[tuple[str, ...] | None, list]:
+    """(problem ids, rows of c_i / k) of the counted runs; ids None when they differ between runs
+    (then rows are dicts {id: fraction}). Positions stand in for missing ids."""
+    counted = [r for r in runs if r.counts is not None]
+    if not counted:
+        return None, []
+    ids = [r.problem_ids if r.problem_ids is not None else tuple(f"#{i}" for i in range(len(r.counts)))
+           for r in counted]
+    if all(x == ids[0] for x in ids):
+        import numpy as np
+
+        k = np.array([r.k for r in counted], dtype=np.float64)[:, None]
+        return ids[0], np.array([r.counts for r in counted], dtype=np.float64) / k
+    return None, [dict(zip(pid, (c / r.k for c in r.counts))) for pid, r in zip(ids, counted)]
 
 
 def _paired(cand: list[RunRecord], base: list[RunRecord]) -> inference.PairedSE | None:
     """Paired by-problem SE on the problems every counted run of both arms has."""
-    fv, fb = _fractions(cand), _fractions(base)
-    if not fv or not fb:
+    iv, fv = _fraction_rows(cand)
+    ib, fb = _fraction_rows(base)
+    if len(fv) == 0 or len(fb) == 0:
         return None
-    common = set(fv[0])
-    for d in fv[1:] + fb:
+    if iv is not None and iv == ib:
+        return inference.paired_problem_se(fv, fb) if len(iv) >= 2 else None
+    dv = fv if iv is None else [dict(zip(iv, row.tolist())) for row in fv]
+    db = fb if ib is None else [dict(zip(ib, row.tolist())) for row in fb]
+    common = set(dv[0])
+    for d in dv[1:] + db:
         common &= set(d)
-    ids = [pid for pid in fv[0] if pid in common]  # keep the evaluator's order
-    if len(ids) < 2:
+    order = [pid for pid in dv[0] if pid in common]  # keep the evaluator's order
+    if len(order) < 2:
         return None
-    return inference.paired_problem_se([[d[p] for p in ids] for d in fv], [[d[p] for p in ids] for d in fb])
+    return inference.paired_problem_se([[d[p] for p in order] for d in dv], [[d[p] for p in order] for d in db])
 
 
 def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: float | None):
@@ -164,6 +196,7 @@ def build_report(
     baseline: str | None,
     reference: Reference | None,
     variants: list[str] | None = None,
+    family: Sequence[str] | None = None,
     full_k: int | None = None,
     full_n: int | None = None,
     chain_minutes: float | None = None,
@@ -171,12 +204,13 @@ def build_report(
 ) -> dict:
     """The whole comparison as a JSON-ready dict (see the module docstring for the rules).
 
-    Shape: {"baseline": {...}, "noise": {"s", "nu", "tau2", "v_eval", ...},
-    "bonferroni": {...}, "design": [...], "budget": {...}, "notes": [...],
-    "variants": [full candidates sorted by P(beat), then partial entries]}.
+    `variants`: the ones to show (default: every one with runs); the noise always pools every
+    variant in `runs`. `family`: the candidates the verdicts correct for (default: every
+    candidate in `runs`); the shown ones always count.
     """
     for r in runs:
         _check(r)
+    alpha = inference.ALPHA
     flagged_full = [r for r in runs if not r.partial]
     if full_k is None:
         full_k = max((r.k for r in flagged_full), default=None)
@@ -189,31 +223,31 @@ def build_report(
             part.setdefault((r.key, r.k, r.n_problems), []).append(r)
         else:
             full.setdefault(r.key, []).append(r)
+    vr_all = _eval_vars(runs)
+    v_of = {id(r): vr_all[i] for i, r in enumerate(runs) if i in vr_all}
 
     names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
     candidates = [v for v in names if v != baseline]
     notes: list[str] = []
+    offset_sd = float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)) if reference else 0.0
 
-    # -- the baseline: store runs when any, else the reference
+    # -- pooled noise over every variant's full runs, the prior only while the local scatter allows it
     base_runs = full.get(baseline, []) if baseline is not None else []
-    if base_runs:
-        b_source, b_scores = "runs", [r.score for r in base_runs]
-        b_mean, b_n, b_sd = sum(b_scores) / len(b_scores), len(b_scores), _sd(b_scores)
-    elif reference is not None:
-        b_source, b_scores = "reference", []
-        b_mean, b_n, b_sd = float(reference.mean), int(reference.n), float(reference.sd)
-    else:
-        b_source, b_scores, b_mean, b_n, b_sd = None, [], None, 0, None
-        notes.append("no baseline: no full runs of the baseline variant and no reference; deltas cannot be computed")
-
-    # -- pooled noise over the baseline and every shown candidate with full runs
+    ss_local, nu_local = inference.within_ss([[r.score for r in rs] for rs in full.values()])
     s0, nu0 = (None, 0) if reference is None else inference.prior_from_reference(reference.sd, reference.n, reference.prior)
-    shown = [v for v in candidates if full.get(v)]
-    pooled_runs = base_runs + [r for v in shown for r in full[v]]
-    groups = [b_scores] + [[r.score for r in full[v]] for v in shown]
-    s2, nu = inference.pooled_variance(groups, s0, nu0)
+    check = inference.prior_check(ss_local, nu_local, s0, nu0)
+    nu0_used = nu0 if check.kept else 0
+    nu = nu0_used + nu_local
+    s2 = ((nu0_used * s0**2 if nu0_used else 0.0) + ss_local) / nu if nu > 0 else None
     s = math.sqrt(s2) if s2 is not None else None
-    v_runs = [v for v in (_v(r) for r in pooled_runs) if v is not None]
+    if s0 is not None and not check.kept:
+        notes.append(
+            f"prior dropped: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than the "
+            f"published sd {s0:.2f} allows (chi2 = {check.chi2:.1f}, p = {check.p:.3f} < "
+            f"{inference.PRIOR_CHECK_LEVEL:g}); the noise is the local runs' alone")
+
+    pooled_runs = [r for rs in full.values() for r in rs]
+    v_runs = [v_of[id(r)] for r in pooled_runs if id(r) in v_of]
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
     noise_note = inference.NOT_ENOUGH_RUNS if s is None else None
@@ -226,10 +260,15 @@ def build_report(
     noise = {
         "s": _f(s),
         "nu": nu,
+        "nu_local": nu_local,
+        "s_local": _f(check.s_local),
         "tau2": _f(split.tau2),
         "v_eval": _f(split.v_eval),
         "s0": _f(s0),
-        "nu0": nu0,
+        "nu0": nu0_used,
+        "prior_check": None if s0 is None else {
+            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_CHECK_LEVEL, "kept": check.kept,
+            "checked": check.p is not None},
         "eval_dominates": split.eval_dominates,
         "runs_with_counts": len(v_runs),
         "runs_without_counts": n_no_counts,
@@ -239,18 +278,90 @@ def build_report(
         "advice": advice,
     }
 
-    # -- candidates with full runs
+    # -- the baseline: local runs, the published mean with its setup offset, or both
+    b_scores = [r.score for r in base_runs]
+    n_local = len(b_scores)
+    local_mean = sum(b_scores) / n_local if n_local else None
+    ref_check = None
+    if reference is not None and n_local and s is not None and nu > 0:
+        ref_check = inference.reference_check(local_mean, n_local, float(reference.mean), int(reference.n), s, nu)
+    use_ref = reference is not None and (n_local == 0 or (ref_check is not None and not ref_check.significant))
+    if reference is not None and n_local and s is None:
+        use_ref = False  # nothing to weigh the two with: the local runs alone
+    if n_local and use_ref:
+        b_source = "runs+reference"
+    elif n_local:
+        b_source = "runs"
+    elif reference is not None:
+        b_source = "reference"
+    else:
+        b_source = None
+        notes.append("no baseline: no full runs of the baseline variant and no reference; deltas cannot be computed")
+    ref_n = int(reference.n) if reference is not None else None
+    if b_source is None:
+        b_mean, b_var = None, None
+    elif s is None:
+        b_mean = local_mean if n_local else float(reference.mean)
+        b_var = None
+    else:
+        b_mean = inference.baseline_mean(local_mean, n_local, s2, None if reference is None else float(reference.mean),
+                                         ref_n, offset_sd, use_ref)
+        b_var = inference.baseline_var(s2, n_local, ref_n, offset_sd, use_ref)
+    if ref_check is not None:
+        rc = ref_check
+        if rc.significant:
+            notes.append(
+                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
+                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
+                f"{rc.ci_high:+.2f}], p = {rc.p:.3f} < {inference.OFFSET_TEST_LEVEL:g}: your setup differs, "
+                "so the published mean is no longer used")
+        else:
+            notes.append(
+                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
+                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
+                f"{rc.ci_high:+.2f}], p = {rc.p:.2f}: combined with the local runs by precision "
+                f"(setup offset sd {offset_sd:g})")
+    would_buy = []
+    if b_source == "reference" and s2 is not None:
+        for extra in (1, 2):
+            vb = inference.baseline_var(s2, extra, ref_n, offset_sd, True)
+            would_buy.append({"runs": extra, "se_mean": _f(math.sqrt(vb))})
+        notes.append(
+            f"against the published reference with a setup-offset sd of {offset_sd:g} point"
+            f"{'s' if offset_sd != 1 else ''}: SE of the baseline mean {math.sqrt(b_var):.2f}; 1 local baseline "
+            f"run would make it {would_buy[0]['se_mean']:.2f}, 2 runs {would_buy[1]['se_mean']:.2f} "
+            "(`opsdctl queue baseline --repeats 2`)")
+
+    # -- the family: every candidate tried (or the declared family), the shown ones included. A
+    # candidate is a run's key (opsdctl.stats.candidates: knobs x code tree), so variants with
+    # another's knobs on the same code are that candidate, and the baseline's knobs are the baseline.
+    tried = list(dict.fromkeys(r.key for r in runs))
+    if family is None:
+        fam = tried
+    else:
+        named = set(family)
+        fam = [k for k in tried if k in named or any(r.variant in named for r in runs if r.key == k)]
+    fam += [v for v in candidates if (full.get(v) or any(k[0] == v for k in part)) and v not in fam]
+    fam = [k for k in fam if k != baseline]
     has_base = b_mean is not None
-    m = len(shown) if has_base else 0
+    m = len(fam) if has_base else 0
+    flat_level = inference.look_level(sequential.J_MIN, m, inference.MIN_LOCAL_DOF, alpha) if m else 0.0
+
+    # -- candidates with full runs
+    shown = [v for v in candidates if full.get(v)]
     entries = []
     for v in shown:
         vr = full[v]
         ys = [r.score for r in vr]
         n_v, mean_v = len(ys), sum(ys) / len(ys)
         se_m, lo_m, hi_m = inference.mean_interval(mean_v, n_v, s, nu)
-        mean_vr = _mean_v(vr)
+        vv = [v_of[id(r)] for r in vr if id(r) in v_of]
         e = {
             **_entry_head(v, vr),
+            "look": n_v + n_local,
+            "better_at": None,
+            "worse_at": None,
+            "runs_needed_worse": None,
             "needs_baseline_runs": False,
             "runs_needed_both_arms": None,
             "minutes_needed": None,
@@ -262,24 +373,38 @@ def build_report(
             "paired_delta": None,
             "paired_se": None,
             "paired_problems": None,
-            "v_eval": _f(mean_vr),
+            "v_eval": _f(sum(vv) / len(vv)) if vv else None,
             "k": vr[0].k,
             "n_problems": vr[0].n_problems,
             **_entry_runs(vr),
             "note": noise_note,
         }
         if has_base:
-            d = inference.compare_means(mean_v, n_v, b_mean, b_n, s, nu)
-            e.update(delta=_f(d.delta), se=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat))
-            e["verdict"] = inference.verdict(d.p_beat, m)
-            rn = inference.runs_needed(d.delta, s, n_v, b_n, nu, m, reference=b_source == "reference")
-            e.update(
-                runs_needed=rn.extra,
-                needs_baseline_runs=rn.needs_baseline_runs,
-                runs_needed_both_arms=rn.extra_both_arms,
-            )
-            chains = rn.extra if rn.extra is not None else (2 * rn.extra_both_arms if rn.extra_both_arms else None)
-            e["minutes_needed"], e["fits"] = _minutes(chains, chain_minutes, minutes_left)
+            delta = mean_v - b_mean
+            e["delta"] = _f(delta)
+            if b_var is not None and s is not None:
+                se = math.sqrt(s2 / n_v + b_var)
+                half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * se
+                p = (1.0 if delta > 0 else 0.0 if delta < 0 else 0.5) if se == 0.0 else inference.t_cdf(delta / se, nu)
+                level = inference.look_level(n_v + n_local, m, nu_local, alpha)
+                e.update(se=_f(se), ci_low=_f(delta - half), ci_high=_f(delta + half), p_beat=_f(p),
+                         better_at=_f(1.0 - level) if level else None, worse_at=_f(level) if level else None)
+                e["verdict"] = inference.rule_verdict(delta, se, nu, level)
+                if not level:
+                    e["note"] = (f"no verdict yet: needs {inference.MIN_LOCAL_DOF} repeat dof in the store "
+                                 f"(now {nu_local}) to check the prior" if nu_local < inference.MIN_LOCAL_DOF else
+                                 f"no verdict yet: needs {sequential.J_MIN} local runs in the comparison "
+                                 f"(now {n_v + n_local})")
+                if e["verdict"] == inference.UNDECIDED:
+                    arms = inference.Arms(s, n_v, n_local, nu, nu_local, m, ref_n if use_ref else None, offset_sd,
+                                          use_ref, alpha)
+                    rn = inference.rule_runs_needed(delta, arms)
+                    e["runs_needed" if delta > 0 else "runs_needed_worse"] = rn.extra
+                    e.update(needs_baseline_runs=rn.needs_baseline_runs, runs_needed_both_arms=rn.both_arms)
+                    chains = rn.extra if rn.extra is not None else (2 * rn.both_arms if rn.both_arms else None)
+                    e["minutes_needed"], e["fits"] = _minutes(chains, chain_minutes, minutes_left)
+            else:
+                e["verdict"] = inference.UNDECIDED
             ps = _paired(vr, base_runs) if base_runs else None
             if ps is not None:
                 e.update(paired_delta=_f(ps.delta), paired_se=_f(ps.se), paired_problems=ps.n_problems)
@@ -291,53 +416,67 @@ def build_report(
 
     entries.sort(key=rank)
 
-    # -- requested candidates without any run, then partial evaluations apart
+    # -- requested candidates without any run, then partial evaluations apart (no verdict ever)
     for v in candidates:
         if not full.get(v) and not any(key[0] == v for key in part):
             entries.append({"name": v, "n": 0, "partial": False, "verdict": None, "note": "no runs"})
+    tau2 = split.tau2 if split.tau2 is not None else s2  # without a split, training noise at most s^2
     for (v, k, n_p), pr in part.items():
         if variants and v not in names and v != baseline:
             continue
-        mean_vr = _mean_v(pr)
+        vv = [v_of[id(r)] for r in pr if id(r) in v_of]
+        mean_vr = sum(vv) / len(vv) if vv else None
         se_eval = math.sqrt(mean_vr / len(pr)) if mean_vr is not None else None
+        se = math.sqrt((tau2 + mean_vr) / len(pr)) if tau2 is not None and mean_vr is not None else None
         entries.append(
             {
                 **_entry_head(v, pr),
                 "partial": True,
+                "label": PARTIAL_LABEL,
+                "se": _f(se),
                 "k": k,
                 "n_problems": n_p,
                 "se_eval": _f(se_eval),
                 **_entry_runs(pr),
-                "note": f"partial evaluation ({n_p} problems x {k} samples): not pooled, not comparable",
+                "note": f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict",
             }
         )
 
     # -- baseline entry
-    b_se, b_lo, b_hi = inference.mean_interval(b_mean, b_n, s, nu) if has_base else (None, None, None)
+    b_se = math.sqrt(b_var) if b_var is not None else None
+    b_half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * b_se if b_se is not None and nu > 0 else None
     base = {
         "name": baseline,
         "source": b_source,
-        "n": b_n,
+        "n": n_local if n_local else (ref_n if b_source == "reference" else 0),
+        "n_local": n_local,
         "mean": _f(b_mean),
-        "sd": _f(b_sd),
+        "sd": _f(_sd(b_scores) if n_local else (reference.sd if b_source == "reference" else None)),
         "se_mean": _f(b_se),
-        "mean_ci_low": _f(b_lo),
-        "mean_ci_high": _f(b_hi),
+        "mean_ci_low": _f(None if b_half is None else b_mean - b_half),
+        "mean_ci_high": _f(None if b_half is None else b_mean + b_half),
         "runs": [_f(y) for y in b_scores],
         "chain_ids": [r.chain_id for r in base_runs],
-        "reference": None
-        if reference is None
-        else {"mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior},
+        "reference": None if reference is None else {
+            "mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior,
+            "offset_sd": _f(offset_sd)},
+        "offset_sd": _f(offset_sd) if use_ref else None,
+        "reference_check": None if ref_check is None else {
+            "diff": _f(ref_check.diff), "se": _f(ref_check.se), "ci_low": _f(ref_check.ci_low),
+            "ci_high": _f(ref_check.ci_high), "p": _f(ref_check.p), "significant": ref_check.significant},
+        "local_runs_would_buy": would_buy,
     }
 
-    # -- design figure: runs per arm to detect 2 and 3 points with 80% power
+    # -- design figure: runs per arm for a new candidate (and the baseline topped up) to detect 2 and 3
+    # points with 80% power at the verdict's level (its look, the family with it)
     design = []
     for eff in inference.DESIGN_EFFECTS:
-        n_arm = inference.design_runs_per_arm(eff, s, nu0, max(m, 1))
-        # a new candidate needs n_arm chains; the baseline arm needs what it lacks (all n_arm of
-        # them against the reference: its first local run replaces the reference's n)
-        lacks = None if n_arm is None else (n_arm if b_source != "runs" else max(0, n_arm - b_n))
-        chains = None if n_arm is None else n_arm + lacks
+        n_arm = None
+        if s is not None and has_base:
+            arms = inference.Arms(s, 0, n_local, nu, nu_local, m + 1, ref_n if use_ref else None, offset_sd, use_ref,
+                                  alpha)
+            n_arm = inference.rule_design(eff, arms)
+        chains = None if n_arm is None else n_arm + max(0, n_arm - n_local)
         mins, fits = _minutes(chains, chain_minutes, minutes_left)
         design.append({"effect": eff, "power": inference.DESIGN_POWER, "runs_per_arm": n_arm, "chains": chains,
                        "minutes": mins, "fits": fits})
@@ -347,9 +486,13 @@ def build_report(
         "noise": noise,
         "bonferroni": {
             "m": m,
-            "alpha": inference.ALPHA,
-            "better_at": _f(inference.bonferroni_level(m)) if m else None,
-            "worse_at": _f(inference.ALPHA / m) if m else None,
+            "alpha": alpha,
+            "family": sorted(fam),
+            "better_at": _f(1.0 - flat_level) if flat_level else None,
+            "worse_at": _f(flat_level) if flat_level else None,
+            "looks": {"j_min": sequential.J_MIN, "j_flat": sequential.J_FLAT, "growth": sequential.GROWTH,
+                      "c": _f(sequential.boundary_constant(alpha / m)) if m else None,
+                      "min_local_dof": inference.MIN_LOCAL_DOF},
         },
         "design": design,
         "budget": {"chain_minutes": _f(chain_minutes), "minutes_left": _f(minutes_left)},
@@ -380,6 +523,8 @@ def _next_cell(e: dict, with_time: bool = False) -> str:
     """What to run next for one candidate (with its time and fit when asked and known)."""
     if e.get("runs_needed") is not None:
         text = f"+{e['runs_needed']} run" + ("s" if e["runs_needed"] > 1 else "")
+    elif e.get("runs_needed_worse") is not None:
+        text = f"+{e['runs_needed_worse']} run" + ("s" if e["runs_needed_worse"] > 1 else "") + " (worse)"
     elif e.get("needs_baseline_runs"):
         both = e.get("runs_needed_both_arms")
         text = "baseline too" + (f": +{both} each" if both else ": out of reach")
@@ -405,6 +550,10 @@ def render_compare(report: dict, console) -> None:
 
     if b["source"] == "runs":
         title = f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store)"
+    elif b["source"] == "runs+reference":
+        ref = b["reference"]
+        title = (f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store, "
+                 f"combined with the published {ref['mean']:.2f}; setup offset sd {ref['offset_sd']:g})")
     elif b["source"] == "reference":
         title = f"Against the published reference {b['mean']:.2f} (n = {b['n']}; no store runs of the baseline)"
     else:
@@ -443,9 +592,12 @@ def render_compare(report: dict, console) -> None:
 
     bon = report["bonferroni"]
     if bon["m"]:
+        lk = bon["looks"]
         console.print(
-            f"Verdicts: one-sided, Bonferroni over m = {bon['m']} candidate{'s' if bon['m'] != 1 else ''}: "
-            f"better if P(beat) >= {bon['better_at']:.4g}, worse if <= {bon['worse_at']:.4g}."
+            f"Verdicts: one-sided, Bonferroni over the m = {bon['m']} candidate{'s' if bon['m'] != 1 else ''} tried, "
+            f"alpha spent over the looks (valid when compare is re-run after every run): better if P(beat) >= "
+            f"{bon['better_at']:.4g} (worse if <= {bon['worse_at']:.4g}) at {lk['j_min']}-{lk['j_flat']} local runs in "
+            f"the comparison, stricter beyond; none before {lk['j_min']} local runs and {lk['min_local_dof']} repeat dof."
         )
     if nz["s"] is None:
         console.print(
@@ -453,7 +605,15 @@ def render_compare(report: dict, console) -> None:
             "verdicts. Repeat a variant, or give \\[baseline] reference = {mean, sd, n}."
         )
     else:
-        prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']} dof from the reference" if nz["nu0"] else "no prior"
+        pc = nz.get("prior_check") or {}
+        if nz["nu0"]:
+            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']} dof from the reference, " + (
+                f"kept: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}" if pc.get("checked")
+                else "not yet checked: no repeated runs")
+        elif nz.get("s0") is not None:
+            prior = "prior dropped (see the note)"
+        else:
+            prior = "no prior"
         line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']}; {prior})."
         if nz["v_eval"] is not None:
             line += (
@@ -470,7 +630,8 @@ def render_compare(report: dict, console) -> None:
 
     bud = report["budget"]
     for e in full:
-        if e.get("n") and (e.get("runs_needed") is not None or e.get("needs_baseline_runs")):
+        if e.get("n") and (e.get("runs_needed") is not None or e.get("runs_needed_worse") is not None
+                           or e.get("needs_baseline_runs")):
             console.print(f"Next: {escape(e['name'])}: {_next_cell(e, with_time=True)}" + (
                 "" if bud["minutes_left"] is None else f" with {bud['minutes_left']:.0f} min left") + ".")
     parts = []
@@ -483,7 +644,8 @@ def render_compare(report: dict, console) -> None:
                 "" if d["fits"] is None else (", fits" if d["fits"] else ", does not fit")) + ")"
         parts.append(txt)
     if parts:
-        console.print("Design (80% power at the verdict's level): " + "; ".join(parts) + ".")
+        console.print("Design, a new candidate (80% power at the verdict's level, its look and family): "
+                      + "; ".join(parts) + ".")
     if paired:
         console.print(
             "by-problem SE: paired over problems on run-averaged p_i; uncertainty about generalizing "
@@ -493,10 +655,12 @@ def render_compare(report: dict, console) -> None:
         console.print(f"Note: {escape(n)}.")
 
     if part:
-        console.print("Partial evaluations: fewer problems or samples than the full setting; never pooled, not comparable.")
+        console.print(f"Partial evaluations ({PARTIAL_LABEL}): fewer problems or samples than the full setting; "
+                      "never pooled, never a verdict. SE: training noise plus their own eval sampling.")
         pt = Table()
-        for col in ("variant", "problems x k", "runs", "mean", "eval SE"):
-            pt.add_column(col, justify="left" if col == "variant" else "right")
+        for col in ("variant", "problems x k", "runs", "mean", "SE", "eval SE", ""):
+            pt.add_column(col, justify="left" if col in ("variant", "") else "right")
         for e in part:
-            pt.add_row(escape(e["name"]), f"{e['n_problems']} x {e['k']}", str(e["n"]), _pt(e["mean"]), _pt(e.get("se_eval")))
+            pt.add_row(escape(e["name"]), f"{e['n_problems']} x {e['k']}", str(e["n"]), _pt(e["mean"]), _pt(e.get("se")),
+                       _pt(e.get("se_eval")), PARTIAL_LABEL)
         console.print(pt)

@@ -27,6 +27,11 @@ DESIGN_EFFECTS = (2.0, 3.0)  # points the design figure asks about
 MAX_EXTRA_RUNS = 1000  # beyond this many extra runs a candidate "can never get there"
 MAX_DESIGN_RUNS = 1000  # design figure search limit (runs per arm)
 FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
+PRIOR_CHECK_LEVEL = 0.10  # drop the published sd when the local scatter exceeds it at this level
+MIN_LOCAL_DOF = 4  # no verdict before the local runs have this many dof to check the prior with
+OFFSET_TEST_LEVEL = 0.05  # stop using the published mean when the local baseline differs at this level
+DEFAULT_OFFSET_SD = 1.0  # points: how far the user's setup may sit from the published one (1 sd)
+MAX_RULE_RUNS = 100  # runs needed under the verdict rule: searched up to this many
 
 NOT_ENOUGH_RUNS = "not enough runs to estimate noise"
 
@@ -292,6 +297,263 @@ def design_runs_per_arm(
     if s == 0.0:
         return 1 if nu0 > 0 else 2
     return _smallest(lambda n: power(effect, s, n, nu0, m, alpha) >= target, MAX_DESIGN_RUNS)
+
+
+# ---------------------------------------------------------------- the prior must earn its place
+
+
+@dataclass(frozen=True)
+class PriorCheck:
+    """The published sd against the local within-variant scatter.
+
+    chi2 = SS_local / s0^2 has a chi^2_{nu_local} law if the local run-to-run sigma is s0, the
+    very assumption under which the prior is pooled; p = P(chi^2_{nu_local} >= chi2), one-sided
+    (a local scatter below s0 makes the prior conservative, so only "larger" counts).
+    kept: the prior is pooled (p >= level, or nothing to check it with yet: nu_local = 0).
+    """
+
+    s_local: float | None
+    nu_local: int
+    s0: float | None
+    nu0: int
+    chi2: float | None
+    p: float | None
+    kept: bool
+
+
+def prior_check(ss_local: float, nu_local: int, s0: float | None, nu0: int,
+                level: float = PRIOR_CHECK_LEVEL) -> PriorCheck:
+    """Test the prior (s0, nu0) against the local scatter (sum of squares SS over nu_local dof)."""
+    from scipy.special import chdtrc
+
+    s_local = math.sqrt(ss_local / nu_local) if nu_local > 0 else None
+    if s0 is None or nu0 <= 0:
+        return PriorCheck(s_local, nu_local, None, 0, None, None, False)
+    if nu_local <= 0 or s0 <= 0.0:
+        return PriorCheck(s_local, nu_local, float(s0), nu0, None, None, True)
+    chi2 = float(ss_local) / float(s0) ** 2
+    p = float(chdtrc(nu_local, chi2))
+    return PriorCheck(s_local, nu_local, float(s0), nu0, chi2, p, p >= level)
+
+
+def within_ss(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
+    """(sum over groups of sum_r (y_gr - ybar_g)^2, sum_g (n_g - 1)): the local scatter."""
+    ss, nu = 0.0, 0
+    for g in groups:
+        y = np.asarray(g, dtype=np.float64)
+        if y.size >= 2:
+            ss += float(np.sum((y - y.mean()) ** 2))
+            nu += y.size - 1
+    return ss, nu
+
+
+# ---------------------------------------------------------------- the published mean is not the user's setup
+
+
+def baseline_var(s2: float, n_local: int, ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
+    """Variance (points^2) of the baseline mean the verdict uses.
+
+    The published mean is one more measurement of the local baseline, with its own sampling
+    variance s^2 / n_ref and a setup offset of sd offset_sd:  v_ref = s^2 / n_ref + offset_sd^2.
+      no local runs:              v_ref
+      local runs, reference used: 1 / (n_local / s^2 + 1 / v_ref)   (precision-weighted)
+      local runs only:            s^2 / n_local
+    None when there is neither.
+    """
+    v_ref = None if not use_ref or not ref_n else s2 / ref_n + offset_sd**2
+    if n_local <= 0:
+        return v_ref
+    if v_ref is None:
+        return s2 / n_local
+    if s2 == 0.0:
+        return 0.0
+    return 1.0 / (n_local / s2 + 1.0 / v_ref)
+
+
+def baseline_mean(local_mean: float | None, n_local: int, s2: float, ref_mean: float | None,
+                  ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
+    """The baseline mean with the same weights as baseline_var."""
+    v_ref = None if not use_ref or ref_mean is None or not ref_n else s2 / ref_n + offset_sd**2
+    if n_local <= 0 or local_mean is None:
+        return None if v_ref is None else float(ref_mean)
+    if v_ref is None:
+        return float(local_mean)
+    if s2 == 0.0:
+        return float(local_mean)
+    w_l, w_r = n_local / s2, 1.0 / v_ref
+    return float((w_l * local_mean + w_r * ref_mean) / (w_l + w_r))
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """Local baseline runs against the published mean: diff = ybar_local - mean_ref,
+    SE = s sqrt(1/n_local + 1/n_ref) (no offset term: this tests whether there is an offset),
+    a two-sided t test on nu dof; significant at OFFSET_TEST_LEVEL stops using the published mean."""
+
+    diff: float
+    se: float
+    ci_low: float
+    ci_high: float
+    p: float
+    significant: bool
+
+
+def reference_check(local_mean: float, n_local: int, ref_mean: float, ref_n: int, s: float, nu: int,
+                    level: float = OFFSET_TEST_LEVEL, ci: float = CI_LEVEL) -> ReferenceCheck | None:
+    if n_local <= 0 or nu <= 0 or not ref_n:
+        return None
+    diff = float(local_mean - ref_mean)
+    se = float(s) * math.sqrt(1.0 / n_local + 1.0 / ref_n)
+    half = t_ppf(0.5 + ci / 2.0, nu) * se
+    if se == 0.0:
+        p = 1.0 if diff == 0.0 else 0.0
+    else:
+        p = 2.0 * t_cdf(-abs(diff) / se, nu)
+    return ReferenceCheck(diff, se, diff - half, diff + half, p, p < level)
+
+
+# ---------------------------------------------------------------- the verdict rule
+
+
+def look_level(j: int, m: int, local_dof: int, alpha: float = ALPHA) -> float:
+    """One-sided nominal level of a verdict at look j (local runs in the comparison), Bonferroni
+    over the m candidates of the family and alpha spent over the looks (opsdctl.stats.sequential);
+    0 (no verdict) before the local runs have MIN_LOCAL_DOF dof."""
+    from opsdctl.stats.sequential import nominal_level
+
+    if m < 1 or local_dof < MIN_LOCAL_DOF:
+        return 0.0
+    return nominal_level(j, alpha / m)
+
+
+def upper_t(level: float, nu: float) -> float:
+    """t_{1 - level, nu}, computed from the lower tail so that tiny levels stay exact."""
+    return -t_ppf(level, nu)
+
+
+def rule_verdict(delta: float | None, se: float | None, nu: int, level: float) -> str:
+    """`better` if delta / SE >= t_{1-level, nu} (P(beat) >= 1 - level), `worse` if <= -t, else
+    `undecided` (also when there is no test: no SE, level 0)."""
+    if delta is None or se is None or nu <= 0 or level <= 0.0:
+        return UNDECIDED
+    if se == 0.0:
+        return BETTER if delta > 0 else WORSE if delta < 0 else UNDECIDED
+    z, c = delta / se, upper_t(level, nu)
+    return BETTER if z >= c else WORSE if z <= -c else UNDECIDED
+
+
+@dataclass(frozen=True)
+class Arms:
+    """What the verdict of one candidate depends on, for what-if questions (runs needed, design):
+    s and the baseline model held fixed, run counts and dof free."""
+
+    s: float
+    n_v: int
+    n_b: int  # local baseline runs
+    nu: int  # pooled dof (prior included when kept)
+    local_dof: int
+    m: int
+    ref_n: int | None = None  # the published reference's n (None: no reference mean in use)
+    offset_sd: float = DEFAULT_OFFSET_SD
+    use_ref: bool = False  # the published mean is part of the baseline
+    alpha: float = ALPHA
+
+    def with_runs(self, dv: int, db: int) -> "Arms":
+        """dv more candidate runs and db more local baseline runs (each adds one dof, except an
+        arm's first run)."""
+        new_v = dv - (1 if self.n_v == 0 and dv > 0 else 0)
+        new_b = db - (1 if self.n_b == 0 and db > 0 else 0)
+        return Arms(self.s, self.n_v + dv, self.n_b + db, self.nu + new_v + new_b, self.local_dof + new_v + new_b,
+                    self.m, self.ref_n, self.offset_sd, self.use_ref, self.alpha)
+
+    def se(self) -> float | None:
+        vb = baseline_var(self.s**2, self.n_b, self.ref_n, self.offset_sd, self.use_ref)
+        return None if vb is None or self.n_v < 1 else math.sqrt(self.s**2 / self.n_v + vb)
+
+    def settles(self, effect: float) -> bool:
+        """Would an observed |delta| = effect settle the verdict (better, or worse for a loss)?"""
+        se = self.se()
+        lvl = look_level(self.n_v + self.n_b, self.m, self.local_dof, self.alpha)
+        if se is None or lvl <= 0.0 or self.nu <= 0:
+            return False
+        if se == 0.0:
+            return effect != 0
+        return abs(effect) / se >= upper_t(lvl, self.nu)
+
+
+@dataclass(frozen=True)
+class RuleRunsNeeded:
+    """extra: candidate runs that would settle it; both_arms: runs on each arm when candidate runs
+    alone never do (within MAX_RULE_RUNS); None otherwise. needs_baseline_runs: the second case."""
+
+    extra: int | None
+    needs_baseline_runs: bool = False
+    both_arms: int | None = None
+
+
+def rule_runs_needed(delta: float | None, arms: Arms | None, limit: int = MAX_RULE_RUNS) -> RuleRunsNeeded:
+    """Smallest r in 1..limit with arms.with_runs(r, 0).settles(delta): the candidate runs that
+    would settle the verdict (`better` for delta > 0, `worse` for delta < 0) if delta and s hold;
+    else the smallest r with arms.with_runs(r, r).settles(delta). A linear search: the look's
+    level falls beyond J_FLAT runs while a reference-only SE has a floor, so the condition need
+    not be monotone in r. None when delta is 0 or unknown, the verdict is settled already, or
+    nothing within `limit` settles it."""
+    if delta is None or delta == 0.0 or arms is None or arms.s is None:
+        return RuleRunsNeeded(None)
+    if arms.settles(delta):
+        return RuleRunsNeeded(None)
+    for r in range(1, limit + 1):
+        if arms.with_runs(r, 0).settles(delta):
+            return RuleRunsNeeded(r)
+    for r in range(1, limit + 1):
+        if arms.with_runs(r, r).settles(delta):
+            return RuleRunsNeeded(None, True, r)
+    return RuleRunsNeeded(None, True, None)
+
+
+def rule_power(effect: float, arms: Arms, new_dof: int) -> float:
+    """Power of the `better` verdict for a true effect at the state `arms` describes, when the
+    last `new_dof` of its pooled dof come from runs not yet made (the design figure). s holds:
+    s_hat^2 / s^2 = (nu - new_dof + X) / nu with X ~ chi^2_{new_dof}; the SE of delta is
+    sqrt(s_hat^2 / n_v + baseline_var(s_hat^2)); power = E_X[Phi((effect - c SE(X)) / SD)] with
+    c = t_{1 - level, nu} and SD the SE at s (see power())."""
+    from scipy.special import ndtr
+
+    lvl = look_level(arms.n_v + arms.n_b, arms.m, arms.local_dof, arms.alpha)
+    if lvl <= 0.0 or arms.nu <= 0 or arms.n_v < 1:
+        return 0.0
+    s2 = arms.s**2
+    vb0 = baseline_var(s2, arms.n_b, arms.ref_n, arms.offset_sd, arms.use_ref)
+    if vb0 is None:
+        return 0.0
+    sd = math.sqrt(s2 / arms.n_v + vb0)
+    if sd == 0.0:
+        return 1.0 if effect > 0 else 0.0
+    c = upper_t(lvl, arms.nu)
+    nu, k = arms.nu, max(0, min(new_dof, arms.nu))
+
+    def f(x):
+        sx2 = s2 * (nu - k + x) / nu
+        vb = np.array([baseline_var(float(v), arms.n_b, arms.ref_n, arms.offset_sd, arms.use_ref) for v in np.atleast_1d(sx2)])
+        return ndtr((effect - c * np.sqrt(np.atleast_1d(sx2) / arms.n_v + vb)) / sd)
+
+    return chi2_expect(f, k)
+
+
+def rule_design(effect: float, arms: Arms, target: float = DESIGN_POWER, limit: int = MAX_DESIGN_RUNS) -> int | None:
+    """Runs per arm for a new candidate: the smallest n with rule_power >= target when the
+    candidate has n runs and the baseline is topped up to n local runs (it keeps more if it has
+    them); `arms` describes the store now with n_v = 0 and m counting the new candidate. Power
+    rises with n in practice (SE ~ 1/sqrt(n) against a boundary growing as n^0.25), so a
+    doubling-then-bisection search finds n."""
+    if arms.s is None or effect <= 0:
+        return None
+
+    def state(n: int) -> tuple[Arms, int]:
+        a = arms.with_runs(n, max(0, n - arms.n_b))
+        return a, a.nu - arms.nu
+
+    return _smallest(lambda n: rule_power(effect, *state(n)) >= target, limit)
 
 
 # ---------------------------------------------------------------- noise split

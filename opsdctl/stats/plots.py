@@ -100,7 +100,7 @@ def plot_compare(report: dict, path: str | Path, title: str | None = None) -> Pa
     sub = (f"pooled s = {nz['s']:.2f} points per run (nu = {nz['nu']})" if nz.get("s") is not None
            else f"{NOT_ENOUGH_RUNS}: no intervals")
     if m and nz.get("s") is not None:
-        sub += f"; verdicts Bonferroni over {m}"
+        sub += f"; verdicts over the {m} candidate{'s' if m != 1 else ''} tried, valid under repeated looks"
     ax.set_title(title or "Candidates against the baseline", fontsize=11, loc="left", pad=16)
     ax.text(0.0, 1.012, sub, transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="#555555")
     fig.tight_layout()

@@ -5,12 +5,13 @@ compare (issue 3) and the planner read runs through here, so both see the same r
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Optional, Sequence
 
 from opsdctl.recipes import partial
 from opsdctl.stats import candidates
 from opsdctl.stats.compare import RunRecord
-from opsdctl.store.engine import Store, find_variant, scored_runs
+from opsdctl.store.engine import Store, find_variant
 from opsdctl.store.models import variant_label
 
 
@@ -28,8 +29,9 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     several full scores of one checkpoint, only the latest is kept."""
     with store.read() as s:
         ids = {find_variant(s, ref).id for ref in variant_refs} if variant_refs else None
-        rows = scored_runs(s)
+        rows = _scored_rows(s)
         codes = training_identity(s, [chain for chain, _, _ in rows])
+        id_sets = _problem_ids(s, [score for _, _, score in rows])
     runs = [candidates.Run(chain.id, variant.label, _identity(chain, variant, codes, pool_code))
             for chain, variant, _ in rows]
     labels = candidates.assign_labels(runs, prefer=baseline)
@@ -37,7 +39,7 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     for (chain, variant, score), run in zip(rows, runs):
         if ids is not None and variant.id not in ids:
             continue
-        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0])
+        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets)
         if not rec.partial:
             latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
         out.append(rec)
@@ -48,6 +50,62 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
         if (ids is None or variant.id in ids) and variant.kind == "recipe":
             pooled.setdefault(variant.label, set()).add(codes[chain.id])
     return out, candidates.notes(kept_runs, labels, pool_code, pooled)
+
+
+# What compare reads of a scored run, as plain rows: a store of 10,000 chains loads no ORM objects,
+# no recipe JSON per row, and no per-problem JSON (Score.counts holds the counts compactly).
+_Chain = namedtuple("_Chain", "id eval_only trained_by snapshot_id eval_problems eval_k commands_hash")
+_Variant = namedtuple("_Variant", "id name version hash kind label")
+_Score = namedtuple("_Score", "id avg_at_k k n_problems partial counts problem_set")
+
+
+def _scored_rows(s) -> list[tuple]:
+    """Succeeded chains with their score as (chain, variant, score) plain rows, in the order of
+    engine.scored_runs (variant name, version, chain id)."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Chain, Score, Variant
+    from opsdctl.store.states import State
+
+    stmt = (
+        select(Chain.id, Chain.eval_only, Chain.trained_by, Chain.snapshot_id, Chain.eval_problems, Chain.eval_k,
+               Chain.commands_hash,
+               Variant.id, Variant.name, Variant.version, Variant.hash, Variant.kind,
+               Score.id, Score.avg_at_k, Score.k, Score.n_problems, Score.partial, Score.counts, Score.problem_set)
+        .join(Variant, Variant.id == Chain.variant_id)
+        .join(Score, Score.chain_id == Chain.id)
+        .where(Chain.state == State.SUCCEEDED.value)
+        .order_by(Variant.name, Variant.version, Chain.id)
+    )
+    out = []
+    for row in s.connection().execute(stmt):  # Core rows: no ORM loading
+        c = _Chain(*row[:7])
+        v = _Variant(*row[7:12], variant_label(row[8], row[9]))
+        out.append((c, v, _Score(*row[12:])))
+    # scores written around the ORM (bulk inserts) have no compact counts: fill them from problems
+    missing = [sc.id for _, _, sc in out if sc.counts is None]
+    if missing:
+        from opsdctl.store.models import Score, compact_counts
+
+        got = {sid: compact_counts(p) for sid, p in s.execute(
+            select(Score.id, Score.problems).where(Score.id.in_(missing), Score.problems.is_not(None)))}
+        out = [(c, v, sc._replace(counts=got[sc.id][0], problem_set=got[sc.id][1]) if sc.id in got else sc)
+               for c, v, sc in out]
+    return out
+
+
+def _problem_ids(s, scores) -> dict[str, tuple[str, ...]]:
+    """problem_set key -> the problem ids, decoded from one score of each set."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Score
+
+    out = {}
+    for key in {sc.problem_set for sc in scores if sc.problem_set is not None}:
+        problems = s.scalar(select(Score.problems).where(Score.problem_set == key).limit(1))
+        if problems:
+            out[key] = tuple(str(p.get("id", i)) for i, p in enumerate(problems))
+    return out
 
 
 def training_code(s, chains) -> dict[int, Optional[str]]:
@@ -97,12 +155,15 @@ def code_view(row) -> Optional[dict]:
 def training_commands(s, chains) -> dict[int, Optional[str]]:
     """chain id -> the identity of the stage commands its checkpoint was trained with (the chain's
     frozen `commands_hash`; the training chain's, for an eval-only chain; None for chains queued
-    before commands were recorded)."""
-    out = {}
-    for c in chains:
-        trainer = s.get(type(c), c.trained_by) if c.eval_only and c.trained_by else c
-        out[c.id] = getattr(trainer, "commands_hash", None) if trainer is not None else None
-    return out
+    before commands were recorded). `chains`: Chain rows or the plain rows of _scored_rows."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import Chain
+
+    trainers = {c.trained_by for c in chains if c.eval_only and c.trained_by}
+    theirs = dict(s.execute(select(Chain.id, Chain.commands_hash).where(Chain.id.in_(trainers))).all()) if trainers else {}
+    return {c.id: theirs.get(c.trained_by) if c.eval_only and c.trained_by else getattr(c, "commands_hash", None)
+            for c in chains}
 
 
 def _identity(chain, variant, codes, pool_code: bool) -> candidates.Identity:
@@ -117,7 +178,7 @@ def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[
     from opsdctl.store.models import Chain, Variant
 
     with store.read() as s:
-        rows = scored_runs(s)
+        rows = _scored_rows(s)
         wanted = s.execute(select(Chain, Variant).join(Variant, Variant.id == Chain.variant_id)
                            .where(Chain.id.in_(list(chain_ids)))).all() if chain_ids else []
         codes = training_identity(s, [c for c, _, _ in rows] + [c for c, _ in wanted])
@@ -126,18 +187,16 @@ def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[
     return {c.id: candidates.label_for(_identity(c, v, codes, False), v.label, labels) for c, v in wanted}
 
 
-def _record(chain, variant, score, candidate: str, code: Optional[str]) -> RunRecord:
-    problems = score.problems or None
-    counts = tuple(int(p["correct"]) for p in problems) if problems else None
-    ids = tuple(str(p.get("id", i)) for i, p in enumerate(problems)) if problems else None
+def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict) -> RunRecord:
+    counts = tuple(map(int, score.counts.split(","))) if score.counts else None
     return RunRecord(
-        variant=variant_label(variant.name, variant.version),
+        variant=variant.label,
         chain_id=chain.id,
         score=float(score.avg_at_k),
         k=int(score.k),
         n_problems=int(score.n_problems),
         counts=counts,
-        problem_ids=ids,
+        problem_ids=id_sets.get(score.problem_set) if counts is not None else None,
         partial=partial.run_is_partial(chain, score),  # queued --partial, or the evaluator said so
         candidate=candidate,
         code=None if variant.kind != "recipe" else candidates.short_code(code),

@@ -19,7 +19,7 @@ No `from __future__ import annotations` here: SQLModel reads the annotations at 
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint
+from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint, event
 from sqlalchemy import false as sa_false
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
@@ -186,6 +186,32 @@ class Score(SQLModel, table=True):
     seconds: Optional[float] = None
     source: str = "result.json"  # "result.json" | "final-line" | "progress"
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    # `problems` in the compact form the statistics read (filled on insert/update, see below):
+    # the correct counts in problem order ("7,12,0,..."), and a key of the problem ids, so that
+    # compare over 10,000 runs decodes neither 10,000 JSON documents nor their ids.
+    counts: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    problem_set: Optional[str] = None
+
+
+def compact_counts(problems: Optional[list]) -> tuple[Optional[str], Optional[str]]:
+    """(counts, problem_set) of a Score's per-problem list: "c1,c2,...", and the first 16 hex
+    digits of sha256 over the ids (positions stand in for missing ids); (None, None) without it."""
+    import hashlib
+
+    if not problems:
+        return None, None
+    try:
+        counts = ",".join(str(int(p["correct"])) for p in problems)
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    ids = "\n".join(str(p.get("id", i)) for i, p in enumerate(problems))
+    return counts, hashlib.sha256(ids.encode()).hexdigest()[:16]
+
+
+@event.listens_for(Score, "before_insert")
+@event.listens_for(Score, "before_update")
+def _fill_counts(_mapper, _connection, target: Score) -> None:
+    target.counts, target.problem_set = compact_counts(target.problems)
 
 
 class TrainStats(SQLModel, table=True):

@@ -1,0 +1,47 @@
+"""How often compare's verdicts are wrong (and right): the goals of issue 16, by seeded simulation.
+
+    python benchmarks/stats_goals.py [--studies 20000] [--seed 16]
+
+A wrong prior (true sigma 2.5 against the published 1.48), a setup offset of +1 and +2 points,
+compare re-run after every run up to 6 runs per arm, `compare BEST` after 6 null candidates, and
+power at +3 points with 3 runs per arm; the verdict rule is compare's own, vectorised
+(opsdctl.stats.operating; tests/test_stats_simulation.py checks it against build_report). Prints
+the table and writes benchmarks/results/stats_goals.json and stats_goals.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(REPO))
+    from opsdctl.stats.operating import goals, goals_markdown
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--studies", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    t = time.time()
+    res = goals(args.seed, args.studies)
+    md = goals_markdown(res, args.studies, args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "stats_goals.md").write_text(md + "\n")
+    (args.out / "stats_goals.json").write_text(json.dumps(
+        {"studies": args.studies, "seed": args.seed, "seconds": round(time.time() - t, 1),
+         "rows": [{"situation": k, "rate": round(v[0], 4), "goal": v[1], "op": v[2]} for k, v in res.items()]},
+        indent=2) + "\n")
+    print(md)
+    print(f"{time.time() - t:.0f}s; wrote {args.out / 'stats_goals.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Operating characteristics of compare's verdicts: how often they are wrong, and how often right.
+
+`verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) vectorised over many
+simulated studies that share their run counts, so a seeded simulation of thousands of studies
+and a dozen looks runs in seconds; tests/test_stats_simulation.py checks that it gives
+build_report's verdicts exactly, then measures the goals of issue 16 with it. The scenarios
+below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
+and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem
+binomial world of the planner's simulator gives run scores this close to normal; the verdicts
+only read run scores).
+
+    python benchmarks/stats_goals.py      prints every scenario and writes benchmarks/results/
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from opsdctl.stats import inference
+
+BETTER, WORSE, UNDECIDED = 1, -1, 0
+PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (domain.md)
+
+
+@dataclass(frozen=True)
+class Ref:
+    mean: float = PUBLISHED[0]
+    sd: float = PUBLISHED[1]
+    n: int = PUBLISHED[2]
+    prior: bool = True
+    offset_sd: float = inference.DEFAULT_OFFSET_SD
+
+
+def _ss(y: np.ndarray) -> np.ndarray:
+    return ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) if y.shape[1] >= 2 else np.zeros(y.shape[0])
+
+
+def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: int,
+             others: Sequence[np.ndarray] = (), alpha: float = inference.ALPHA) -> np.ndarray:
+    """Verdict codes (candidates x studies) of build_report over studies that share run counts.
+
+    base: (N, n_b) local baseline scores (n_b may be 0); cands: (N, n_v) arrays, the candidates
+    judged; others: more variants in the store (their scatter pools into the noise); m: the
+    family's size."""
+    from scipy.special import chdtrc, stdtr
+
+    n_studies = base.shape[0]
+    groups = [base, *cands, *others]
+    ss = sum(_ss(g) for g in groups)
+    nu_l = sum(max(0, g.shape[1] - 1) for g in groups)
+    s0, nu0 = (None, 0) if ref is None else inference.prior_from_reference(ref.sd, ref.n, ref.prior)
+    if s0 is not None and nu0 > 0:
+        kept = chdtrc(nu_l, ss / s0**2) >= inference.PRIOR_CHECK_LEVEL if nu_l > 0 else np.ones(n_studies, bool)
+    else:
+        kept = np.zeros(n_studies, bool)
+    nu = np.where(kept, nu0 + nu_l, nu_l)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s2 = np.where(kept, (nu0 * (s0 or 0.0) ** 2 + ss) / nu, ss / nu_l if nu_l else np.nan)
+    ok = nu > 0
+    n_b = base.shape[1]
+    nuc = np.maximum(nu, 1)
+    if n_b:
+        ybar = base.mean(axis=1)
+        if ref is not None:
+            se_d = np.sqrt(s2 * (1.0 / n_b + 1.0 / ref.n))
+            p = 2.0 * stdtr(nuc, -np.abs(ybar - ref.mean) / se_d)
+            use = p >= inference.OFFSET_TEST_LEVEL
+            v_ref = s2 / ref.n + ref.offset_sd**2
+            w_l, w_r = n_b / s2, 1.0 / v_ref
+            b_mean = np.where(use, (w_l * ybar + w_r * ref.mean) / (w_l + w_r), ybar)
+            b_var = np.where(use, 1.0 / (w_l + w_r), s2 / n_b)
+        else:
+            b_mean, b_var = ybar, s2 / n_b
+    elif ref is not None:
+        b_mean, b_var = np.full(n_studies, ref.mean), s2 / ref.n + ref.offset_sd**2
+    else:
+        return np.zeros((len(cands), n_studies), dtype=int)
+    out = np.zeros((len(cands), n_studies), dtype=int)
+    for i, c in enumerate(cands):
+        n_v = c.shape[1]
+        level = inference.look_level(n_v + n_b, m, nu_l, alpha)
+        if level <= 0.0:
+            continue
+        z = (c.mean(axis=1) - b_mean) / np.sqrt(s2 / n_v + b_var)
+        crit = np.array([inference.upper_t(level, v) for v in np.unique(nuc)])
+        cz = crit[np.searchsorted(np.unique(nuc), nuc)]
+        out[i] = np.where(ok & (z >= cz), BETTER, np.where(ok & (z <= -cz), WORSE, UNDECIDED))
+    return out
+
+
+# --- the scenarios (issue 16, "What it must show") ------------------------------------------------
+
+
+def _looks(protocol: str, runs: int) -> list[tuple[int, int]]:
+    """(baseline runs, candidate runs) at each look of a protocol, a look after every run:
+    "alternate": c1, b1, c2, b2, ... (12 looks for 6 per arm); "pairs": a run of each, then a
+    look; "reference": candidate runs only, against the published mean; "reference-then-baseline":
+    all candidate runs first, then the baseline's."""
+    if protocol == "alternate":
+        return [x for k in range(1, runs + 1) for x in ((k - 1, k), (k, k))]
+    if protocol == "pairs":
+        return [(k, k) for k in range(1, runs + 1)]
+    if protocol == "reference":
+        return [(0, k) for k in range(1, runs + 1)]
+    if protocol == "reference-then-baseline":
+        return [(0, k) for k in range(1, runs + 1)] + [(k, runs) for k in range(1, runs + 1)]
+    raise ValueError(f"unknown protocol {protocol!r}")
+
+
+def rate_any_look(rng: np.random.Generator, studies: int, *, effect: float = 0.0, sigma: float = 1.48,
+                  offset: float = 0.0, protocol: str = "alternate", runs: int = 6, ref: Ref | None = Ref(),
+                  m: int = 1, code: int = BETTER) -> float:
+    """P(the verdict is `code` at some look) for one candidate of true effect `effect` against a
+    local setup `offset` points above the published mean, looking after every run."""
+    mu = (ref.mean if ref else PUBLISHED[0]) + offset
+    b = rng.normal(mu, sigma, (studies, runs))
+    c = rng.normal(mu + effect, sigma, (studies, runs))
+    hit = np.zeros(studies, bool)
+    for n_b, n_v in _looks(protocol, runs):
+        hit |= verdicts(b[:, :n_b], [c[:, :n_v]], ref, m)[0] == code
+    return float(hit.mean())
+
+
+def rate_at(rng: np.random.Generator, studies: int, *, effect: float, sigma: float = 1.48, n_b: int = 3,
+            n_v: int = 3, ref: Ref | None = Ref(), m: int = 1, code: int = BETTER, offset: float = 0.0) -> float:
+    """P(verdict `code`) at one look: n_b local baseline runs, n_v candidate runs."""
+    mu = (ref.mean if ref else PUBLISHED[0]) + offset
+    b = rng.normal(mu, sigma, (studies, n_b))
+    c = rng.normal(mu + effect, sigma, (studies, n_v))
+    return float((verdicts(b, [c], ref, m)[0] == code).mean())
+
+
+def rate_single_look_grid(rng: np.random.Generator, studies: int, *, sigma: float, offset: float = 0.0,
+                          n_b_values=(1, 2, 3), n_v_values=(1, 2, 3), ref: Ref | None = Ref()) -> float:
+    """False `better` at one look, averaged over 1-3 runs per arm (the issue's measurement)."""
+    return float(np.mean([rate_at(rng, studies, effect=0.0, sigma=sigma, n_b=nb, n_v=nv, ref=ref, offset=offset)
+                          for nb in n_b_values for nv in n_v_values]))
+
+
+def cherry_pick(rng: np.random.Generator, studies: int, *, candidates: int = 6, n_b: int = 2, n_v: int = 2,
+                sigma: float = 1.48, ref: Ref | None = Ref(), m: int | None = None) -> float:
+    """`compare BEST` after `candidates` null candidates: P(the best-looking one is `better`),
+    with the family the store defines (m = candidates; m = 1 reproduces "correct over what is shown")."""
+    mu = ref.mean if ref else PUBLISHED[0]
+    b = rng.normal(mu, sigma, (studies, n_b))
+    cs = [rng.normal(mu, sigma, (studies, n_v)) for _ in range(candidates)]
+    v = verdicts(b, cs, ref, candidates if m is None else m)
+    best = np.argmax(np.stack([c.mean(axis=1) for c in cs]), axis=0)
+    return float((v[best, np.arange(studies)] == BETTER).mean())
+
+
+def goals(seed: int = 16, studies: int = 4000) -> dict:
+    """Every scenario of the issue's goals, seeded: {name: (rate, goal, "<=" | ">=")}."""
+    rng = np.random.default_rng(seed)
+    out = {
+        "wrong prior: sigma 2.5, prior 1.48, one look, 1-3 runs per arm":
+            (rate_single_look_grid(rng, studies, sigma=2.5), 0.05, "<="),
+        "offset +1, baseline = reference, candidate looks after each of 6 runs":
+            (rate_any_look(rng, studies, offset=1.0, protocol="reference"), 0.05, "<="),
+        "offset +2, baseline = reference, candidate looks after each of 6 runs":
+            (rate_any_look(rng, studies, offset=2.0, protocol="reference"), 0.10, "<="),
+        "offset +1, local baseline runs too (alternate, 6 per arm)":
+            (rate_any_look(rng, studies, offset=1.0, protocol="alternate"), 0.05, "<="),
+        "offset +2, local baseline runs too (alternate, 6 per arm)":
+            (rate_any_look(rng, studies, offset=2.0, protocol="alternate"), 0.10, "<="),
+        "offset +2, reference first, then baseline runs (6 + 6 looks)":
+            (rate_any_look(rng, studies, offset=2.0, protocol="reference-then-baseline"), 0.10, "<="),
+        "repeated looks, sigma 1.48: after every run, 6 per arm (alternate)":
+            (rate_any_look(rng, studies, sigma=1.48, protocol="alternate"), 0.05, "<="),
+        "repeated looks, sigma 2.5 (prior 1.48): after every run, 6 per arm (alternate)":
+            (rate_any_look(rng, studies, sigma=2.5, protocol="alternate"), 0.05, "<="),
+        "repeated looks, sigma 1.48: pairs of runs, 6 per arm":
+            (rate_any_look(rng, studies, sigma=1.48, protocol="pairs"), 0.05, "<="),
+        "repeated looks, sigma 2.5 (prior 1.48): pairs of runs, 6 per arm":
+            (rate_any_look(rng, studies, sigma=2.5, protocol="pairs"), 0.05, "<="),
+        "cherry-picked: compare BEST after 6 null candidates (2 + 2 runs)":
+            (cherry_pick(rng, studies), 0.05, "<="),
+        "power: +3 points, 3 runs per arm, at that look":
+            (rate_at(rng, studies, effect=3.0), 0.50, ">="),
+        "power: +3 points, by 3 runs per arm, a look after every run":
+            (rate_any_look(rng, studies, effect=3.0, runs=3), 0.50, ">="),
+    }
+    return out
+
+
+def goals_markdown(results: dict, studies: int, seed: int) -> str:
+    lines = [f"Seeded simulation ({studies} studies a row, seed {seed}; normal runs; published reference "
+             f"{PUBLISHED[0]} / {PUBLISHED[1]} / n = {PUBLISHED[2]}, offset sd {inference.DEFAULT_OFFSET_SD:g}):", "",
+             "| situation | rate | goal | |", "|---|---|---|---|"]
+    for name, (rate, goal, op) in results.items():
+        met = rate <= goal if op == "<=" else rate >= goal
+        what = "`better`" if "power" in name else "false `better`"
+        lines.append(f"| {name} | {what} {100 * rate:.1f}% | {op} {100 * goal:.0f}% | {'met' if met else 'MISSED'} |")
+    return "\n".join(lines)
