@@ -62,14 +62,15 @@ _Score = namedtuple("_Score", "id avg_at_k k n_problems partial counts problem_s
 def _scored_rows(s) -> list[tuple]:
     """Succeeded chains with their score as (chain, variant, score) plain rows, in the order of
     engine.scored_runs (variant name, version, chain id)."""
-    from sqlalchemy import select
+    from sqlalchemy import literal, select
 
     from opsdctl.store.models import Chain, Score, Variant
     from opsdctl.store.states import State
 
+    commands = getattr(Chain, "commands_hash", None)  # recorded once chains freeze their stage commands
     stmt = (
         select(Chain.id, Chain.eval_only, Chain.trained_by, Chain.snapshot_id, Chain.eval_problems, Chain.eval_k,
-               Chain.commands_hash,
+               commands if commands is not None else literal(None),
                Variant.id, Variant.name, Variant.version, Variant.hash, Variant.kind,
                Score.id, Score.avg_at_k, Score.k, Score.n_problems, Score.partial, Score.counts, Score.problem_set)
         .join(Variant, Variant.id == Chain.variant_id)
@@ -161,7 +162,9 @@ def training_commands(s, chains) -> dict[int, Optional[str]]:
     from opsdctl.store.models import Chain
 
     trainers = {c.trained_by for c in chains if c.eval_only and c.trained_by}
-    theirs = dict(s.execute(select(Chain.id, Chain.commands_hash).where(Chain.id.in_(trainers))).all()) if trainers else {}
+    column = getattr(Chain, "commands_hash", None)
+    theirs = (dict(s.execute(select(Chain.id, column).where(Chain.id.in_(trainers))).all())
+              if trainers and column is not None else {})
     return {c.id: theirs.get(c.trained_by) if c.eval_only and c.trained_by else getattr(c, "commands_hash", None)
             for c in chains}
 
