@@ -19,16 +19,12 @@ from typing import Any, Callable, Optional
 from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
 from opsdctl.recipes.profiles import PROFILES, get_profile
+from opsdctl.recipes.toml_file import read_toml_file
 from opsdctl.templates import STAGE_PLACEHOLDERS, check_template
 
 CONFIG_NAME = "opsdctl.toml"
 ENV_CONFIG = "OPSDCTL_CONFIG"
 DEFAULT_CHECKPOINT = "{stage_dir}/checkpoint-final"
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - 3.10
-    import tomli as tomllib
 
 
 # --- value checkers: (value, where) -> normalised value, or UserError ----------------------
@@ -401,12 +397,7 @@ def find_config(explicit: Optional[str] = None) -> Path:
 
 def load_config(path: Path) -> Config:
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path.resolve()}: invalid TOML: {_one_line(exc)}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    raw = read_toml_file(path.resolve())  # unreadable, not UTF-8, invalid or too deep: one line
     return config_from_dict(raw, path.parent.resolve(), path=path.resolve())
 
 
@@ -533,10 +524,6 @@ def _resolve_db(url: str, base_dir: Path, where: str) -> str:
     if not path.is_absolute():
         path = base_dir / path
     return parsed.set(database=str(path.resolve())).render_as_string(hide_password=False)
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
 
 
 # --- starter config -----------------------------------------------------------------------

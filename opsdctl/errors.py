@@ -7,10 +7,19 @@ the store is never touched after one is raised.
 EXIT_USER_ERROR = 2
 
 
+def one_line(text: str) -> str:
+    """`text` with newlines and other control characters as visible escapes (\\n, \\x1b): an
+    error stays one line whatever file name, key or recipe name it quotes."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class UserError(Exception):
     """Bad input from the user: a config, a recipe, a command-line value."""
 
     def __init__(self, message: str):
+        message = one_line(message)
         super().__init__(message)
         self.message = message
 

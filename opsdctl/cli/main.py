@@ -15,6 +15,8 @@ from typing import List, Optional
 
 import typer
 
+from opsdctl.cli import args
+
 app = typer.Typer(
     name="opsdctl",
     help=(
@@ -54,7 +56,9 @@ def _config():
 def _store(cfg):
     from opsdctl.store.engine import open_store
 
-    return open_store(cfg.db)
+    store = open_store(cfg.db)
+    _state["store"] = store.safe_url()  # named if the store fails later (a damaged file)
+    return store
 
 
 def _console(stderr: bool = False):
@@ -107,15 +111,15 @@ def init(
 def queue(
     recipes: Optional[List[str]] = typer.Argument(None, metavar="RECIPE...", help="Recipe files, or names under recipes/.",
                                                   show_default=False),
-    repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe."),
-    seed: Optional[int] = typer.Option(None, "--seed", "-s", min=0, show_default=False,
+    repeats: int = typer.Option(1, "--repeats", "-n", min=1, help="Chains per recipe.", callback=args.count("--repeats", 1, 1000)),
+    seed: Optional[int] = typer.Option(None, "--seed", "-s", show_default=False, callback=args.seed,
                                        help="Seed of the first repeat [default: [queue] seed, else the profile's: 42 "
                                             "for qwen3-1.7b, 0 for tiny]."),
     same_seed: Optional[bool] = typer.Option(None, "--same-seed/--seed-per-repeat", show_default=False,
                                              help="Every repeat at exactly the seed (the scorer's protocol), or repeat r "
                                                   "at seed S+r [default: [queue] same_seed, else the profile's: same "
                                                   "for qwen3-1.7b, per repeat for tiny]."),
-    priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order."),
+    priority: int = typer.Option(0, "--priority", "-p", help="Higher runs first; ties run in queue order.", callback=args.priority),
     force: bool = typer.Option(False, "--force", help="Record a changed recipe under an existing name as a new version."),
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
                                           help="A cheap partial eval, e.g. 15x4 (15 problems, 4 samples each): "
@@ -249,7 +253,7 @@ def worker(
 @app.command()
 def status(
     as_json: bool = typer.Option(False, "--json", help="Print the status document as JSON."),
-    recent: int = typer.Option(10, "--recent", "-r", min=0, help="How many finished chains to show."),
+    recent: int = typer.Option(10, "--recent", "-r", min=0, help="How many finished chains to show.", callback=args.count("--recent")),
     show_all: bool = typer.Option(False, "--all", "-a", help="Show every finished chain."),
 ) -> None:
     """The running chain (stage, elapsed, progress), the queue in run order, recent results, time left."""
@@ -330,7 +334,7 @@ def wait(
 
 @app.command()
 def cancel(
-    chain_ids: List[int] = typer.Argument(..., metavar="CHAIN_ID", help="Chains to cancel."),
+    chain_ids: List[int] = typer.Argument(..., metavar="CHAIN_ID", help="Chains to cancel.", callback=args.chain_ids),
     grace: Optional[float] = typer.Option(None, "--grace", min=0, help="Seconds between TERM and KILL [default: from config]."),
 ) -> None:
     """Cancel chains: a queued one never runs; a running one gets TERM, then KILL after the grace period.
@@ -366,8 +370,10 @@ def cancel(
 
 @app.command()
 def requeue(
-    chain_id: int = typer.Argument(..., metavar="CHAIN_ID", help="A finished chain (failed, cancelled, interrupted, skipped...)."),
-    priority: Optional[int] = typer.Option(None, "--priority", "-p", help="Priority of the new chain [default: the old one's]."),
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID", help="A finished chain (failed, cancelled, interrupted, skipped...).",
+                                   callback=args.chain_ids),
+    priority: Optional[int] = typer.Option(None, "--priority", "-p", help="Priority of the new chain [default: the old one's].",
+                                           callback=args.priority),
     eval_only: bool = typer.Option(False, "--eval-only", help="Only evaluate the checkpoint the chain already trained "
                                                              "(its eval timed out, failed or was skipped)."),
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
@@ -437,6 +443,7 @@ def export_recipe_cmd(
     from opsdctl.recipes.export import export_recipe
 
     cfg = _config()
+    _refuse_directories(("-o", output), ("--method-defaults", method_defaults))
     exp = export_recipe(_store(cfg), variant, force=force, all_keys=all_keys)
     warning = exp.warning()
     if warning and method_defaults is None:
@@ -449,6 +456,14 @@ def export_recipe_cmd(
     else:
         atomic_write_text(output, exp.recipe_env)
         _console(stderr=True).print(f"wrote {_escape(str(output))} ({exp.label}, sha256 {exp.hash[:12]})")
+
+
+def _refuse_directories(*options) -> None:
+    from opsdctl.errors import UserError
+
+    for flag, path in options:
+        if path is not None and path.is_dir():
+            raise UserError(f"{flag} {path}: is a directory; name the file to write (a path inside it)")
 
 
 # --- listings -----------------------------------------------------------------------------
@@ -486,9 +501,10 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print the re
 
 @app.command()
 def logs(
-    chain_id: int = typer.Argument(..., metavar="CHAIN_ID"),
+    chain_id: int = typer.Argument(..., metavar="CHAIN_ID", callback=args.chain_ids),
     stage: Optional[str] = typer.Option(None, "--stage", help="train or eval [default: the chain's current/last stage]."),
-    lines: int = typer.Option(40, "--lines", "-n", min=0, help="How many lines from the end (0 = all)."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, help="How many lines from the end (0 = all).",
+                              callback=args.count("--lines")),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing as the log grows, until the stage ends."),
 ) -> None:
     """Print a chain's stage log (its path is in `opsdctl status --json`)."""
@@ -635,7 +651,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print the inventory
 @app.command()
 def durations(
     as_json: bool = typer.Option(False, "--json", help="Print estimates and estimate-vs-actual as JSON."),
-    recent: int = typer.Option(20, "--recent", "-r", min=0, help="How many recent stages to list."),
+    recent: int = typer.Option(20, "--recent", "-r", min=0, help="How many recent stages to list.", callback=args.count("--recent")),
 ) -> None:
     """Stage duration estimates from history (median and high quantile per cost key), and how
     the estimates admission used compare with what the stages actually took."""
@@ -653,8 +669,9 @@ def durations(
 
 @app.command()
 def simulate(
-    sessions: int = typer.Option(200, "--sessions", "-n", min=1, help="Simulated sessions per policy."),
-    seed: int = typer.Option(0, "--seed", help="Base seed (session i uses seed + i)."),
+    sessions: int = typer.Option(200, "--sessions", "-n", min=1, help="Simulated sessions per policy.",
+                                 callback=args.count("--sessions", 1)),
+    seed: int = typer.Option(0, "--seed", help="Base seed (session i uses seed + i).", callback=args.seed),
     hours: float = typer.Option(6.0, "--hours", help="Budget of one session."),
     effects: Optional[str] = typer.Option(None, "--effects", metavar="E1,E2,...",
                                           help="True effects of the candidates, points [default: 0,0,+1,+2,+3,-2]."),
@@ -779,10 +796,24 @@ def main() -> None:
     try:
         app()
     except UserError as exc:
-        from rich.console import Console
-
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/red] {_escape(str(exc))}")
+        _error_line(str(exc))
         sys.exit(getattr(exc, "exit_code", EXIT_USER_ERROR))
+    except Exception as exc:
+        from opsdctl.store.damage import damaged_store_error
+
+        damage = damaged_store_error(exc, _state.get("store"))
+        if damage is None:
+            raise  # a bug: the traceback is the report
+        _error_line(damage)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _error_line(text: str) -> None:
+    from rich.console import Console
+
+    from opsdctl.errors import one_line
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/red] {_escape(one_line(text))}")
 
 
 if __name__ == "__main__":

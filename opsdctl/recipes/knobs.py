@@ -67,10 +67,15 @@ class Knob:
         if self.kind is int:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise UserError(f"{bad}; write a whole number such as {self.default}")
+            if abs(value) > INT_LIMIT:  # a knob without its own upper bound still has this one
+                raise UserError(f"{where}: {self.name} = {_short(value)}: must be {self.rule()} and at most {INT_LIMIT}")
         elif self.kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UserError(f"{bad}; write a number such as {_fmt_number(self.default)}")
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:  # an integer no float holds
+                raise UserError(f"{where}: {self.name} = {_short(value)}: must be {self.rule()}") from None
             if not math.isfinite(value):
                 raise UserError(f"{bad}; write a finite number")
         elif self.kind is str:
@@ -88,6 +93,14 @@ class Knob:
                             f"so a dev run with it predicts nothing; remove the key (it trains as "
                             f"{self.name} = {_fmt_number(self.default)})")
         return value
+
+
+INT_LIMIT = 2**31 - 1
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def _fmt_number(x: float) -> str:
@@ -216,8 +229,12 @@ def check_method(values: dict[str, Any], where: str, extra: tuple[str, ...] = ()
         if key in METHOD_KNOBS:
             out[key] = METHOD_KNOBS[key].check(value, where)
         elif key in extra:
-            if isinstance(value, (dict, list)) or value is None:
+            if isinstance(value, (dict, list)) or value is None or not isinstance(value, (str, int, float, bool)):
                 raise UserError(f"{where}: {key}: method knobs must be scalars (string, number, true/false)")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UserError(f"{where}: {key} = {value!r}: must be a finite number")
+            if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT_LIMIT:
+                raise UserError(f"{where}: {key} = {_short(value)}: integers are at most {INT_LIMIT}")
             out[key] = value
         else:
             raise UserError(

@@ -15,15 +15,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from opsdctl.errors import UserError
+from opsdctl.recipes.toml_file import read_toml_file
 from opsdctl.recipes import knobs
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - 3.10
-    import tomli as tomllib
-
 TOP_KEYS = ("name", "extends", "description", "hparams", "method")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would pass "name\n"
 
 
 @dataclass(frozen=True)
@@ -92,12 +88,7 @@ def find_recipe(ref: str, recipes_dir: Path, relative_to: Optional[Path] = None)
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: invalid TOML: {' '.join(str(exc).split())}") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    return read_toml_file(path)
 
 
 def _check_file(doc: dict, path: Path, extra: Sequence[str]) -> dict:

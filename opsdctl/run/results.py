@@ -158,7 +158,11 @@ def read_eval_result(stage_dir: Path, log_path: Path) -> Optional[EvalResult]:
     """The stage contract: result.json if present (malformed -> ResultError), else the FINAL line."""
     result_file = Path(stage_dir) / "result.json"
     if result_file.is_file():
-        return parse_result_json(result_file.read_text(encoding="utf-8"), str(result_file))
+        try:
+            text = result_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ResultError(f"{result_file}: not UTF-8 JSON (byte at offset {exc.start})") from None
+        return parse_result_json(text, str(result_file))
     try:
         text = Path(log_path).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:

@@ -95,19 +95,25 @@ class Store:
         """Bring the schema to the migrations' head: one cheap query when it is there already;
         otherwise upgrade it once, under a lock, whoever else opens the store at the same time."""
         from opsdctl.store import migrations
-        if self.revision() == migrations.HEAD:
-            return
         path = self.sqlite_path
+        # A missing or empty SQLite file is only ever created under the lock below, so an empty
+        # one found there was left by someone else: refused, never silently made a new store.
+        if (path is None or _has_bytes(path)) and self.revision() == migrations.HEAD:
+            return
         if path is None:
             self._upgrade()
             return
         from filelock import FileLock
 
         with FileLock(str(path) + ".init.lock", timeout=SQLITE_BUSY_TIMEOUT_S):
+            if path.exists() and not _has_bytes(path):
+                raise UserError(f"store {path}: the file is empty (0 bytes), not an opsdctl store; delete it "
+                                "(or move it aside) and the next command starts a new store there")
             if self.revision() == migrations.HEAD:
                 return
             raw = self.engine.raw_connection()  # outside any transaction: WAL cannot switch inside one
             try:
+                _refuse_foreign(raw.driver_connection, path)  # before WAL: that rewrites the header
                 raw.driver_connection.execute("PRAGMA journal_mode=WAL")
             finally:
                 raw.close()
@@ -141,6 +147,26 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _refuse_foreign(conn, path: Path) -> None:
+    """A SQLite file holding tables, none of them opsdctl's, is another program's: adding our
+    tables to it would be a surprise at best. Refused, the file untouched."""
+    from opsdctl.store.migrations import LEGACY_TABLES, VERSION_TABLE
+
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {t for t in tables if not t.startswith("sqlite_")}
+    if tables and not tables & {*LEGACY_TABLES, VERSION_TABLE}:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise UserError(f"store {path}: holds another program's tables ({shown}), none of opsdctl's; point db "
+                        "at a new file such as sqlite:///runs.db")
+
+
+def _has_bytes(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def redact(message: str, url: Optional[str] = None) -> str:
