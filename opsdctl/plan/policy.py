@@ -21,8 +21,9 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
   2  repeats that can settle a verdict in the time left:
      2a candidates with delta > 0, `undecided`, whose runs_needed (inference.runs_needed) chains
         fit; by P(beat), highest first; only as many repeats as runs_needed;
-        also baseline repeats (when the baseline is measured by store runs) if a candidate
-        needs baseline runs too and the runs both arms need fit; ranked with that candidate;
+        also baseline runs if a candidate needs baseline runs too and the runs both arms need
+        fit (against the published reference as well: local baseline runs remove its setup
+        offset); ranked with that candidate;
      2b candidates with delta <= 0, `undecided`, whose runs to settle `worse` (runs_needed on
         -delta) fit; by P(beat), lowest first;
      2c without a noise estimate (nu = 0, no prior): repeats of the best delta first (a
@@ -35,11 +36,16 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
 Skipped: variants `worse`, and variants with a stopped-futile chain.
 
 Value of information (tier "v", ahead of the tiers): when the time left, the chain estimates and a
-noise estimate are known and the baseline is the published reference, the next chain is picked
+noise estimate are known and the baseline is the published reference (alone or combined with local
+runs), the next chain is picked
 from the allocation of the R chains that still fit with the most verdicts expected to settle by the
-end (_Voi: compare's own rule, |delta| >= t_{1-alpha/m', nu'} s sqrt(1/n + 1/n_b), predicted from a
+end (_Voi: compare's own rule, |delta| >= c_j sqrt(s^2/n + var_b), c_j the critical t of the look
+j = n + local baseline runs (alpha spent over the looks, none before enough repeat dof), var_b the
+baseline mean's variance, predicted from a
 N(0, PRIOR_EFFECT_SD^2) prior on each idea's effect updated by its runs; m' counts the new ideas
-the allocation tries, so trying one more idea is weighed against the bar it raises for all):
+the allocation tries, so trying one more idea is weighed against the bar it raises for all; the
+queued baseline chains (plus --auto-repeat's) may go to the baseline, whose runs shrink var_b for
+every candidate at once, and a plan that wants them runs a baseline chain first):
 a new idea's first run if the allocation tries any, else the repeat that most raises its chance to
 settle (with --auto-repeat queued and run first: Plan.extra_first). The tiers order the rest, and
 decide alone when there is no budget, no noise estimate, or baseline runs. So a queued idea may

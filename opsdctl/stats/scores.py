@@ -6,6 +6,7 @@ compare (issue 3) and the planner read runs through here, so both see the same r
 from __future__ import annotations
 
 from collections import namedtuple
+from functools import lru_cache
 from typing import Optional, Sequence
 
 from opsdctl.recipes import partial
@@ -78,11 +79,12 @@ def _scored_rows(s) -> list[tuple]:
         .where(Chain.state == State.SUCCEEDED.value)
         .order_by(Variant.name, Variant.version, Chain.id)
     )
-    out = []
+    out, variants = [], {}
     for row in s.connection().execute(stmt):  # Core rows: no ORM loading
-        c = _Chain(*row[:7])
-        v = _Variant(*row[7:12], variant_label(row[8], row[9]))
-        out.append((c, v, _Score(*row[12:])))
+        v = variants.get(row[7])
+        if v is None:  # a handful of variants behind thousands of runs
+            v = variants[row[7]] = _Variant(*row[7:12], variant_label(row[8], row[9]))
+        out.append((_Chain._make(row[:7]), v, _Score._make(row[12:])))
     # scores written around the ORM (bulk inserts) have no compact counts: fill them from problems
     missing = [sc.id for _, _, sc in out if sc.counts is None]
     if missing:
@@ -171,7 +173,12 @@ def training_commands(s, chains) -> dict[int, Optional[str]]:
 
 def _identity(chain, variant, codes, pool_code: bool) -> candidates.Identity:
     code, cmds = codes.get(chain.id, (None, None))
-    return candidates.identity(variant.hash, code, cmds, kind=variant.kind, pool_code=pool_code)
+    return _identity_of(variant.hash, code, cmds, variant.kind, pool_code)
+
+
+@lru_cache(maxsize=4096)
+def _identity_of(knob_hash, code, cmds, kind, pool_code) -> candidates.Identity:
+    return candidates.identity(knob_hash, code, cmds, kind=kind, pool_code=pool_code)
 
 
 def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[str] = None) -> dict[int, str]:
