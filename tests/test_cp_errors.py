@@ -135,6 +135,12 @@ BAD_CONFIGS = {
     "margin_nan": ("[budget]\nmargin_minutes = nan\n", "margin_minutes = nan: must be a finite number"),
     "reference_inf": ("[baseline]\nreference = { mean = inf, sd = 1.48, n = 5 }\n", "reference.mean = inf"),
     "reference_sd_nan": ("[baseline]\nreference = { mean = 54.22, sd = nan, n = 5 }\n", "reference.sd = nan"),
+    # issue 16: the setup offset and the family
+    "offset_negative": ("[baseline]\nreference = { mean = 54.22, sd = 1.48, n = 5, offset_sd = -1 }\n",
+                        "reference.offset_sd = -1"),
+    "offset_typo": ("[baseline]\nreference = { mean = 54.22, sd = 1.48, n = 5, ofset_sd = 1 }\n",
+                    "unknown key (did you mean offset_sd?)"),
+    "family": ("[compare]\nfamily = 'everything'\n", "[compare] family = 'everything'"),
     "grace_neg_inf": ("[worker]\nkill_grace_seconds = -inf\n", "kill_grace_seconds = -inf"),
     "int_beyond_64_bits": ("[gpus]\nmin_free_mib = 99999999999999999999999999999\n", "min_free_mib = 999999999999... (29 digits)"),
     "float_for_int_huge": ("[planner]\ntrain_minutes = 1e20\n", "train_minutes = 1e+20"),
