@@ -171,6 +171,8 @@ def _metrics(value, where):
         except re.error as exc:
             raise UserError(f"{at} = {pattern!r}: not a valid regex ({exc}); write it in single quotes "
                             "so backslashes stay as they are") from None
+        except (RecursionError, OverflowError):  # "((((...))))" 1000 deep
+            raise UserError(f"{at}: the regex is nested too deeply to compile; simplify it") from None
         if groups != 1:
             raise UserError(f"{at} = {pattern!r}: has {groups} groups; it needs exactly one, around the number "
                             "(use (?:...) for the others), e.g. 'tau=([0-9.eE+-]+)'")
