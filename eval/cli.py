@@ -72,8 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="vllm with --adapter: push = engines start from the base model while the adapter is merged, "
                         "then load the merge in place (compile cache hits, merge off the critical path); "
                         "dir = engines start from the merged model dir (default push)")
-    p.add_argument("--no-batch-invariant", action="store_true",
-                   help="vllm: faster, but samples then depend on what is batched together")
+    bi = p.add_mutually_exclusive_group()
+    bi.add_argument("--batch-invariant", dest="batch_invariant", action="store_true", default=False,
+                    help="vllm: VLLM_BATCH_INVARIANT=1, so a sample does not depend on what it is batched with "
+                         "(worker count, resume); ~40%% lower throughput on an H200 (README, Benchmarks)")
+    bi.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false",
+                    help="vllm: the default: full speed; samples depend on what is batched together")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     return p
 
@@ -183,7 +187,7 @@ def resolve(args) -> tuple:
         thinking=bool(pick(args.thinking, profile.eval_thinking)), seed=int(pick(args.seed, profile.eval_seed)),
         backend=backend, dtype=dtype, batch_size=args.batch_size if backend == "hf" else None,
         profile=args.profile, extract=args.extract,
-        backend_options={"batch_invariant": not args.no_batch_invariant} if backend == "vllm" else {},
+        backend_options={"batch_invariant": args.batch_invariant} if backend == "vllm" else {},
     )
     if backend == "vllm":
         settings.backend_options.update(gpu_memory_utilization=args.gpu_memory_utilization,

@@ -373,3 +373,54 @@ def test_a_failed_background_merge_fails_the_eval(untrained_tiny_model, tmp_path
     with pytest.raises(EvalFailed, match="merging the adapter failed"):
         merge.check()
     assert not (tmp_path / "m").exists()
+
+
+def _stand_in_vllm(monkeypatch, model):
+    import types
+
+    from opsdkit.modeling import load_tokenizer
+
+    class LLM:
+        def __init__(self, **kw):
+            self.llm_engine = _FakeEngine()
+
+        def get_tokenizer(self):
+            return load_tokenizer(str(model))
+
+    class SamplingParams:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+
+
+def test_vllm_batch_invariance_is_off_unless_asked(monkeypatch, untrained_tiny_model):  # noqa: F811
+    """Measured on an H200 (README): batch invariance cost 41% of the throughput, so it is opt-in."""
+    from eval.backends import VLLMBackend
+    from eval.cli import build_parser
+
+    _stand_in_vllm(monkeypatch, untrained_tiny_model)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    s = {**spec(untrained_tiny_model), "backend": "vllm", "dtype": "bfloat16", "rows_per_batch": 2,
+         "backend_options": {"max_num_seqs": 4}}
+    VLLMBackend(s)
+    assert os.environ["VLLM_BATCH_INVARIANT"] == "0"
+    base = ["--output-dir", "x"]
+    assert build_parser().parse_args(base).batch_invariant is False
+    assert build_parser().parse_args(base + ["--batch-invariant"]).batch_invariant is True
+    assert build_parser().parse_args(base + ["--no-batch-invariant"]).batch_invariant is False
+
+
+def test_vllm_forced_lengths_ignore_every_stop_token(monkeypatch, untrained_tiny_model):  # noqa: F811
+    """Benchmarks force lengths: a stop token id drawn by a random model must not end a sample
+    (ignore_eos alone leaves vLLM's stop_token_ids in force)."""
+    from eval.backends import VLLMBackend
+
+    _stand_in_vllm(monkeypatch, untrained_tiny_model)
+    s = {**spec(untrained_tiny_model), "backend": "vllm", "dtype": "bfloat16", "rows_per_batch": 2,
+         "backend_options": {"max_num_seqs": 4}}
+    for forced in (True, False):
+        b = VLLMBackend({**s, "ignore_eos": forced})
+        b.submit({"bid": "a#0", "problem": 0, "samples": [0], "seeds": [3], "max_new": [50]})
+        (params,) = [p for _, p in b.engine.requests.values()]
+        assert params.ignore_eos is forced and (params.stop_token_ids == []) is forced
