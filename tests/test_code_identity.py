@@ -7,12 +7,15 @@ a real SQLite store."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
-from conftest import default_config
+import pytest
+from conftest import FAKE_EVAL, default_config
 
 from opsdctl.stats import candidates as cand
 from opsdctl.stats.scores import candidate_labels
 from opsdctl.store.engine import open_store
+from opsdctl.store.models import Chain
 
 
 def git(cwd, *args) -> str:
@@ -142,3 +145,19 @@ def test_labels_are_pure_and_stable():
     assert cand.identity("h1", A, pool_code=True) == cand.identity("h1", B, pool_code=True) == cand.Identity("h1")
     assert cand.identity("hb", A, kind="base") == cand.Identity("hb")
     assert cand.short_code("/abs/live/dir") == "live" and cand.short_code(None) == "-"
+
+
+@pytest.mark.skipif(not hasattr(Chain, "commands_hash"), reason="chains do not record their stage commands yet")
+def test_runs_made_with_other_stage_commands_are_not_pooled_silently(ws):
+    ws.cli("queue", "baseline", "token-clip", "--repeats", "2")  # chains 1-4: the eval writes result.json
+    ws.write_config(default_config(eval=f"{sys.executable} {FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}} --final-only"))
+    ws.cli("queue", "token-clip", "--repeats", "2")  # chains 5-6: the FINAL line only
+    ws.run("worker", "--drain")
+    entries = _entries(ws.cli_json("compare"))
+    other = [name for name in entries if name.startswith("token-clip @")]
+    assert len(other) == 1 and " cmd " in other[0] and entries[other[0]]["chain_ids"] == [5, 6]
+    assert entries["token-clip"]["chain_ids"] == [3, 4]
+    assert _entries(ws.cli_json("compare", "--pool-code"))["token-clip"]["n"] == 4
+    d = ws.cli_json("diff", "3", "5")
+    assert not d["same_candidate"] and [c["stage"] for c in d["commands"]] == ["eval"]
+    assert "--final-only" in d["commands"][0]["b"] and "commands differ" in ws.cli("diff", "3", "5").stdout
