@@ -196,6 +196,35 @@ def _family(value, where):
     raise _bad(where, value, 'a list of variant names, "all" or "since:2025-06-01T00:00:00"')
 
 
+def _relative_path(value, where):
+    value = _nonempty_str(value, where)
+    parts = Path(value).parts
+    if Path(value).is_absolute() or ".." in parts or value.endswith("/"):
+        raise UserError(f"{where} = {value!r}: must be a file path relative to the code dir, without '..' "
+                        "(e.g. submission/recipe.env)")
+    return Path(value).as_posix()
+
+
+def _expect(value, where):
+    import re
+
+    if not isinstance(value, dict):
+        raise _bad(where, value, 'a table of knob = "regex with one (group)"')
+    out = {}
+    for knob, pattern in value.items():
+        here = f"{where}.{knob}"
+        if not isinstance(pattern, str):
+            raise _bad(here, pattern, 'a regex string with one (group), e.g. "lr=([0-9.e+-]+)"')
+        try:
+            groups = re.compile(pattern).groups
+        except re.error as exc:
+            raise UserError(f"{here} = {pattern!r}: not a valid regex ({exc}); fix the pattern") from None
+        if groups != 1:
+            raise UserError(f"{here} = {pattern!r}: must have exactly one (group), the value; it has {groups}")
+        out[knob] = pattern
+    return out
+
+
 @dataclass(frozen=True)
 class Key:
     check: Callable
@@ -252,6 +281,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "stages.train": {
         "command": Key(_nonempty_str, None, "train command template"),
         "checkpoint": Key(_nonempty_str, DEFAULT_CHECKPOINT, "where the train stage leaves its checkpoint"),
+        "recipe_env_path": Key(_relative_path, None, "the file your train script reads its recipe from, relative to "
+                               "the code dir (e.g. submission/recipe.env): the variant's recipe.env is put there"),
+        "expect": Key(_expect, {}, "knob -> regex with one group: where the train log shows the value it used"),
         "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
         "metrics": Key(_metrics, {}, "name -> regex with one numeric group, read from the train log per step"),
     },
@@ -444,6 +476,16 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         if not knob.isidentifier():
             raise UserError(f"{where}: extra_method_knobs: {knob!r} must be a plain identifier (letters, digits, _)")
 
+    extra = set(base["extra_method_knobs"])
+    for knob in sections["stages.train"]["expect"]:
+        if knob not in knobs.HPARAMS and knob not in knobs.METHOD_KNOBS and knob not in extra:
+            raise UserError(f"{where}: [stages.train.expect] {knob}: not a recipe knob{knobs_hint(knob, extra)}; "
+                            "expect maps a knob to the log pattern that shows its value")
+    if (sections["stages.train"]["recipe_env_path"] and not base["snapshot_code"]
+            and base["executor"] == "ray"):
+        raise UserError(f"{where}: [stages.train] recipe_env_path with executor = \"ray\" needs snapshot_code = true: "
+                        "chains running at once would share one recipe file in code_dir")
+
     budget_raw = sections["budget"]
     chosen = [k for k in ("remaining_file", "deadline", "hours") if budget_raw[k] is not None]
     if len(chosen) > 1:
@@ -496,6 +538,11 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         sections=sections,
         warnings=tuple(warnings),
     )
+
+
+def knobs_hint(name: str, extra=()) -> str:
+    close = difflib.get_close_matches(name, [*knobs.HPARAMS, *knobs.METHOD_KNOBS, *extra], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def _resolve(base_dir: Path, value: str) -> Path:
@@ -555,6 +602,10 @@ def starter_config(profile: str = "tiny") -> str:
     else:
         seeding = (f"seed = {prof.repeat_seed}                          # repeat r runs seed S + r: this profile trains "
                    "deterministically on\nsame_seed = false                 #   CPU, so one seed would repeat one score")
+    recipe_env = (
+        'recipe_env_path = "submission/recipe.env"   # the variant\'s recipe.env goes here for each train stage'
+        if gpu else '# recipe_env_path = "submission/recipe.env"   # where your own train script reads its recipe'
+    )
     reference = (
         "reference = { mean = 54.22, sd = 1.48, n = 5 }   # published: mean of 5 re-trains, 1-sigma 1.48"
         if gpu
@@ -605,7 +656,14 @@ try_every_variant = false         # adaptive: first runs of every queued variant
 [stages.train]
 command = "{cmds["train"]}"
 checkpoint = "{DEFAULT_CHECKPOINT}"   # must exist when the stage exits 0
+{recipe_env}
+                                  #   (relative to the chain's code snapshot; what was there is put back after)
 # timeout_minutes = 40
+# After each train stage its log is compared with the recipe: the learning rate and schedule of the
+# HF dict lines, [modes] teacher_thinking=... lines; a value that differs fails the chain, and a log
+# that shows none of them makes `show` say "not verified".
+# [stages.train.expect]           # more: knob = 'regex with one (group)' matching the value in the log
+# lora_r = 'lora_r=(\\d+)'
 
 [stages.eval]                     # score: <stage_dir>/result.json, else the log's last FINAL line
 command = "{cmds["eval"]}"

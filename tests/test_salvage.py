@@ -56,21 +56,24 @@ def test_worker_dead_right_after_a_user_script_trained(ws):
 
 def test_killed_mid_training_is_re_run_whole(ws):
     """A checkpoint directory without the end of training is not complete: train again."""
-    ws.write_config(default_config(train=f"mkdir -p {{stage_dir}}/checkpoint-final && kill -9 $PPID", eval=EVAL))
+    # stage commands are frozen per chain (the re-queued copy runs chain 1's): the worker's
+    # environment decides which run is killed
+    kill = 'if [ -n "$KILL_ONCE" ]; then mkdir -p {stage_dir}/checkpoint-final && kill -9 $PPID; exit 137; fi; '
+    ws.write_config(default_config(train=kill + TRAIN, eval=EVAL))
     ws.cli("queue", "baseline")
-    ws.run("worker", "--drain", check=False)
-    ws.write_config(default_config(eval=EVAL))
+    ws.run("worker", "--drain", check=False, env={"KILL_ONCE": "1"})
     ws.run("worker", "--drain")
     assert _rows(ws)[1][:4] == (2, "succeeded", 1, 0)
     assert ws.sql("select count(*) from stage where name = 'train'") == [(2,)]
 
 
 def test_worker_dead_right_after_the_eval_finished_keeps_its_score(ws):
-    ws.write_config(default_config(train=TRAIN, eval=EVAL + KILL_WORKER))
+    # stage commands are frozen per chain: the worker's environment picks what each run does
+    ws.write_config(default_config(
+        train=TRAIN, eval=EVAL + ' ${FINAL_ONLY:+--final-only} && if [ -n "$KILL_AFTER_EVAL" ]; then kill -9 $PPID; fi'))
     ws.cli("queue", "baseline", "--repeats", "2")
-    ws.run("worker", "--drain", check=False)  # dies after chain 1's eval
-    ws.write_config(default_config(train=TRAIN, eval=EVAL + " --final-only"))  # chain 2: a FINAL line only
-    res = ws.run("worker", "--drain")
+    ws.run("worker", "--drain", check=False, env={"KILL_AFTER_EVAL": "1"})  # dies after chain 1's eval
+    res = ws.run("worker", "--drain", env={"FINAL_ONLY": "1"})  # chain 2: a FINAL line only
     rows = _rows(ws)
     assert rows == [(1, "succeeded", None, 0, None, None), (2, "succeeded", None, 0, None, None)], rows
     assert "salvaged its finished evaluation (result.json" in res.stdout

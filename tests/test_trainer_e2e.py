@@ -94,6 +94,14 @@ def test_end_to_end_subprocess(tmp_path, untrained_tiny_model, data_file):  # no
     assert {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss",
             "epoch"} == set(lines[-1])
     assert "generation done - elapsed time:" in proc.stdout
+    # what opsdctl's effective-config check reads: the [modes] line and the dict lines' rates
+    assert "[modes] teacher_thinking=False student_thinking=False" in proc.stdout
+    from opsdctl.run.effective_config import check_log
+
+    asked = {**knobs.default_hparams(), **knobs.parse_recipe_env((tmp_path / "r.env").read_text(), "r.env")}
+    check = check_log(proc.stdout, asked, {}, max_steps=3, lr_scale=get_profile("tiny").learning_rate_scale)
+    assert check.status == "verified", check.to_dict()
+    assert {c["knob"] for c in check.checked} == {"learning_rate", "schedule", "teacher_thinking", "student_thinking"}
 
     result = json.loads((out / "train_result.json").read_text())
     assert result["steps"] == 3 and math.isfinite(result["final_loss"])

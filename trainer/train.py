@@ -91,6 +91,8 @@ class OPSDTrainer:
         self.log = log or RunLog(cfg.output_dir, self.max_steps, enabled=self.acc.is_main_process)
         for note in cfg.notes:
             self.log.info(note)
+        # the scorer's capped script prints this line; opsdctl's effective-config check reads it
+        self.log.info(f"[modes] teacher_thinking={self.hp['teacher_thinking']} student_thinking={self.hp['student_thinking']}")
         self.GA = (accumulation_for(prof, self.P, self.log.info) if cfg.keep_global_batch
                    else prof.gradient_accumulation_steps)
 

@@ -283,7 +283,7 @@ def render_show(con: Console, doc: dict) -> None:
     extra = sorted({n for r in doc["runs"] for n in ((r["train"] or {}).get("metrics") or {})} - {"kl", "frac_clipped"})
     gpu_stages = [st for st in ("train", "eval") if any(st in (r.get("gpu") or {}) for r in doc["runs"])]
     cols = (["chain", "seed", "state", "avg@k", "k x n", "code", "loss", "KL", "clipped"] + extra
-            + [f"{st} GPU peak/util" for st in gpu_stages] + ["per-problem correct"])
+            + [f"{st} GPU peak/util" for st in gpu_stages] + ["recipe", "cmds", "per-problem correct"])
     for col in cols:
         t.add_column(col, overflow="fold")
     for r in doc["runs"]:
@@ -301,11 +301,20 @@ def render_show(con: Console, doc: dict) -> None:
                   _num(tr.get("final_loss"), "{:.4g}"), _num(tr.get("mean_kl"), "{:.4g}"),
                   _num(tr.get("frac_clipped"), "{:.1%}"),
                   *[_num(((tr.get("metrics") or {}).get(n) or {}).get("mean"), "{:.4g}") for n in extra],
-                  *[_gpu_cell((r.get("gpu") or {}).get(st)) for st in gpu_stages], counts)
+                  *[_gpu_cell((r.get("gpu") or {}).get(st)) for st in gpu_stages],
+                  _recipe_status(r.get("recipe_check")), (r.get("commands_hash") or "-")[:8], counts)
     con.print(t)
     if any(g.get("attribution") == "device" for r in doc["runs"] for g in (r.get("gpu") or {}).values()):
         con.print("[dim]* GPU memory read as the device's used memory minus what it held when the stage started "
                   "(NVML listed none of the stage's own processes)[/dim]")
+    hashes = {r.get("commands_hash") for r in doc["runs"]}
+    if len(hashes) > 1:
+        con.print(f"[yellow]these runs were made with {len(hashes)} different sets of stage commands (cmds)[/yellow]")
+    for r in doc["runs"]:
+        check = r.get("recipe_check") or {}
+        if check.get("status") == "not verified":
+            why = "; ".join(check.get("unchecked") or []) or "the train log shows none of the recipe's values"
+            con.print(f"[dim]chain {r['chain_id']}: recipe not verified: {escape(why)}[/dim]")
     render_code_snapshots(con, [r.get("code") for r in doc["runs"]] + [r.get("eval_code") for r in doc["runs"]])
 
 
@@ -391,6 +400,12 @@ def render_code_snapshots(con: Console, codes: list) -> None:
         elif c["kind"] == "git":
             line += ", clean"
         con.print(line)
+
+
+def _recipe_status(check: Optional[dict]) -> str:
+    status = (check or {}).get("status")
+    return {"verified": "[green]verified[/green]", "mismatch": "[red]not applied[/red]",
+            "not verified": "[yellow]not verified[/yellow]"}.get(status, "-")
 
 
 def _bytes(n: int) -> str:

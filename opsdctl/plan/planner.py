@@ -368,7 +368,8 @@ class StoreFacts:
                 seed = int(s.scalar(select(func.max(Chain.seed)).where(Chain.variant_id == v.id)) or 0) + 1
             chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
                           state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
-                          code_dir=last.code_dir, queued_at=utcnow(), reason=f"auto-repeat: {why}")
+                          code_dir=last.code_dir, stage_spec=last.stage_spec, commands_hash=last.commands_hash,
+                          queued_at=utcnow(), reason=f"auto-repeat: {why}")
             s.add(chain)
             s.flush()
             return chain_info(chain, v)

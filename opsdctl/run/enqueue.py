@@ -16,6 +16,7 @@ from opsdctl.recipes import partial
 from opsdctl.fsutil import unwritable_dir
 from opsdctl.recipes.load import Recipe, load_recipe
 from opsdctl.recipes.profiles import get_profile
+from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.snapshot_lock import snapshot_lock
@@ -127,6 +128,8 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                   setting: partial.EvalSetting = partial.FULL) -> QueueResult:
     notes: list[str] = []
     out: list[QueuedChain] = []
+    spec = frozen_stages.spec_of(cfg)  # the stage settings these chains will run with
+    spec_hash = frozen_stages.commands_hash(spec)
     with store.write() as session:
         snapshot_row = _snapshot_row(session, frozen)
         seen: dict[str, Variant] = {}
@@ -149,6 +152,8 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                     profile=cfg.profile,
                     snapshot_id=snapshot_row.id,
                     code_dir=frozen.path,
+                    stage_spec=spec,
+                    commands_hash=spec_hash,
                     queued_at=utcnow(),
                     eval_problems=setting.problems,
                     eval_k=setting.k,
@@ -285,6 +290,8 @@ def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
         profile=old.profile,
         snapshot_id=old.snapshot_id,
         code_dir=old.code_dir,
+        stage_spec=old.stage_spec,
+        commands_hash=old.commands_hash,
         requeued_from=old.id,
         queued_at=utcnow(),
         eval_problems=old.eval_problems,

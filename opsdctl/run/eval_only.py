@@ -28,6 +28,7 @@ from opsdctl.config import Config
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
 from opsdctl.recipes.profiles import get_profile
+from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
 from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, store_sidecars
 from opsdctl.run.snapshot_lock import snapshot_lock
@@ -53,6 +54,7 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
         _plan_variant(s, checkpoint, trainer, name)
         if trainer is not None:
             _refuse_double_count(s, trainer, setting)
+    spec = frozen_stages.spec_of(cfg)  # the eval command it will run, frozen now
     with snapshot_lock(cfg.runs_dir):
         frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
         with store.write() as s:
@@ -71,6 +73,8 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
                 profile=cfg.profile,
                 snapshot_id=row.id,
                 code_dir=frozen.path,
+                stage_spec=spec,
+                commands_hash=frozen_stages.commands_hash(spec),
                 queued_at=utcnow(),
                 eval_problems=setting.problems,
                 eval_k=setting.k,
@@ -107,7 +111,7 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
             variant_id=old.variant_id, seed=old.seed, repeat=old.repeat,
             priority=old.priority if priority is None else priority, seq=old.seq, state=State.QUEUED.value,
             profile=old.profile, snapshot_id=old.snapshot_id, code_dir=old.code_dir, requeued_from=old.id,
-            queued_at=utcnow(), eval_problems=setting.problems, eval_k=setting.k, eval_only=True,
+            stage_spec=old.stage_spec, commands_hash=old.commands_hash, queued_at=utcnow(), eval_problems=setting.problems, eval_k=setting.k, eval_only=True,
             checkpoint=checkpoint, trained_by=trainer.id if trainer is not None else None,
         )
         s.add(new)

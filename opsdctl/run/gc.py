@@ -1,7 +1,8 @@
 """`opsdctl gc`: remove the code snapshots and stage outputs that no live chain needs.
 
 Live chains are the queued and running ones; a live chain also needs the chains it was
-re-queued from (recovery may resume from their outputs). Everything else under runs_dir that
+re-queued from (recovery may resume from their outputs) and, when it is eval-only, the chain
+that trained its checkpoint. Everything else under runs_dir that
 opsdctl made and can lose goes:
 - code snapshots (`<runs_dir>/code/<key>/`) no live chain runs, and then the file objects no
   snapshot links to any more (content_store); a git snapshot is rebuilt from its commit
@@ -93,10 +94,13 @@ def _needed(store: Store, keep: Sequence[str]) -> tuple[set[str], set[int], set[
     needed: set[int] = set()
     for c in chains:
         if c.state in LIVE or c.variant_id in kept_variants:
-            cur: Optional[Chain] = c
-            while cur is not None and cur.id not in needed:  # and what it was re-queued from
+            todo = [c]
+            while todo:  # and what it was re-queued from, and the chain whose checkpoint it evaluates
+                cur = todo.pop()
+                if cur is None or cur.id in needed:
+                    continue
                 needed.add(cur.id)
-                cur = by_id.get(cur.requeued_from) if cur.requeued_from else None
+                todo += [by_id.get(i) for i in (cur.requeued_from, getattr(cur, "trained_by", None)) if i]
     keys = {snaps[c.snapshot_id].key for c in chains
             if c.state in LIVE and c.snapshot_id in snaps and snaps[c.snapshot_id].kind != "live"}
     finished = {c.id for c in chains if c.state not in LIVE}

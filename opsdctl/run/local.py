@@ -27,7 +27,8 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import eval_request, gpu_sampler, log_metrics, procs, results, stages
+from opsdctl.run import code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results, stages
+from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
 from opsdctl.run.progress_clock import ProgressClock, stalled
@@ -113,6 +114,8 @@ class LocalExecutor:
         self.host = socket.gethostname()
         self._last_heartbeat = 0.0
         self._live: Optional[procs.StageIdentity] = None  # the stage process group running now
+        self._settings: Optional[frozen_stages.StageSettings] = None  # the running chain's stage settings
+        self._recipe: Optional[recipe_file.Installed] = None  # a recipe.env put at recipe_env_path, to undo
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -130,6 +133,8 @@ class LocalExecutor:
             if not code_dir.is_dir():
                 return self._end(chain_id, State.FAILED, f"code dir {code_dir} is missing")
             run_dir = self._prepare_run_dir(chain, variant)
+            self._settings = frozen_stages.settings(chain.stage_spec, self.cfg)
+            code_dir = self._own_code_view(chain, snap, code_dir, run_dir)
         except Exception as exc:  # a broken snapshot fails this chain only
             if environment_problem(exc) is None:
                 return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
@@ -164,7 +169,22 @@ class LocalExecutor:
             raise
         finally:
             self._live = None
+            self._restore_recipe()
         return self._current_state(chain_id)
+
+    def _own_code_view(self, chain: Chain, snap, code_dir: Path, run_dir: Path) -> Path:
+        """Say when the chain's frozen stage settings differ from this worker's config; with a
+        recipe_env_path, run in the chain's own view of its snapshot (code_view.py)."""
+        changed = frozen_stages.differences(chain.stage_spec, self.cfg)
+        if changed:
+            self.report(f"chain {chain.id}: runs the stage settings frozen when it was queued; opsdctl.toml "
+                        f"has changed {', '.join(changed)} since (chains queued later use the new ones)")
+        if not self._settings.recipe_env_path or snap is None or snap.kind == "live":
+            return code_dir
+        root = code_dir
+        for _ in Path(snap.prefix).parts:
+            root = root.parent
+        return code_view.make_view(root, run_dir / "code") / snap.prefix
 
     def _prepare_run_dir(self, chain: Chain, variant: Variant) -> Path:
         run_dir = run_dir_of(self.cfg, chain.id)
@@ -232,8 +252,8 @@ class LocalExecutor:
             values["checkpoint"] = checkpoint
         if stage == "eval":
             values.update(eval_request.placeholders(chain))
-        stage_cfg = self.cfg.stages[stage]
-        command = stages.render(stage_cfg.command, values)
+        stage_cfg = self.cfg.stages[stage]  # its timeout; what runs is the chain's own (frozen) settings
+        command = stages.render(self._settings.command(stage), values)
         token = uuid.uuid4().hex
         with self.store.write() as s:
             reason = s.get(Chain, chain.id).reason
@@ -253,6 +273,13 @@ class LocalExecutor:
             reason = f"worker stopped ({self.stop_request.reason}) before {stage}"
             self._finish_stage(stage_id, StageState.INTERRUPTED, None, 0.0, reason)
             return StageOutcome(False, State.INTERRUPTED, reason)
+        if stage == "train" and self._settings.recipe_env_path:
+            try:
+                self._install_recipe(chain, code_dir, run_dir)
+            except Exception as exc:
+                reason = f"could not write the recipe to [stages.train] recipe_env_path: {exc}"
+                self._finish_stage(stage_id, StageState.FAILED, None, 0.0, reason)
+                return StageOutcome(False, State.FAILED, reason)
         env = stages.stage_env(
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
@@ -294,6 +321,7 @@ class LocalExecutor:
         leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
         self._live = None
         self._record_gpu_usage(stage_id, sampler)
+        self._restore_recipe()
         if how == "exited" and leftover.found:
             self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
         try:
@@ -325,13 +353,17 @@ class LocalExecutor:
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
             return StageOutcome(False, State.FAILED, reason)
         if stage == "train":
-            ckpt = Path(stages.render(self.cfg.stages["train"].checkpoint, values, quote=False))
+            ckpt = Path(stages.render(self._settings.checkpoint, values, quote=False))
             if not ckpt.is_absolute():
                 ckpt = code_dir / ckpt
             if not ckpt.exists():
                 reason = f"train exited 0 but left no checkpoint at {ckpt} (see [stages.train] checkpoint)"
                 self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
                 return StageOutcome(False, State.FAILED, reason)
+            check = self._check_recipe(chain, variant, stage_id, log_path)
+            if check.status == MISMATCH:
+                self._finish_stage(stage_id, StageState.FAILED, rc, seconds, check.reason, watch, checkpoint=str(ckpt))
+                return StageOutcome(False, State.FAILED, check.reason)
             self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch, checkpoint=str(ckpt))
             self.report(f"chain {chain.id}: train done in {seconds:.1f}s, checkpoint {ckpt}")
             return StageOutcome(True, checkpoint=str(ckpt))
@@ -442,6 +474,35 @@ class LocalExecutor:
     def _forced(self) -> bool:
         """Re-read while a stage's grace period runs: a second signal kills now."""
         return self.stop_request.force
+
+    # --- the recipe at recipe_env_path, and the check that it was used ---------------------
+
+    def _install_recipe(self, chain: Chain, code_dir: Path, run_dir: Path) -> None:
+        rel = self._settings.recipe_env_path
+        self._recipe = recipe_file.install(code_dir, rel, (run_dir / "recipe.env").read_text(), run_dir)
+        self.report(f"chain {chain.id}: the variant's recipe.env is at {code_dir / rel} for the train stage")
+
+    def _restore_recipe(self) -> None:
+        if self._recipe is None:
+            return
+        installed, self._recipe = self._recipe, None
+        try:
+            installed.restore(self.report)
+        except OSError as exc:  # recovery tries again from the journal
+            self.report(f"could not restore the file at recipe_env_path: {exc}")
+
+    def _check_recipe(self, chain: Chain, variant: Variant, stage_id: int, log_path: Path) -> RecipeCheck:
+        profile = PROFILES.get(chain.profile)
+        try:
+            check = check_log(read_tail(log_path, 32 << 20), variant.hparams, variant.method,
+                              max_steps=profile.max_steps if profile else None,
+                              lr_scale=profile.learning_rate_scale if profile else 1.0, expect=self._settings.expect)
+        except Exception as exc:  # a bug in the check must not fail a good run
+            check = RecipeCheck(unchecked=[f"the check itself failed: {type(exc).__name__}: {exc}"])
+        with self.store.write() as s:
+            s.get(Stage, stage_id).recipe_check = check.to_dict()
+        self.report(f"chain {chain.id}: {check.summary()}")
+        return check
 
     # --- progress -------------------------------------------------------------------------
 

@@ -30,12 +30,12 @@ from opsdctl.plan.budget_keeper import BudgetKeeper, forget_deadline, hold_reaso
 from opsdctl.plan.gate import Gate, Skip, Start, Wait, chain_info
 from opsdctl.plan.planner import make_gate
 from opsdctl.errors import EnvironmentProblem, UserError
-from opsdctl.run import procs
+from opsdctl.run import procs, recipe_file
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.auto_export import exporter_for
 from opsdctl.run.salvage import recover_chain
 from opsdctl.run.executors import make_executor, worker_gate_config
-from opsdctl.run.local import StopRequest
+from opsdctl.run.local import StopRequest, run_dir_of
 from opsdctl.store.engine import (
     Store,
     chains_in_state,
@@ -99,6 +99,9 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None],
         if chain.worker_host and chain.worker_host != here and not any_host:
             report(f"chain {chain.id}: runs under a worker on {chain.worker_host}; left to that host")
             continue
+        restored = recipe_file.restore_after_crash(run_dir_of(cfg, chain.id), report)
+        if restored:
+            report(f"chain {chain.id}: {restored} (recipe_env_path, left by the dead worker's train stage)")
         n = stopped_by_chain.get(chain.id, 0)
         where = f" during {chain.stage}" if chain.stage else ""
         pid = f" (pid {chain.worker_pid})" if chain.worker_pid else ""

@@ -217,7 +217,7 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
 
 def show_doc(store: Store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stages_of, train_stats_of, trainer_of
+    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stage_of, stages_of, train_stats_of, trainer_of
 
     with store.read() as s:
         v = find_variant(s, ref)
@@ -228,6 +228,7 @@ def show_doc(store: Store, ref: str) -> dict:
         for chain in chains:
             score = score_of(s, chain.id)
             ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
+            train = stage_of(s, trainer_of(s, chain.id), "train")  # an eval-only run: its trainer's check
             runs.append({
                 "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
                 "reason": chain.reason,
@@ -248,6 +249,8 @@ def show_doc(store: Store, ref: str) -> dict:
                 # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
                 "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
                         for st in stages_of(s, chain.id) if st.gpu_peak_mib is not None},
+                "recipe_check": _recipe_check(train),
+                "commands_hash": chain.commands_hash,
                 "train": None if ts is None else {
                     "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
                     "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
@@ -258,3 +261,13 @@ def show_doc(store: Store, ref: str) -> dict:
             })
         return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
                 "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
+
+
+def _recipe_check(train) -> Optional[dict]:
+    """What the train log showed of the recipe; None while it has not trained."""
+    if train is None or train.state == "running":
+        return None
+    if train.recipe_check:
+        return train.recipe_check
+    return {"status": "not verified", "checked": [], "reason": None,
+            "unchecked": ["no effective-config check ran on this train stage"]}

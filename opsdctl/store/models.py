@@ -133,6 +133,11 @@ class Chain(SQLModel, table=True):
     eval_only: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
     checkpoint: Optional[str] = None
     trained_by: Optional[int] = None  # a chain id (no FK: adding one would copy the referenced table on SQLite)
+    # The stage settings frozen at queue time (opsdctl/run/frozen_stages.py), and the sha256 of
+    # what decides what runs (commands, checkpoint template, recipe_env_path): compare's code
+    # identity. NULL for chains queued before they were recorded.
+    stage_spec: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    commands_hash: Optional[str] = None
     queued_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     started_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
     finished_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime)
@@ -169,6 +174,8 @@ class Stage(SQLModel, table=True):
     gpu_peak_mib: Optional[float] = None  # the most memory the stage held on one of its GPUs
     gpu_util_pct: Optional[float] = None  # mean device utilisation of its GPUs while it ran
     gpu: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
+    # train: did the log show the recipe was applied (opsdctl/run/effective_config.py)
+    recipe_check: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 
 class Score(SQLModel, table=True):

@@ -1,0 +1,83 @@
+"""Stage settings frozen per chain: what a chain runs is decided when it is queued.
+
+`queue` records with each chain the stage settings of opsdctl.toml as they are then
+(`Chain.stage_spec`): the train and eval command templates, the checkpoint template, the
+recipe_env_path and the [stages.train.expect] patterns. Editing opsdctl.toml while a worker
+runs (or before it restarts) changes only chains queued afterwards; the worker says when a
+chain's frozen settings differ from the config it loaded. Timeouts stay live: they say how long
+to wait, not what runs.
+
+`Chain.commands_hash` is the sha256 of what decides what runs (the commands, the checkpoint
+template, recipe_env_path), so runs made with different commands are never pooled silently:
+compare's code identity reads it. Chains queued before this existed have neither (NULL) and
+run with the worker's config, as they always did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from opsdctl.config import Config
+
+SPEC_VERSION = 1
+IDENTITY = (("train", "command"), ("train", "checkpoint"), ("train", "recipe_env_path"), ("eval", "command"))
+
+
+def spec_of(cfg: Config) -> dict:
+    """The stage settings of `cfg` as recorded with a chain."""
+    train = cfg.stages["train"]
+    sec = cfg.section("stages.train")
+    return {
+        "version": SPEC_VERSION,
+        "train": {"command": train.command, "checkpoint": train.checkpoint,
+                  "recipe_env_path": sec.get("recipe_env_path"), "expect": dict(sec.get("expect") or {})},
+        "eval": {"command": cfg.stages["eval"].command},
+    }
+
+
+def commands_hash(spec: dict) -> str:
+    ident = {f"{stage}.{key}": spec.get(stage, {}).get(key) for stage, key in IDENTITY}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What one chain's stages run: its frozen spec, or the config's for an older chain."""
+
+    train_command: str
+    checkpoint: str
+    eval_command: str
+    recipe_env_path: Optional[str]
+    expect: dict
+    frozen: bool
+
+    def command(self, stage: str) -> str:
+        return self.train_command if stage == "train" else self.eval_command
+
+
+def settings(spec: Optional[dict], cfg: Config) -> StageSettings:
+    s = spec if spec else spec_of(cfg)
+    return StageSettings(
+        train_command=s["train"]["command"],
+        checkpoint=s["train"]["checkpoint"],
+        eval_command=s["eval"]["command"],
+        recipe_env_path=s["train"].get("recipe_env_path"),
+        expect=dict(s["train"].get("expect") or {}),
+        frozen=bool(spec),
+    )
+
+
+def differences(spec: Optional[dict], cfg: Config) -> list[str]:
+    """How the config the worker loaded differs from a chain's frozen settings ([] = not at all)."""
+    if not spec:
+        return []
+    now = spec_of(cfg)
+    out = []
+    for stage in ("train", "eval"):
+        for key, value in spec.get(stage, {}).items():
+            if now[stage].get(key) != value:
+                out.append(f"[stages.{stage}] {key}")
+    return out
