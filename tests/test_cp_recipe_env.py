@@ -207,7 +207,12 @@ def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
 
     from conftest import REPO
 
-    from opsdctl.config import config_from_dict, tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    from opsdctl.config import config_from_dict
     from opsdctl.run.frozen_stages import spec_of
 
     readme = (REPO / "README.md").read_text()
