@@ -80,6 +80,8 @@ def test_toml_nested_1000_deep(ws):
     (["requeue", str(2**80)], "CHAIN_ID"),
     (["requeue", "1", "--priority", str(-2**40)], "--priority -1099511627776"),
     (["logs", str(2**70)], "CHAIN_ID"),
+    (["diff", "1", str(2**70)], "CHAIN_ID"),
+    (["wait", str(2**70)], "CHAIN_ID"),
     (["status", "--recent", str(2**70)], "--recent"),
 ])
 def test_integers_beyond_64_bits_on_the_command_line(ws, argv, needle):

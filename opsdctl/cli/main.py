@@ -271,7 +271,7 @@ def status(
 
 @app.command()
 def wait(
-    chain_ids: Optional[List[int]] = typer.Argument(None, metavar="[CHAIN_ID]...", help="Chains to wait for.",
+    chain_ids: Optional[List[int]] = typer.Argument(None, metavar="[CHAIN_ID]...", help="Chains to wait for.", callback=args.chain_ids,
                                                     show_default=False),
     all_chains: bool = typer.Option(False, "--all", "-a", help="Every queued or running chain, until none is "
                                                                "(chains queued meanwhile too)."),
@@ -608,8 +608,8 @@ def _chain_minutes(cfg, store) -> Optional[float]:
 
 @app.command()
 def diff(
-    chain_a: int = typer.Argument(..., metavar="CHAIN_A"),
-    chain_b: int = typer.Argument(..., metavar="CHAIN_B"),
+    chain_a: int = typer.Argument(..., metavar="CHAIN_A", callback=args.chain_ids),
+    chain_b: int = typer.Argument(..., metavar="CHAIN_B", callback=args.chain_ids),
     patch: bool = typer.Option(False, "--patch", help="Also print the full code diff (git snapshots)."),
     as_json: bool = typer.Option(False, "--json", help="Print the differences as JSON."),
 ) -> None:
