@@ -249,3 +249,38 @@ def test_migrations_on_postgres(pg_url):
     store = Store(pg_url)
     with store.engine.connect() as conn:
         assert migrations.schema_diff(conn) == []
+
+
+def test_busy_names_the_holder_of_this_store_not_of_another_on_the_server(ws, pg_url, pg_admin):
+    """Advisory locks are per database: a worker of another store on the same server (another
+    project, or a concurrent test) must not be named as this store's holder."""
+    other = f"opsdctl_t_{uuid.uuid4().hex[:12]}"
+    with pg_admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{other}"')
+    other_url = make_url(pg_url).set(database=other).render_as_string(hide_password=False)
+    try:
+        pg_workspace(ws, pg_url)
+        cfg = load_config(ws.root / "opsdctl.toml")
+        holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""\
+            import sys, time
+            from opsdctl.config import load_config
+            from opsdctl.store.engine import open_store
+            from opsdctl.store.locks import worker_lock
+            with worker_lock(load_config({str(ws.root / "opsdctl.toml")!r}), open_store({other_url!r})):
+                print("held", flush=True)
+                time.sleep(60)
+            """)], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "held"
+            store_a, store_b = open_store(pg_url), open_store(pg_url)
+            with worker_lock(cfg, store_a):
+                with pytest.raises(WorkerBusy) as busy:
+                    with worker_lock(cfg, store_b):
+                        pass
+            assert f"pid {os.getpid()} on " in str(busy.value), str(busy.value)
+        finally:
+            holder.kill()
+            holder.wait()
+    finally:
+        with pg_admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')

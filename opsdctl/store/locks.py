@@ -119,7 +119,9 @@ def _holder(conn) -> str:
             text(
                 "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
                 "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = CAST(:c AS oid) "
-                "AND l.objid = CAST(:k AS oid) AND l.objsubid = 2"
+                "AND l.objid = CAST(:k AS oid) AND l.objsubid = 2 "
+                # advisory locks are per database: the holder of another store on this server is not ours
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             ),
             {"c": LOCK_CLASS, "k": WORKER_KEY},
         ).scalar()
