@@ -81,3 +81,18 @@ def test_worker_dead_right_after_the_eval_finished_keeps_its_score(ws):
     assert "its evaluation had finished (result.json)" in reason
     assert ws.sql("select chain_id, source from score order by chain_id") == [(1, "result.json"), (2, "final-line")]
     assert ws.sql("select state from stage where chain_id = 1 order by id") == [("succeeded",), ("succeeded",)]
+
+
+def test_a_finished_training_that_contradicts_the_recipe_is_not_salvaged(ws):
+    """The worker died before its effective-config check: salvage runs it, and a log that shows
+    another learning rate than the recipe's is trained again, not evaluated."""
+    # frozen stage commands: the re-queued copy runs chain 1's; the worker's environment decides
+    once = 'if [ -n "$KILL_ONCE" ]; then OPSD_LEARNING_RATE=0.001 ' + TRAIN + KILL_WORKER + "; exit 137; fi; "
+    ws.write_config(default_config(train=once + TRAIN, eval=EVAL))
+    ws.env = {"FAKE_NO_FILES": "1"}
+    ws.cli("queue", "baseline")
+    ws.run("worker", "--drain", check=False, env={"KILL_ONCE": "1"})
+    res = ws.run("worker", "--drain")
+    assert _rows(ws)[1][:4] == (2, "succeeded", 1, 0), res.stdout
+    assert ws.sql("select count(*) from stage where name = 'train'") == [(2,)]
+    assert "salvaged its checkpoint" not in res.stdout

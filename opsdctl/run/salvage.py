@@ -9,7 +9,9 @@ A worker that dies (or fails) mid-chain used to throw the chain's work away: in 
 - otherwise it is re-queued whole, as before.
 A checkpoint is complete when its train stage succeeded, or when it exists and the training
 had finished: train_result.json was written, or the log has the Trainer's final
-`{'train_runtime': ...}` line (both come after the last checkpoint is saved).
+`{'train_runtime': ...}` line (both come after the last checkpoint is saved). In the second case
+the worker never ran the effective-config check: it runs here, and a log that contradicts the
+recipe is not salvaged (the chain trains again, and fails there with the reason).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Callable, Optional
 
 from opsdctl.config import Config
 from opsdctl.fsutil import read_tail
-from opsdctl.run import eval_request, results, stages
+from opsdctl.recipes.profiles import PROFILES
+from opsdctl.run import eval_request, frozen_stages, results, stages
+from opsdctl.run.effective_config import MISMATCH, check_log
 from opsdctl.run.enqueue import interrupt_and_requeue
 from opsdctl.run.score_row import score_row
 from opsdctl.store.engine import stages_of, train_stats_of
@@ -62,11 +66,31 @@ def _complete_checkpoint(session, cfg: Config, chain: Chain, row: Stage) -> tupl
     if path is None or not path.exists():
         return None, ""
     stage_dir = Path(row.stage_dir)
+    tail = read_tail(row.log_path, FINAL_LOG_BYTES) if row.log_path else ""
     if (stage_dir / "train_result.json").is_file():
-        return str(path), "its training had finished (train_result.json)"
-    if row.log_path and "'train_runtime'" in read_tail(row.log_path, FINAL_LOG_BYTES):
-        return str(path), "its training had finished (the Trainer's final train_runtime line)"
-    return None, ""
+        why = "its training had finished (train_result.json)"
+    elif "'train_runtime'" in tail:
+        why = "its training had finished (the Trainer's final train_runtime line)"
+    else:
+        return None, ""
+    if _contradicts_recipe(session, cfg, chain, row):
+        return None, ""
+    return str(path), why
+
+
+def _contradicts_recipe(session, cfg: Config, chain: Chain, row: Stage) -> bool:
+    variant = session.get(Variant, chain.variant_id)
+    profile = PROFILES.get(chain.profile)
+    try:
+        check = check_log(read_tail(row.log_path, 32 << 20) if row.log_path else "", variant.hparams, variant.method,
+                          max_steps=profile.max_steps if profile else None,
+                          lr_scale=profile.learning_rate_scale if profile else 1.0,
+                          expect=frozen_stages.settings(chain.stage_spec, cfg).expect)
+    except Exception:  # a bug in the check must not throw a good checkpoint away
+        return False
+    if check.status != MISMATCH:
+        row.recipe_check = check.to_dict()
+    return check.status == MISMATCH
 
 
 def _expected_checkpoint(session, cfg: Config, chain: Chain, row: Stage) -> Optional[Path]:
@@ -82,7 +106,7 @@ def _expected_checkpoint(session, cfg: Config, chain: Chain, row: Stage) -> Opti
         **eval_request.placeholders(chain),
     }
     try:
-        path = Path(stages.render(cfg.stages["train"].checkpoint, values, quote=False))
+        path = Path(stages.render(frozen_stages.settings(chain.stage_spec, cfg).checkpoint, values, quote=False))
     except Exception:  # a template the config no longer renders: nothing to salvage
         return None
     return path if path.is_absolute() else Path(values["code_dir"]) / path
