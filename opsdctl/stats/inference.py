@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -253,12 +254,20 @@ def chi2_expect(f, k: int, nodes: int = 64) -> float:
     probability scale: sum_i w_i f(F^-1(u_i)). f must be smooth and bounded (a probability)."""
     if k <= 0:
         return float(f(np.zeros(1))[0])
-    from scipy.special import chdtri, roots_legendre
+    from scipy.special import chdtri
+
+    p, w = _legendre01(nodes)
+    x = chdtri(k, p)  # chdtri(k, p): the x with P(X > x) = p
+    return float(np.sum(w * f(x)))
+
+
+@lru_cache(maxsize=8)
+def _legendre01(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes and weights on (0, 1)."""
+    from scipy.special import roots_legendre
 
     u, w = roots_legendre(nodes)
-    p = 0.5 * (u + 1.0)  # nodes on (0, 1), weights sum to 2
-    x = chdtri(k, p)  # chdtri(k, p): the x with P(X > x) = p
-    return float(0.5 * np.sum(w * f(x)))
+    return 0.5 * (u + 1.0), 0.5 * w
 
 
 def power(effect: float, s: float, n: int, nu0: int = 0, m: int = 1, alpha: float = ALPHA) -> float:
@@ -533,11 +542,20 @@ def rule_power(effect: float, arms: Arms, new_dof: int) -> float:
     nu, k = arms.nu, max(0, min(new_dof, arms.nu))
 
     def f(x):
-        sx2 = s2 * (nu - k + x) / nu
-        vb = np.array([baseline_var(float(v), arms.n_b, arms.ref_n, arms.offset_sd, arms.use_ref) for v in np.atleast_1d(sx2)])
-        return ndtr((effect - c * np.sqrt(np.atleast_1d(sx2) / arms.n_v + vb)) / sd)
+        sx2 = np.atleast_1d(s2 * (nu - k + x) / nu)
+        return ndtr((effect - c * np.sqrt(sx2 / arms.n_v + _baseline_var_array(sx2, arms))) / sd)
 
     return chi2_expect(f, k)
+
+
+def _baseline_var_array(s2: np.ndarray, arms: Arms) -> np.ndarray:
+    """baseline_var over an array of s^2 values (s^2 > 0), for the design's quadrature."""
+    v_ref = None if not arms.use_ref or not arms.ref_n else s2 / arms.ref_n + arms.offset_sd**2
+    if arms.n_b <= 0:
+        return v_ref
+    if v_ref is None:
+        return s2 / arms.n_b
+    return 1.0 / (arms.n_b / s2 + 1.0 / v_ref)
 
 
 def rule_design(effect: float, arms: Arms, target: float = DESIGN_POWER, limit: int = MAX_DESIGN_RUNS) -> int | None:

@@ -80,7 +80,7 @@ def _scored_rows(s) -> list[tuple]:
         .order_by(Variant.name, Variant.version, Chain.id)
     )
     out, variants = [], {}
-    for row in s.connection().execute(stmt):  # Core rows: no ORM loading
+    for row in s.connection().execute(stmt).all():  # Core rows: no ORM loading
         v = variants.get(row[7])
         if v is None:  # a handful of variants behind thousands of runs
             v = variants[row[7]] = _Variant(*row[7:12], variant_label(row[8], row[9]))
@@ -207,7 +207,10 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
         n_problems=int(score.n_problems),
         counts=counts,
         problem_ids=id_sets.get(score.problem_set) if counts is not None else None,
-        partial=partial.run_is_partial(chain, score),  # queued --partial, or the evaluator said so
+        # queued --partial, or the evaluator said so (partial.run_is_partial, without building an
+        # EvalSetting for each of 10,000 full runs)
+        partial=bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
+                                        and partial.run_is_partial(chain, score)),
         candidate=candidate,
         code=None if variant.kind != "recipe" else candidates.short_code(code),
         train_id=chain.trained_by or chain.id,
