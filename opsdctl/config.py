@@ -411,6 +411,15 @@ class Config:
         return (prof.repeat_seed if seed is None else seed, prof.repeat_same_seed if same is None else same)
 
 
+def export_path(cfg: "Config") -> Optional[Path]:
+    """`[export] path`, resolved against the config file's directory (None: auto-export off)."""
+    raw = cfg.section("export").get("path")
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else (cfg.base_dir / path).resolve()
+
+
 def find_config(explicit: Optional[str] = None) -> Path:
     """--config, else $OPSDCTL_CONFIG, else ./opsdctl.toml."""
     chosen = explicit or os.environ.get(ENV_CONFIG)

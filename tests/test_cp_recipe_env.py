@@ -85,14 +85,16 @@ def test_each_variant_trains_its_own_recipe_and_the_log_proves_it(ws):
     assert trained_with(ws, 1) == "learning_rate=5e-06"
     assert trained_with(ws, 2) == "learning_rate=1e-05"  # the variant's, not the workspace's file
     assert "recipe verified in the train log: learning_rate 1e-05, schedule constant" in out
-    # the user's file is what it was, in the workspace and in the shared snapshot
+    # the user's file is what it was in the workspace; the shared snapshot never holds it (the
+    # variant's replaces it for every train, so its content is not part of the code identity)
     assert (ws.root / "submission" / "recipe.env").read_text() == USERS_RECIPE
     key = ws.sql("select key from code_snapshot")[0][0]
-    assert (ws.runs / "code" / key / "submission" / "recipe.env").read_text() == USERS_RECIPE
+    assert (ws.runs / "code" / key / "train_capped.sh").is_file()
+    assert not (ws.runs / "code" / key / "submission" / "recipe.env").exists()
     # each chain ran in its own view of the snapshot, restored after its train stage
     cwd = ws.sql("select cwd from stage where chain_id = 2 and name = 'train'")[0][0]
     assert cwd == str(ws.runs / "2" / "code")
-    assert (ws.runs / "2" / "code" / "submission" / "recipe.env").read_text() == USERS_RECIPE
+    assert not (ws.runs / "2" / "code" / "submission" / "recipe.env").exists()  # as in the snapshot
     doc = ws.cli_json("show", "lr-up")
     check = doc["runs"][0]["recipe_check"]
     assert check["status"] == "verified"

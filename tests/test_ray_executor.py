@@ -39,6 +39,16 @@ SHORT_TRAIN = "FAKE_STEPS=8 FAKE_STEP_SECONDS=0.25"
 LONG_TRAIN = "FAKE_STEPS=4000 FAKE_STEP_SECONDS=0.05 FAKE_CHILD=1"
 
 
+def long_train_until_released(ws) -> str:
+    """LONG_TRAIN, short once `release_long_train(ws)` ran: a re-queued chain runs the commands
+    frozen when it was first queued, not the config of the worker that picks it up."""
+    return f"FAKE_SHORT_IF={ws.root / 'short-trains'} {LONG_TRAIN}"
+
+
+def release_long_train(ws) -> None:
+    (ws.root / "short-trains").touch()
+
+
 FREE_GPUS = {"gpus": [{"uuid": f"GPU-fake-{i}", "name": "Fake H100", "pci_bus_id": f"00000000:{0x17 + i:02x}:00.0",
                        "total_mib": 81559} for i in range(4)]}
 
@@ -206,7 +216,7 @@ def test_gpu_gate_runs_on_the_node_over_rays_gpus(ws, cluster, gpu_file):
 
 
 def test_actor_process_killed_mid_chain(ws, cluster):
-    cfg, store = ray_config(ws, cluster, train_env=LONG_TRAIN)
+    cfg, store = ray_config(ws, cluster, train_env=long_train_until_released(ws))
     ws.cli("queue", "baseline")
     seen: dict = {}
 
@@ -241,7 +251,7 @@ def test_actor_process_killed_mid_chain(ws, cluster):
     assert _nothing_running(ws)
     assert any("re-queued as chain 2" in m for m in messages), messages
 
-    cfg, store = ray_config(ws, cluster)  # the re-queued chain now runs to its end
+    release_long_train(ws)  # the re-queued chain (same frozen commands) now runs to its end
     assert Worker(cfg, store, drain=True, report=messages.append).run() == 1
     assert ws.chains()[2]["state"] == "succeeded"
 
@@ -310,7 +320,7 @@ def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
 
 
 def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
-    ray_config(ws, cluster, train_env=LONG_TRAIN)
+    ray_config(ws, cluster, train_env=long_train_until_released(ws))
     ws.cli("queue", "baseline")
     worker = ws.popen("worker")  # a real `opsdctl worker`, joining the cluster as its own driver
     try:
@@ -324,6 +334,7 @@ def test_worker_killed_mid_chain_then_recovered_through_the_node(ws, cluster):
     wait_for(lambda: not _under_live_actor(leader), 60, interval=0.2, what="Ray to end the dead driver's actor")
     assert pid_alive(leader) and pid_alive(child) and ws.state(1) == "running"
 
+    release_long_train(ws)  # the re-queued chain's frozen train is the long one
     cfg, store = ray_config(ws, cluster)
     messages: list[str] = []
     assert Worker(cfg, store, drain=True, report=messages.append).run() == 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-from opsdctl.config import Config
+from opsdctl.config import Config, export_path
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.recipes import partial
 from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
@@ -137,12 +137,9 @@ def export_view(cfg: Config, store: Store, budget) -> Optional[dict]:
     sec = cfg.section("export")
     if not sec.get("path"):
         return None
-    from pathlib import Path
-
     from opsdctl.run.auto_export import due, last_written
 
-    path = Path(sec["path"]).expanduser()
-    path = path if path.is_absolute() else (cfg.base_dir / path).resolve()
+    path = export_path(cfg)
     active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
     last = last_written(store)
     if last is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from opsdctl.config import export_path
 from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
@@ -162,9 +163,7 @@ class AutoExporter:
                  every_s: float = 10.0):
         sec = cfg.section("export")
         self.cfg, self.store, self.report, self.budget = cfg, store, report, budget
-        self.path = Path(sec["path"]).expanduser()
-        if not self.path.is_absolute():
-            self.path = (cfg.base_dir / self.path).resolve()
+        self.path = export_path(cfg)
         self.minutes_before = float(sec.get("minutes_before_deadline", 10.0))
         self.every_s = every_s
         self._stop = threading.Event()

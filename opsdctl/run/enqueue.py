@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from opsdctl.config import Config
+from opsdctl.config import Config, export_path
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
 from opsdctl.fsutil import unwritable_dir
@@ -53,9 +53,23 @@ class QueueResult:
     warnings: list[str] = field(default_factory=list)  # e.g. a snapshot that stored 300 MB
 
 
-def store_sidecars(cfg: Config) -> list[Path]:
-    """Paths a code snapshot must never contain: the runs dir, the store file and its sidecars."""
-    out = [cfg.runs_dir]
+def never_snapshotted(cfg: Config) -> list[Path]:
+    """Paths a code snapshot must never contain, so that neither they nor their changes enter
+    a chain's code identity: the runs dir, the store file and its sidecars, and the control
+    plane's own inputs and outputs (opsdctl.toml, the recipes dir, the budget countdown file,
+    the auto-exported recipe.env, the file recipe_env_path overwrites for each train). Editing
+    the config, adding a recipe or a timer tick must not split one candidate into two."""
+    out = [cfg.runs_dir, cfg.recipes_dir]
+    if cfg.path is not None:
+        out.append(cfg.path)
+    if cfg.budget.remaining_file is not None:
+        out.append(cfg.budget.remaining_file)
+    exported = export_path(cfg)
+    if exported is not None:
+        out.append(exported)
+    rel = cfg.section("stages.train").get("recipe_env_path")
+    if rel:  # the variant's recipe.env replaces it for every train: its own content never runs
+        out.append(cfg.code_dir / rel)
     if cfg.db.startswith("sqlite"):
         from sqlalchemy.engine import make_url
 
@@ -115,7 +129,7 @@ def queue_recipes(
 
 def _freeze(cfg: Config) -> snap.Snapshot:
     try:
-        return snap.take(cfg.code_dir, cfg.runs_dir, exclude=store_sidecars(cfg), enabled=cfg.snapshot_code)
+        return snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code)
     except OSError as exc:  # a full disk under runs_dir, say: one line, nothing queued
         problem = environment_problem(exc)
         if problem is None:

@@ -145,8 +145,10 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
     diffstat = "(no commits yet: the whole tree is new)"
     if head:
         head_tree = _git(["rev-parse", f"{head}^{{tree}}"], cwd=top).stdout.strip()
-        dirty = head_tree != tree
-        diffstat = _git(["diff", "--stat", head_tree, tree], cwd=top).stdout.strip() if dirty else ""
+        # Our own files, committed or not, are never in the snapshot: their absence is not a change.
+        beside_own = ["--", ".", *(f":(exclude,top,literal){rel}" for rel in own)]
+        diffstat = _git(["diff", "--stat", head_tree, tree, *beside_own], cwd=top).stdout.strip()
+        dirty = bool(diffstat)
     commit = _keep_alive(top, tree, head)
     prefix = code_dir.relative_to(top).as_posix()
     return Snapshot(

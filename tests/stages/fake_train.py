@@ -41,6 +41,10 @@ os.makedirs(out, exist_ok=True)
 
 steps = int(os.environ.get("FAKE_STEPS", "4"))
 step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0.01"))
+# A chain's commands are frozen at queue time, so a test cannot shorten a re-queued chain's
+# train through the config: this file's presence at start makes a "long" train short instead.
+if os.environ.get("FAKE_SHORT_IF") and os.path.exists(os.environ["FAKE_SHORT_IF"]):
+    steps, step_s = 8, 0.25
 lr = float(os.environ.get("OPSD_LEARNING_RATE", "5e-6"))
 clip = os.environ.get("OPSD_CLIP_MODE", "entry")
 mode = os.environ.get("OPSD_FAKE_MODE", "")
