@@ -40,7 +40,7 @@ PARTS = ("startup", "trainer", "eval", "chain")
 # Seen on one H200 (README): startup 260 s on a fresh machine (a cold engine start is 200 s),
 # trainer 120 s, eval ~8 min for its four runs, chain 215 s.
 NEEDS_S = {"startup": 120, "trainer": 200, "eval": 200, "chain": 150}  # skip a part with less time left
-MAX_S = {"startup": 420, "trainer": 420, "eval": 900, "chain": 420}  # bench_eval keeps the runs it finished
+MAX_S = {"startup": 480, "trainer": 420, "eval": 900, "chain": 420}  # bench_eval keeps the runs it finished
 RESERVE_S = 15  # for copying results back before the command's limit
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 LOG_TAIL = 15000
@@ -126,8 +126,34 @@ def startup_once(tag: str, model: str, bench: Path, work: Path, env: dict, smoke
     return {"exit": proc.returncode, "wall_seconds": round(wall, 1),
             "process_start_to_first_sample_seconds": round(first, 2) if first is not None else None,
             "engine_load_seconds": [w.get("load_seconds") for w in doc.get("workers", [])],
+            # the evaluator's own breakdown: parent start -> workers spawned -> engines ready, and
+            # per worker interpreter / imports / vLLM import / engine (eval/worker.py, eval/backends.py)
+            "startup_seconds": doc.get("startup_seconds"),
+            "worker_startup_seconds": [w.get("startup_seconds") for w in doc.get("workers", [])],
             "generation_seconds": doc.get("generation_seconds"),
             "compile_cache_entries_before": len(before), "compile_cache_entries_after": len(after)}
+
+
+IMPORTS = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); import transformers; "
+           "t2 = time.perf_counter(); {last}; t3 = time.perf_counter(); "
+           "print(round(t1 - t0, 2), round(t2 - t1, 2), round(t3 - t2, 2))")
+
+
+def import_seconds(env: dict, smoke: bool, log: Path) -> list[dict]:
+    """A fresh interpreter's imports, twice (the first also reads the files from disk)."""
+    last = "import peft" if smoke else "from vllm import LLM"
+    runs = []
+    for _ in range(2):
+        t0 = time.time()
+        out = subprocess.run([sys.executable, "-c", IMPORTS.format(last=last)], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=300)
+        wall = time.time() - t0
+        with open(log, "a") as f:
+            f.write(f"== imports ==\n{out.stdout}{out.stderr[-2000:]}\n")
+        parts = out.stdout.split() if out.returncode == 0 else []
+        runs.append({"torch": float(parts[0]), "transformers": float(parts[1]), last.split()[-1]: float(parts[2]),
+                     "interpreter_wall": round(wall, 2)} if len(parts) == 3 else {"exit": out.returncode})
+    return runs
 
 
 def part_startup(work, env, model, smoke, timeout, log) -> dict:
@@ -136,12 +162,13 @@ def part_startup(work, env, model, smoke, timeout, log) -> dict:
     bench = work / "startup-bench.jsonl"
     bench.write_text("".join(json.dumps(r) + "\n" for r in make_benchmark(2, seed=3)))
     t_end = time.time() + timeout
+    imports = import_seconds(env, smoke, log)
     first = startup_once("first", model, bench, work, env, smoke, t_end - time.time(), log)
     second = startup_once("second", model, bench, work, env, smoke, t_end - time.time(), log)
     lines = [x for x in log.read_text(errors="replace").splitlines()
              if any(k in x for k in ("torch.compile", "Graph capturing", "init engine", "Model loading", "ready ",
                                      "Dynamo bytecode", "compiled graph", "Compil"))]
-    return {"first": first, "second": second, "goal_seconds": 30,
+    return {"imports": imports, "first": first, "second": second, "goal_seconds": 30,
             "second_meets_goal": (second.get("process_start_to_first_sample_seconds") or 1e9) <= 30,
             "vllm_lines": [x.strip()[-240:] for x in lines][:40]}
 

@@ -234,12 +234,16 @@ class VLLMBackend(_Base):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: it dies with us
         # explicit either way: an inherited VLLM_BATCH_INVARIANT=1 must not turn a run without it into one with it
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if opts.get("batch_invariant", False) else "0"
+        t0 = time.perf_counter()
         from vllm import LLM, SamplingParams
 
+        t1 = time.perf_counter()
         self.SamplingParams = SamplingParams
         self.llm = LLM(model=spec["model"], tokenizer=spec["model"], tensor_parallel_size=1, dtype=spec["dtype"],
                        seed=int(self.sampling["seed"]), gpu_memory_utilization=float(opts.get("gpu_memory_utilization", 0.85)),
                        max_num_seqs=int(opts.get("max_num_seqs", 64)), generation_config="vllm")
+        # where a start goes (README Benchmarks): the import, then the engine (config, weights, compile, graphs)
+        self.startup = {"vllm_import": round(t1 - t0, 2), "vllm_engine": round(time.perf_counter() - t1, 2)}
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()
         self.max_seqs = int(opts.get("max_num_seqs", 64))

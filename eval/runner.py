@@ -271,6 +271,9 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
         "imbalance": round(max(busy) / (sum(busy) / len(busy)), 4) if busy and sum(busy) > 0 else None,
         "generation_seconds": timing.get("generation_seconds"),
         "samples_per_second": timing.get("samples_per_second"),
+        # process start -> workers spawned -> engines ready (each worker's own phases are in "workers")
+        "startup_seconds": {"workers_spawned": timing.get("workers_spawned_after_seconds"),
+                            "engines_ready": timing.get("ready_after_seconds")},
     }
     records.write_json_atomic(out / "result.json", doc)
     return doc
@@ -321,6 +324,9 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
     locks = {dev: ctx.Lock() for dev in devices} if settings.backend == "vllm" and opts.workers_per_device > 1 else {}
     procs = []
     t_spawn = time.monotonic()
+    from opsdkit.startup_clock import since_process_start
+
+    spawn_at = since_process_start()  # this process's own start-up before any worker exists
     for wid, dev in enumerate(devices):
         p = ctx.Process(target=worker_main, name=f"eval-worker-{wid}",
                         args=(wid, {**spec, "device": dev}, shared if shared is not None else own[wid], results,
@@ -407,7 +413,9 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
             elif kind == "error":
                 raise EvalFailed(f"worker {wid} ({devices[wid]}) failed:\n{msg[2]}")
         gen = time.monotonic() - (first_ready or time.monotonic())
-        return {"generation_seconds": round(gen, 3), "samples_per_second": round(n_new / gen, 4) if gen > 0 else None}
+        return {"generation_seconds": round(gen, 3), "samples_per_second": round(n_new / gen, 4) if gen > 0 else None,
+                "workers_spawned_after_seconds": spawn_at,
+                "ready_after_seconds": round(first_ready - t_spawn + (spawn_at or 0.0), 2) if first_ready else None}
     finally:
         signal.signal(signal.SIGTERM, old_term)
         for p in procs:

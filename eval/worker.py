@@ -41,6 +41,10 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     try:
+        from opsdkit.startup_clock import Phases, since_process_start
+
+        spawned = since_process_start()  # the interpreter's own start, before any import of ours
+        phases = Phases()
         import torch
 
         torch.set_num_threads(spec["threads"])
@@ -50,6 +54,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
         from eval.backends import make_backend
         from eval.grading import grade
 
+        phases.mark("imports")
         t_load = time.perf_counter()
         if start_lock is not None:  # engines sharing this GPU start one at a time (runner.py)
             start_lock.acquire()
@@ -59,8 +64,11 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
         finally:
             if start_lock is not None:
                 start_lock.release()
+        phases.mark("engine")
+        startup = {"interpreter": spawned, **phases.summary(), **getattr(backend, "startup", {})}
         results.put(("ready", wid, {"device": device, "load_seconds": round(time.perf_counter() - t_load, 2),
-                                    "push_seconds": getattr(backend, "push_seconds", None), "pid": os.getpid()}))
+                                    "push_seconds": getattr(backend, "push_seconds", None), "pid": os.getpid(),
+                                    "startup_seconds": startup}))
         answers = [p["answer"] for p in spec["problems"]]
         remaining: dict[str, int] = {}
         busy = 0.0

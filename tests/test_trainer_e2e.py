@@ -8,6 +8,7 @@ import ast
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,10 @@ def test_end_to_end_subprocess(tmp_path, untrained_tiny_model, data_file):  # no
     assert result["rows_total"] == result["rows_selected"] == 40 and result["max_completion_length"] == 8
     for key in ("mean_kl", "frac_clipped", "step_seconds", "rollout_seconds", "peak_memory_mib", "train_runtime"):
         assert result[key] is not None
+    startup = result["startup_seconds"]  # process start to the first step, phase by phase
+    assert startup["imports"] > 0 and startup["since_process_start"] >= startup["imports"] + startup["models"]
+    assert set(startup) == {"imports", "accelerate_and_data", "models", "rollout_engine", "since_process_start"}
+    assert re.search(r"startup: imports [0-9.]+ s, accelerate and data [0-9.]+ s, models [0-9.]+ s", proc.stdout)
     config = json.loads((out / "train_config.json").read_text())
     assert config["method"]["clip_mode"] == "token" and config["sources"]["clip_mode"] == str(method)
 

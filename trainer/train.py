@@ -78,6 +78,10 @@ class OPSDTrainer:
     def __init__(self, cfg: TrainConfig, *, backend=None, accelerator=None, log: RunLog | None = None):
         from accelerate import Accelerator
 
+        from opsdkit.startup_clock import Phases, since_process_start
+
+        self.startup = {"imports": since_process_start()}  # interpreter + torch/transformers, before us
+        phases = Phases()
         self.cfg = cfg
         self.hp = cfg.hparams
         self.method = cfg.method
@@ -102,6 +106,7 @@ class OPSDTrainer:
         self.log.info(f"data {prof.dataset}: {self.selection.note}; columns "
                       + ", ".join(f"{r}={c}" for r, c in self.selection.columns.items() if c))
         self.stream = data.RowStream(self.selection.rows, cfg.seed)
+        phases.mark("accelerate_and_data")
 
         from opsdkit.modeling import load_model, load_tokenizer, stop_token_ids
 
@@ -126,11 +131,16 @@ class OPSDTrainer:
         self.max_new = cfg.max_completion_length
         self.rationale_max = cfg.rationale_max_tokens
         self.sampling = SamplingSpec.from_knobs(self.hp, self.max_new)
+        phases.mark("models")
         self.backend = backend or self._make_backend()
+        phases.mark("rollout_engine")
         self.memory = memory_meter(self.device, self.log.info)  # NVML on GPUs: vLLM's pool fools torch's counters
         self.log.info(f"teacher={self.teacher} rollout={self.backend.name} processes={self.P} "
                       f"batch={self.B}x{self.GA}x{self.P} steps={self.max_steps} "
                       f"max_completion_length={self.max_new} trainable={sum(p.numel() for p in self.params)}")
+        self.startup.update(phases.summary())
+        self.log.info("startup: " + ", ".join(f"{k.replace('_', ' ')} {v} s" for k, v in self.startup.items()
+                                              if v is not None))
 
     def _make_backend(self):
         kind = choose_backend(self.cfg.rollout_backend)
@@ -309,7 +319,8 @@ class OPSDTrainer:
                  "teacher": self.teacher, "rollout_backend": self.backend.name, "num_processes": self.P,
                  "gradient_accumulation_steps": self.GA, "global_batch": self.B * self.GA * self.P,
                  "recipe": cfg.recipe_name, "recipe_hash": cfg.recipe_hash, "seed": cfg.seed,
-                 "checkpoints": [f"checkpoint-{s}" for s in sorted(saved)] + ["checkpoint-final"]}
+                 "checkpoints": [f"checkpoint-{s}" for s in sorted(saved)] + ["checkpoint-final"],
+                 "startup_seconds": self.startup}
         result = self.log.finish(runtime=runtime, samples=self.stream.consumed, epoch=self.stream.epoch, extra=extra)
         self.memory.close()
         self.backend.close()
