@@ -11,8 +11,8 @@ for the stage's pid), not the foreign process's; utilisation is high while it co
 attribution is "processes" (NVML lists the stage's pid) or says "device" where it cannot.
 Prints a summary and writes benchmarks/results/gpu_stage_usage_<device>.json (or --out).
 Exits 0 when every check passes. Takes well under a minute.
-Not yet run on a GPU: the session that wrote it had no device time left (its CPU side, with the
-FakeProbe, is tests/test_gpu_usage.py).
+Ran on one H200 (benchmarks/results/gpu_stage_usage_h200.json: every check passed); its CPU
+side, with the FakeProbe, is tests/test_gpu_usage.py.
 """
 
 from __future__ import annotations

@@ -327,6 +327,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
     from opsdkit.startup_clock import since_process_start
 
     spawn_at = since_process_start()  # this process's own start-up before any worker exists
+    ready_at = None
     for wid, dev in enumerate(devices):
         p = ctx.Process(target=worker_main, name=f"eval-worker-{wid}",
                         args=(wid, {**spec, "device": dev}, shared if shared is not None else own[wid], results,
@@ -404,6 +405,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                 worker_stats[wid] = {"worker": wid, **msg[2]}
                 if first_ready is None and (not opts.start_together or len(worker_stats) == n):
                     first_ready = time.monotonic()
+                    ready_at = since_process_start()
                     bar.start(first_ready)
                     opts.log(f"eval: {len(worker_stats)}/{n} worker(s) ready {first_ready - t_spawn:.1f} s after "
                              f"start (engine load {msg[2].get('load_seconds')} s); generating")
@@ -415,7 +417,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
         gen = time.monotonic() - (first_ready or time.monotonic())
         return {"generation_seconds": round(gen, 3), "samples_per_second": round(n_new / gen, 4) if gen > 0 else None,
                 "workers_spawned_after_seconds": spawn_at,
-                "ready_after_seconds": round(first_ready - t_spawn + (spawn_at or 0.0), 2) if first_ready else None}
+                "ready_after_seconds": ready_at}
     finally:
         signal.signal(signal.SIGTERM, old_term)
         for p in procs:

@@ -55,7 +55,6 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
         from eval.grading import grade
 
         phases.mark("imports")
-        t_load = time.perf_counter()
         if start_lock is not None:  # engines sharing this GPU start one at a time (runner.py)
             start_lock.acquire()
         try:
@@ -64,9 +63,9 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
         finally:
             if start_lock is not None:
                 start_lock.release()
-        phases.mark("engine")
+        load_seconds = phases.mark("engine")
         startup = {"interpreter": spawned, **phases.summary(), **getattr(backend, "startup", {})}
-        results.put(("ready", wid, {"device": device, "load_seconds": round(time.perf_counter() - t_load, 2),
+        results.put(("ready", wid, {"device": device, "load_seconds": load_seconds,
                                     "push_seconds": getattr(backend, "push_seconds", None), "pid": os.getpid(),
                                     "startup_seconds": startup}))
         answers = [p["answer"] for p in spec["problems"]]
