@@ -244,13 +244,21 @@ def main(argv=None) -> int:
     final = json.loads(opsdctl(ws, env, "status", "--json", "--all").stdout)
     chain = final["chains"][0]
     checks["chain_succeeded"] = chain["state"] == "succeeded"
-    starts = [s["started_at"] for s in chain.get("stages") or []]
+    # the store's own timestamp (status shows whole seconds): naive UTC with microseconds
+    import sqlite3
+
+    con = sqlite3.connect(ws / "runs.db")
+    try:
+        first = con.execute("select started_at from stage where chain_id = 1 order by id limit 1").fetchone()
+    finally:
+        con.close()
     start_delay = None
-    if starts:
+    if first and first[0]:
         import datetime as dt
 
-        start_delay = dt.datetime.fromisoformat(starts[0]).timestamp() - t_release
-    checks["stage_started_after_release"] = start_delay is not None and start_delay > -0.5
+        started = dt.datetime.fromisoformat(first[0]).replace(tzinfo=dt.timezone.utc).timestamp()
+        start_delay = started - t_release
+    checks["stage_started_after_release"] = start_delay is not None and start_delay >= 0
     checks["foreign_never_touched"] = _same(foreign.pid, foreign_ct) and foreign.poll() is None
     devs = {}
     for st in ("train", "eval"):
