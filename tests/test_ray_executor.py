@@ -151,7 +151,9 @@ def test_executor_settings(tmp_path):
 
 
 def test_chains_run_two_at_a_time_on_distinct_gpus(ws, cluster):
-    cfg, store = ray_config(ws, cluster)
+    # the first two trains wait for each other: on a loaded machine an actor can take longer to
+    # start than a short chain takes to run, and the overlap asserted below must not hang on that
+    cfg, store = ray_config(ws, cluster, train_env=f"FAKE_RENDEZVOUS={ws.root / 'started'}:2 {SHORT_TRAIN}")
     assert Worker(cfg, store, drain=True, report=lambda m: None).run() == 0  # nothing queued:
     assert not ray.util.placement_group_table()  # no node slot was reserved for nothing
     ws.cli("queue", "baseline", "--repeats", "4")

@@ -45,6 +45,15 @@ step_s = float(os.environ.get("FAKE_STEP_SECONDS", "0.01"))
 # train through the config: this file's presence at start makes a "long" train short instead.
 if os.environ.get("FAKE_SHORT_IF") and os.path.exists(os.environ["FAKE_SHORT_IF"]):
     steps, step_s = 8, 0.25
+# FAKE_RENDEZVOUS=DIR:N: wait (up to 120 s) until N trains have started, so that a test of
+# concurrency does not depend on how fast a loaded machine starts the second one.
+if os.environ.get("FAKE_RENDEZVOUS"):
+    meet, _, need = os.environ["FAKE_RENDEZVOUS"].rpartition(":")
+    os.makedirs(meet, exist_ok=True)
+    open(os.path.join(meet, str(os.getpid())), "w").close()
+    deadline = time.time() + 120
+    while len(os.listdir(meet)) < int(need) and time.time() < deadline:
+        time.sleep(0.05)
 lr = float(os.environ.get("OPSD_LEARNING_RATE", "5e-6"))
 clip = os.environ.get("OPSD_CLIP_MODE", "entry")
 mode = os.environ.get("OPSD_FAKE_MODE", "")
