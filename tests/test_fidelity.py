@@ -1,9 +1,12 @@
 """Fidelity: by default our trainer, evaluator and export do what the released OPSD code does.
 
+Line numbers (`file.py:N`; a bare `:N` is in the file last named) refer to siyan-zhao/OPSD at
+commit 590ec26c59e689a29840a501f65335578251b68c.
+
 One test per row of issue 13's table. Each test types the released string or behaviour and
-names where it comes from in the public release (github siyan-zhao/OPSD): the file and the
-function. Our own improvements are method knobs whose released value is the default; the tests
-check the default, and that the knob really changes the behaviour.
+names where it comes from in the public release (github siyan-zhao/OPSD): the file, the line
+and the function. Our own improvements are method knobs whose released value is the default; the
+tests check the default, and that the knob really changes the behaviour.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ REPO = Path(__file__).resolve().parent.parent
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
-# --- eval prompt: eval/evaluate_math.py, evaluate_math500 --------------------------------------
+# --- eval prompt: eval/evaluate_math.py:340-344, 358-360, evaluate_math500 ---------------------
 
 
 def test_eval_prompt_is_the_released_one(untrained_tiny_model):
     """evaluate_math500 builds `f"{problem}\\n\\nPlease reason step by step, and put your final
-    answer within \\\\boxed{{}}."`, one user message, chat template with enable_thinking=True."""
+    answer within \\\\boxed{{}}."` (eval/evaluate_math.py:340-342), one user message (:344), chat
+    template with enable_thinking=True (:358-360; the default, :184 and --enable_thinking :573-578)."""
     from transformers import AutoTokenizer
 
     from eval.backends import _Base
@@ -44,12 +48,14 @@ def test_eval_prompt_is_the_released_one(untrained_tiny_model):
     assert tok.decode(backend.prompt_ids(0)) == want
 
 
-# --- eval answer extraction: eval/evaluate_math.py, extract_boxed_answer and grade_answer -------
+# --- eval answer extraction: eval/evaluate_math.py:15-51, extract_boxed_answer, and
+# eval/evaluate_math.py:54-86, grade_answer ------------------------------------------------------
 
-# (completion, what extract_boxed_answer returns)
+# (completion, what extract_boxed_answer returns): the last `\boxed` (rfind, eval/evaluate_math.py:21),
+# braces counted to the closing one (:26-38), none closed -> None (:40-41), wrapper check (:47-51)
 RELEASED_EXTRACTION = [
     ("The answer is \\boxed{33}.", "33"),
-    ("\\boxed{ 204 }", "204"),  # answer.strip()
+    ("\\boxed{ 204 }", "204"),  # answer.strip(), eval/evaluate_math.py:49
     ("\\boxed{12} no wait \\boxed{33}", "33"),
     ("\\boxed{33} no wait \\boxed{12}", "12"),
     ("\\boxed{12} and then \\boxed{33", None),  # the LAST box is unclosed: no answer, no fallback
@@ -74,8 +80,8 @@ def test_eval_extraction_is_the_last_boxed_only(completion, expected):
 
 
 def test_eval_grading_is_math_verify_on_dollar_wrapped_strings():
-    """grade_answer: None -> False; `$...$` wrapped, parse(fallback_mode="no_fallback"),
-    verify(gold, predicted)."""
+    """eval/evaluate_math.py:54-86, grade_answer: None -> False (:65-66); `$...$` wrapped (:70-73),
+    parse(fallback_mode="no_fallback") (:76-77), verify(gold, predicted) (:80)."""
     assert grade("\\boxed{033}", "33").correct
     assert grade("\\boxed{x = 33}", "33").correct  # math-verify reads the equation's right side
     assert grade("\\boxed{\\frac{1}{2}}", "0.5").correct
@@ -88,7 +94,8 @@ def test_eval_grading_is_math_verify_on_dollar_wrapped_strings():
 
 
 def test_eval_extract_mode_is_a_setting_released_by_default(tmp_path):
-    """`python -m eval` grades like the released script unless --extract lenient is given, and a
+    """`python -m eval` grades like the released script (eval/evaluate_math.py:396 and :402,
+    evaluate_math500: extract_boxed_answer, then grade_answer) unless --extract lenient is given, and a
     resume with the other mode is refused (its samples were graded differently)."""
     from eval.cli import build_parser, resolve
     from eval.settings import check_resume
@@ -199,9 +206,11 @@ def template(tok, text, thinking):
 
 
 def test_student_prompt_is_the_released_one(tok):
-    """data_collator.py, SelfDistillationDataCollator.__call__: student_user_message =
-    f"Problem: {problem}\\n\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}.",
-    one user message through the chat template (thinking off: student_thinking = false)."""
+    """data_collator.py:52-58, SelfDistillationDataCollator.__call__: student_user_message =
+    f"Problem: {problem}\\n\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}."
+    (data_collator.py:52), one user message (:53) through the chat template (:56-58). The public
+    file passes no enable_thinking there; the workspace version the scorer re-trains with passes
+    the thinking flags, both false in the baseline (domain.md; the next tests), so: thinking off."""
     from trainer import prompting
 
     hp, m = released()
@@ -213,9 +222,11 @@ def test_student_prompt_is_the_released_one(tok):
 
 
 def test_teacher_prompt_is_the_released_one(tok):
-    """data_collator.py, SelfDistillationDataCollator.__call__ (reason_first off): teacher_user_message =
+    """data_collator.py:80-94, SelfDistillationDataCollator.__call__ (reason_first off, the else at
+    :80): teacher_user_message (data_collator.py:82-87) =
     f"{problem}\\n\\nHere is a reference solution to this problem:\\n{solution}\\n" + transition_prompt
-    + "\\nPlease reason step by step, ...", through the chat template (thinking off)."""
+    (data_collator.py:28) + "\\nPlease reason step by step, ...", through the chat template (:88-93),
+    thinking off as the scorer's workspace version passes it (see the student prompt's test)."""
     from trainer import prompting
 
     hp, m = released()
@@ -244,12 +255,13 @@ def test_thinking_flags_are_both_off_in_the_baseline(tok):
 
 
 @pytest.mark.parametrize("key, value, released_file", [
-    ("lmbda", 0.5, "training_step hard-codes on_policy = True"),
-    ("lora_dropout", 0.05, "disable_dropout"),
+    ("lmbda", 0.5, "training_step hard-codes on_policy = True"),  # opsd_trainer.py:1300
+    ("lora_dropout", 0.05, "disable_dropout"),  # opsd_trainer.py:171-172
 ])
 def test_knobs_the_release_ignores_are_refused_in_one_line(key, value, released_file, tmp_path):
-    """opsd_trainer.py: training_step sets on_policy = True whatever lmbda is; OPSDTrainer.__init__
-    runs TRL's disable_dropout_in_model, so lora_dropout never acts. A recipe setting either to
+    """opsd_trainer.py:1300, training_step: sets on_policy = True whatever lmbda is (stored at
+    opsd_trainer.py:174, never read); opsd_trainer.py:171-172, OPSDTrainer.__init__: runs TRL's
+    disable_dropout_in_model, so lora_dropout never acts. A recipe setting either to
     another value is refused (it would be a variant identical to the baseline)."""
     from opsdctl.errors import UserError
     from opsdctl.recipes import knobs
@@ -270,7 +282,7 @@ def test_knobs_the_release_ignores_are_refused_in_one_line(key, value, released_
 
 
 def test_lmbda_is_inert_every_step_samples_the_student(make):
-    """opsd_trainer.py training_step: `on_policy = True`: no step trains on dataset solutions."""
+    """opsd_trainer.py:1300, training_step: `on_policy = True`: no step trains on dataset solutions."""
     spy = Spy()
     tr = make(backend=spy, steps=3)
     for step in (1, 2, 3):
@@ -279,7 +291,8 @@ def test_lmbda_is_inert_every_step_samples_the_student(make):
 
 
 def test_dropout_is_disabled_in_the_student(make):
-    """opsd_trainer.py OPSDTrainer.__init__: `if args.disable_dropout: disable_dropout_in_model(self.model)`
+    """opsd_trainer.py:171-172, OPSDTrainer.__init__:
+    `if args.disable_dropout: disable_dropout_in_model(self.model)`
     (TRL's default is on): every dropout module has p = 0, so a training-mode forward is deterministic."""
     import torch
 
@@ -299,7 +312,8 @@ def test_dropout_is_disabled_in_the_student(make):
 
 
 def test_micro_batch_weighting_4000_and_300_tokens():
-    """opsd_trainer.py generalized_jsd_loss: `jsd.sum() / mask.sum()` per micro-batch; the HF
+    """opsd_trainer.py:458, generalized_jsd_loss: `jsd.sum() / mask.sum()` per micro-batch (reduction
+    "batchmean" by default, :380; compute_loss calls it with the labels and no reduction, :721-728); the HF
     Trainer divides each by gradient_accumulation_steps; DDP averages the processes. So the step
     objective is the mean of the micro-batches' own token means: every micro-batch weighs the same."""
     import numpy as np
@@ -336,9 +350,11 @@ def test_micro_batch_weighting_in_the_training_step(make):
 
 
 def test_prompts_are_right_padded_with_the_completion_after_the_pads(make):
-    """data_collator.py sets tokenizer.padding_side = "right" and pads each batch's prompts to its
-    longest; opsd_trainer.py training_step appends the generation after the padded prompt
-    (`torch.cat([teacher_prompts, generation_ids], dim=1)`) and passes no position ids, so the
+    """data_collator.py:32 (SelfDistillationDataCollator.__init__) sets tokenizer.padding_side = "right"
+    and pads each batch's prompts to its longest (__call__, data_collator.py:103-115 and :170-179);
+    opsd_trainer.py:1394, training_step appends the generation after the padded prompt
+    (`torch.cat([teacher_prompts, generation_ids], dim=1)`) and passes no position ids (the forwards
+    in compute_loss, opsd_trainer.py:624-627 and :669-672), so the
     pads are counted: completion token j of every row sits at position P + j."""
     from trainer.batch import build
 
@@ -356,8 +372,10 @@ def test_prompts_are_right_padded_with_the_completion_after_the_pads(make):
 
 
 def test_pad_id_tokens_in_completions_are_masked(make):
-    """opsd_trainer.py training_step: `labels[labels == pad_token_id] = -100` and the attention
-    masks are 0 wherever the ids equal the pad id (Qwen3's pad <|endoftext|> is also a stop token)."""
+    """opsd_trainer.py:1411-1412, training_step: `labels[labels == pad_token_id] = -100` and the
+    attention masks are 0 wherever the ids equal the pad id (teacher: training_step, :1397-1399;
+    student: generate_on_policy_outputs, :832-834, and _generate_on_policy_outputs_vllm, :1026-1028)
+    (Qwen3's pad <|endoftext|> is also a stop token)."""
     from trainer.batch import build, count_tokens
 
     tr = make()
@@ -372,12 +390,14 @@ def test_pad_id_tokens_in_completions_are_masked(make):
 
 
 def test_reason_first_has_the_released_layout_and_budget(make, tok):
-    """data_collator.py: reasoning_user_message (`Problem: {problem}\\n\\nHere is a correct reasoning
+    """data_collator.py:63-74 and :146-152, SelfDistillationDataCollator.__call__: reasoning_user_message
+    (data_collator.py:63-70: `Problem: {problem}\\n\\nHere is a correct reasoning
     to this problem:=== Reference Reasoning Start ===\\n{solution}\\n=== Reference Reasoning End ===\\n\\n`
-    + reason_first_prompt) through the chat template, and transition_text (`\\n` + transition_prompt +
-    `\\nPlease reason ...`) tokenized raw; opsd_trainer.py training_step: the teacher prompt is
+    + reason_first_prompt, :21-26) through the chat template (:71-74), and transition_text (:146: `\\n` +
+    transition_prompt + `\\nPlease reason ...`) tokenized raw (:147-152); opsd_trainer.py:1339-1347,
+    training_step: the teacher prompt is
     [reasoning prompt][the model's reasoning][transition], each padded tensor concatenated; the
-    reasoning is sampled with max_reasoning_length = 4096 (OPSDTrainer.__init__)."""
+    reasoning is sampled with max_reasoning_length = 4096 (opsd_trainer.py:249-251, OPSDTrainer.__init__)."""
     from opsdctl.recipes.profiles import get_profile
     from trainer import prompting
     from trainer.batch import build
@@ -421,7 +441,7 @@ def test_reason_first_has_the_released_layout_and_budget(make, tok):
 
 
 def test_trace_context_reads_COT_Reason_and_never_falls_back(tmp_path, tok):
-    """The released dataset (siyanzhao/Openthoughts_math_30k_opsd) holds its long trace in
+    """The released dataset (siyanzhao/Openthoughts_math_30k_opsd, opsd_train.py:244) holds its long trace in
     `COT_Reason` (domain.md); teacher_context = trace or both must be built from it, or refused."""
     import json
 
@@ -454,9 +474,10 @@ def test_trace_context_reads_COT_Reason_and_never_falls_back(tmp_path, tok):
 
 
 def test_ema_teacher_is_a_snapshot_after_the_first_step(make):
-    """opsd_trainer.py _update_ema (called by EMAUpdateCallback after each optimizer step): the first
-    call copies the student's trainable weights and returns without a decay step; later calls do
-    ema = decay * ema + (1 - decay) * student."""
+    """opsd_trainer.py:466-539, _update_ema (called by EMAUpdateCallback.on_step_end after each
+    optimizer step, opsd_trainer.py:90-93): the first call copies the student's trainable weights
+    and returns without a decay step (:516-529); later calls do
+    ema = decay * ema + (1 - decay) * student (:539)."""
     import torch
 
     from trainer.teacher import EMA, STUDENT, lora_pairs
