@@ -374,3 +374,26 @@ def test_stop_stage_kills_group_and_escaped_token_carriers():
                 p.kill()
         if leader.poll() is None:
             leader.kill()
+
+
+def test_a_live_worker_stays_running_when_the_boot_time_moves():
+    """psutil's start time = /proc/stat btime (whole seconds, moved by NTP and VM clock steps) +
+    ticks since boot: a live worker can read a second away from its recorded start. It is still
+    running; a recorded start far from the process's (a reused pid) is not."""
+    import os
+    import socket
+
+    import psutil
+
+    from opsdctl.run.worker_view import worker_view
+    from opsdctl.store.models import WorkerRun
+
+    me = psutil.Process(os.getpid()).create_time()
+
+    def row(create_time):
+        return WorkerRun(pid=os.getpid(), host=socket.gethostname(), create_time=create_time)
+
+    for shift in (0.0, 1.0, -1.0, 2.0):  # btime crossed a second (or two) since the worker started
+        assert worker_view(row(me + shift))["state"] == "running", shift
+    for shift in (60.0, -3600.0):
+        assert worker_view(row(me + shift))["state"] == "dead", shift

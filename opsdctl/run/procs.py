@@ -187,13 +187,22 @@ def descendants(pid: int) -> list[int]:
         return []
 
 
+# psutil's start time is the boot time (/proc/stat btime: whole seconds, moved by NTP slewing and
+# VM clock steps) plus the start in ticks since boot, so a live process can read a second or more
+# away from what was recorded when it started; "dead" for a live worker misleads status, wait and
+# cancel. A reused pid starts after the recorded process died, and a worker lives far longer than
+# this, so the wider tolerance cannot mistake a stranger for it. (Stages also carry their token.)
+LONG_LIVED_TOLERANCE_S = 2.5
+
+
 def process_alive(pid: Optional[int], create_time: Optional[float]) -> bool:
-    """True when `pid` runs and (if given) started at `create_time`: the same process."""
+    """True when the long-lived process `pid` (a worker) runs and, if given, started at
+    `create_time` (LONG_LIVED_TOLERANCE_S): the same process."""
     if not pid:
         return False
     try:
         p = psutil.Process(pid)
-        if create_time is not None and abs(p.create_time() - create_time) > CREATE_TIME_TOLERANCE_S:
+        if create_time is not None and abs(p.create_time() - create_time) > LONG_LIVED_TOLERANCE_S:
             return False
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
