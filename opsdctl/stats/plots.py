@@ -74,8 +74,10 @@ def plot_compare(report: dict, path: str | Path, title: str | None = None) -> Pa
                 lines += [f"P(beat) {_p(p)}", e.get("verdict") or ""]
             txt = "\n".join(lines)
             top = max(v for v in (hi, mean, *runs) if v is not None)
-            ax.annotate(txt, (x, top), xytext=(0, 8), textcoords="offset points",
-                        ha="center", va="bottom", fontsize=8 if len(cols) <= 8 else 7, color=color)
+            # on a white ground: a losing candidate's label can sit on the baseline's dashed line
+            ax.annotate(txt, (x, top), xytext=(0, 8), textcoords="offset points", zorder=5,
+                        ha="center", va="bottom", fontsize=8 if len(cols) <= 8 else 7, color=color,
+                        bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.85))
 
     crowded = len(cols) > 6 or (len(cols) > 3 and max(len(x) for x in labels) > 16)
     ax.set_xticks(range(len(cols)), labels, fontsize=9, rotation=25 if crowded else 0,
