@@ -21,15 +21,6 @@ STAGES = Path(__file__).resolve().parent / "stages"
 FAKE_TRAIN = STAGES / "fake_train.py"
 FAKE_EVAL = STAGES / "fake_eval.py"
 
-# The longest files (minutes each on 2 cores; the first builds the tiny assets) go first, so that
-# the xdist workers do not end with one of them running while the other worker has nothing left.
-LONG_FILES = ("test_main_job.py", "test_ray_executor.py", "test_eval_e2e.py", "test_trainer_e2e.py")
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: file order kept
-
 
 def opsdctl_argv() -> list[str]:
     script = Path(sys.executable).parent / "opsdctl"
