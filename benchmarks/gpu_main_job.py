@@ -78,7 +78,7 @@ def build_assets(work: Path, smoke: bool, model_dir: Path | None = None) -> tupl
     return model, train, bench
 
 
-def write_workspace(ws: Path, model: Path, train: Path, bench: Path, smoke: bool) -> None:
+def write_workspace(ws: Path, model: Path, train: Path, bench: Path, smoke: bool, prestart: bool = True) -> None:
     from opsdctl.config import starter_stage_commands
 
     ws.mkdir(parents=True, exist_ok=True)
@@ -119,6 +119,7 @@ def write_workspace(ws: Path, model: Path, train: Path, bench: Path, smoke: bool
 
         [stages.eval]
         command = {json.dumps(eval_cmd)}
+        prestart = {'true' if prestart else 'false'}
 
         [baseline]
         variant = "short"
@@ -169,8 +170,8 @@ class NvmlSampler(threading.Thread):
             pynvml.nvmlShutdown()
 
 
-def stage_times(status: dict) -> dict:
-    chain = next(c for c in status["chains"] if c["state"] != "queued")
+def stage_times(status: dict, chain_id: int) -> dict:
+    chain = next(c for c in status["chains"] if c["chain_id"] == chain_id)
     from datetime import datetime
 
     out = {"chain_state": chain["state"], "score": chain.get("score"), "reason": chain.get("reason")}
@@ -270,6 +271,10 @@ def main() -> int:
     ap.add_argument("--model-dir", type=Path, help="random model dir to reuse (built there if missing)")
     ap.add_argument("--no-recheck", action="store_true", help="skip the second evaluation on one GPU")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, no NVML: checks the script")
+    ap.add_argument("--chains", type=int, default=1, help="chains to run one after another; the figures are the "
+                    "last one's (the first warms the compile caches), every chain's gap is listed")
+    ap.add_argument("--prestart", choices=("on", "off"), default="on",
+                    help="[stages.eval] prestart: the eval imports while training runs (default on)")
     args = ap.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)
     work, ws = args.work, args.work / "ws"
@@ -278,15 +283,19 @@ def main() -> int:
     shutil.rmtree(ws, ignore_errors=True)  # a fresh store: the chain is chain 1
     t_all = time.time()
     model, train, bench = build_assets(work, args.smoke, args.model_dir)
-    write_workspace(ws, model, train, bench, args.smoke)
+    write_workspace(ws, model, train, bench, args.smoke, prestart=args.prestart == "on")
     print(f"assets ready in {time.time() - t_all:.0f} s: {model}; VLLM_CACHE_ROOT="
           f"{os.environ.get('VLLM_CACHE_ROOT', '(the runs_dir default)')}", flush=True)
 
     gpus = json.loads(opsdctl(ws, "gpus", "--json", check=False).stdout or "{}")
-    opsdctl(ws, "queue", "short")
-    run = ws / "runs" / "1"
-    sampler = NvmlSampler(watch={"last_step": (run / "train" / "metrics.jsonl", STEPS),
-                                 "first_sample": (run / "eval" / "samples.jsonl", 1)})
+    opsdctl(ws, "queue", "short", "--repeats", str(args.chains))
+    n = args.chains
+    run = ws / "runs" / str(n)
+    watch = {}
+    for i in range(1, n + 1):
+        watch[f"last_step_{i}"] = (ws / "runs" / str(i) / "train" / "metrics.jsonl", STEPS)
+        watch[f"first_sample_{i}"] = (ws / "runs" / str(i) / "eval" / "samples.jsonl", 1)
+    sampler = NvmlSampler(watch=watch)
     sampler.start()
     t0 = time.time()
     worker = sh([sys.executable, "-m", "opsdctl.cli", "--config", str(ws / "opsdctl.toml"), "worker", "--drain"], cwd=ws)
@@ -294,8 +303,8 @@ def main() -> int:
     sampler.stop.set()
     sampler.join(5)
     status = json.loads(opsdctl(ws, "status", "--json", "--all").stdout)
-    times = stage_times(status)
-    print(f"chain {times['chain_state']} in {wall:.0f} s, score {times['score']}", flush=True)
+    times = stage_times(status, n)
+    print(f"{n} chain(s), the last {times['chain_state']}, in {wall:.0f} s, score {times['score']}", flush=True)
 
     train_result = json.loads((run / "train" / "train_result.json").read_text()) if (run / "train" / "train_result.json").exists() else {}
     metrics = [json.loads(x) for x in (run / "train" / "metrics.jsonl").read_text().splitlines()] if (run / "train" / "metrics.jsonl").exists() else []
@@ -321,7 +330,11 @@ def main() -> int:
             "error": single.stderr[-2000:]}
         same["merged_weights"] = "chain: push (default) vs this run: dir"
 
-    gap = idle_gap(sampler.seen, times, sampler.samples)
+    def seen_of(i: int) -> dict:
+        return {"last_step": sampler.seen.get(f"last_step_{i}"), "first_sample": sampler.seen.get(f"first_sample_{i}")}
+
+    gaps = {str(i): idle_gap(seen_of(i), stage_times(status, i), sampler.samples) for i in range(1, n + 1)}
+    gap = gaps[str(n)]
     peak = {}
     for x in sampler.samples:
         for g, m in enumerate(x["mem_mib"]):
@@ -337,13 +350,15 @@ def main() -> int:
         "eval": {k: eval_result.get(k) for k in ("avg_at_k", "seconds", "generation_seconds", "samples_per_second",
                                                  "imbalance", "workers", "n_samples", "dispatch")},
         "gpu_peak_used_mib": {str(g): round(m) for g, m in peak.items()},
-        "gaps": gap,
+        "prestart": args.prestart, "chains": n,
+        "gaps": gap,  # the last chain's
+        "gaps_per_chain": gaps,  # chain 1 also pays the first compile of each engine
         "startup_lines": {stage: timing_lines(text) for stage, text in logs.items()},
         "eval_one_gpu": {"wall_seconds": round(single_wall, 1), "exit": single.returncode if single else None, **same},
     }
     (args.out_dir / "main_job.json").write_text(json.dumps(result, indent=1, default=str))
     try:
-        plot_timeline(sampler.samples, times, args.out_dir / "gpu_timeline.png", sampler.seen,
+        plot_timeline(sampler.samples, times, args.out_dir / "gpu_timeline.png", seen_of(n),
                       title=f"opsdctl chain on {len(peak) or 'no'} GPU(s), random-init Qwen3-1.7B shapes: train "
                             f"({train_result.get('rollout_backend', '?')} rollouts) -> eval; idle gap "
                             f"{gap.get('last_step_to_first_eval_sample_seconds')} s")
@@ -355,7 +370,7 @@ def main() -> int:
             log.write(f"== {stage}.log (last 12000 chars) ==\n{text[-12000:]}\n")
         if single is not None:
             log.write(f"== eval on one GPU (exit {single.returncode}) ==\n{single.stdout[-2000:]}\n{single.stderr[-3000:]}\n")
-    print(json.dumps({k: result[k] for k in ("worker_wall_seconds", "gaps", "gpu_peak_used_mib", "eval_one_gpu")},
+    print(json.dumps({k: result[k] for k in ("worker_wall_seconds", "gaps_per_chain", "gpu_peak_used_mib", "eval_one_gpu")},
                      indent=1, default=str))
     print(f"total {time.time() - t_all:.0f} s; results in {args.out_dir}", flush=True)
     ok = times["chain_state"] == "succeeded" and (same.get("all_identical") or same.get("skipped"))

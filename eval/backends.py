@@ -51,6 +51,18 @@ def safetensors_items(model_dir: str):
                 yield key, st.get_tensor(key)
 
 
+def backend_env(backend: str, options: dict, environ=None) -> dict:
+    """Environment a backend needs before it is imported: vLLM reads these at import or engine start."""
+    if backend != "vllm":
+        return {}
+    environ = os.environ if environ is None else environ
+    # the engine in this process, so it dies with us (unless the user chose otherwise); batch
+    # invariance explicit either way: an inherited VLLM_BATCH_INVARIANT=1 must not turn a run
+    # without it into one with it
+    return {"VLLM_ENABLE_V1_MULTIPROCESSING": environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"),
+            "VLLM_BATCH_INVARIANT": "1" if options.get("batch_invariant", False) else "0"}
+
+
 def make_backend(spec: dict):
     return (VLLMBackend if spec["backend"] == "vllm" else HFBackend)(spec)
 
@@ -230,10 +242,7 @@ class VLLMBackend(_Base):
     def __init__(self, spec: dict):
         super().__init__(spec)
         opts = spec.get("backend_options", {})
-        # Set before vllm is imported: they are read at import / engine start.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process: it dies with us
-        # explicit either way: an inherited VLLM_BATCH_INVARIANT=1 must not turn a run without it into one with it
-        os.environ["VLLM_BATCH_INVARIANT"] = "1" if opts.get("batch_invariant", False) else "0"
+        os.environ.update(backend_env("vllm", opts, os.environ))  # before vllm is imported (or prewarm did it)
         t0 = time.perf_counter()
         from vllm import LLM, SamplingParams
 

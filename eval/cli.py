@@ -129,6 +129,33 @@ def _partial_from_env(args) -> None:
                                 f"--{attr.replace('_', '-')}") from None
 
 
+def _backend(asked: str, model_arg: str, devices: list[str]) -> str:
+    if asked != "auto":
+        return asked
+    import importlib.util
+
+    # The tiny model starts in a second with HF; a vLLM engine would take a minute to boot.
+    tiny = model_arg.startswith("tiny://")
+    return "vllm" if devices and not tiny and importlib.util.find_spec("vllm") else "hf"
+
+
+def _hold(args, fd: int) -> float:
+    """Started ahead of its turn (eval.hold): start the worker pool's imports, then wait for the go.
+    Only what needs neither the GPU nor the checkpoint happens before it; resolve() runs after."""
+    from eval.hold import wait_for_go
+    from eval.runner import prewarm
+    from opsdctl.recipes.profiles import get_profile
+
+    profile = get_profile(args.profile, "--profile") if args.profile else get_profile(FROZEN_PROFILE)
+    backend = _backend(args.backend, args.model or profile.model, _devices(args.gpus))
+    args.pool = prewarm(backend, {"batch_invariant": args.batch_invariant})
+    print(f"eval: started ahead of the train stage's end; {backend} workers import now, the GPU waits for the go",
+          file=sys.stderr, flush=True)
+    held = wait_for_go(fd)
+    print(f"eval: go after {held:.1f} s", file=sys.stderr, flush=True)
+    return held
+
+
 def resolve(args) -> tuple:
     """(settings, problems, options) from parsed arguments; raises UserError."""
     from eval.benchmark import benchmark_hash, load_benchmark
@@ -150,14 +177,8 @@ def resolve(args) -> tuple:
         _check_range(name, getattr(args, name), lo, hi, lo_open)
 
     devices = _devices(args.gpus)
-    backend = args.backend
     model_arg = args.model or profile.model
-    if backend == "auto":
-        import importlib.util
-
-        # The tiny model starts in a second with HF; a vLLM engine would take a minute to boot.
-        tiny = model_arg.startswith("tiny://")
-        backend = "vllm" if devices and not tiny and importlib.util.find_spec("vllm") else "hf"
+    backend = _backend(args.backend, model_arg, devices)
     if backend == "vllm" and not devices:
         raise UserError("--backend vllm: no GPU to run on (--gpus is empty); use --backend hf on the CPU")
     if backend == "vllm":
@@ -207,7 +228,8 @@ def resolve(args) -> tuple:
         raise UserError(f"--output-dir {out}: holds samples.jsonl but no settings.json, so its samples cannot "
                         f"be trusted; choose a new --output-dir")
     opts = RunOptions(output_dir=out, devices=devices, workers_per_device=args.workers, threads=args.threads,
-                      quiet=args.quiet, merged_weights=args.merged_weights)
+                      quiet=args.quiet, merged_weights=args.merged_weights, pool=getattr(args, "pool", "spawn"),
+                      held_seconds=getattr(args, "held_seconds", None))
     return settings, problems, opts
 
 
@@ -215,12 +237,20 @@ def main(argv: list[str] | None = None) -> int:
     from eval.records import final_line
     from eval.runner import EvalFailed, run
 
+    from eval.hold import NoGo, go_fd
+
     try:
         args = build_parser().parse_args(argv)
+        fd = go_fd()
+        if fd is not None:
+            args.held_seconds = _hold(args, fd)
         settings, problems, opts = resolve(args)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except NoGo as exc:
+        print(f"eval: {exc}", file=sys.stderr)
+        return 1
     try:
         doc = run(settings, problems, opts)
     except UserError as exc:

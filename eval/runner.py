@@ -44,6 +44,8 @@ class RunOptions:
     item_max_new: Optional[Callable[[str, int], int]] = None  # benchmarks: per-item length
     start_together: bool = False  # benchmarks: hand out work only once every worker is loaded
     merged_weights: str = "push"  # vllm + adapter: "push" (start from the base, load the merge) | "dir"
+    pool: str = "spawn"  # how workers start: "spawn", or "forkserver" once prewarm() imported for them
+    held_seconds: Optional[float] = None  # started ahead of its turn (eval.hold): seconds spent waiting for the go
     quiet: bool = False
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr, flush=True))
 
@@ -56,6 +58,28 @@ def _worker_plan(opts: RunOptions) -> list[str]:
     if not opts.devices:
         return ["cpu"] * opts.workers_per_device
     return [d for d in opts.devices for _ in range(opts.workers_per_device)]
+
+
+def preload_modules(backend: str) -> list[str]:
+    """What every worker imports before its engine starts (eval.worker): the forkserver's preload."""
+    mods = ["torch", "transformers", "eval.backends", "eval.grading", "opsdkit.modeling"]
+    return mods + (["vllm.entrypoints.llm"] if backend == "vllm" else ["peft"])
+
+
+def prewarm(backend: str, backend_options: dict) -> str:
+    """Start the worker pool now: a forkserver that imports what the workers import, on the CPU
+    (no CUDA call), so workers forked from it later start with their imports done. Returns the
+    pool kind for RunOptions.pool. The backend's environment is set first: vLLM reads some of it
+    at import."""
+    from multiprocessing import forkserver
+
+    from eval.backends import backend_env
+
+    os.environ.update(backend_env(backend, backend_options))
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(preload_modules(backend))
+    forkserver.ensure_running()
+    return "forkserver"
 
 
 def _prepare_vllm_model(settings: EvalSettings, out: Path, log) -> str:
@@ -271,9 +295,11 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
         "imbalance": round(max(busy) / (sum(busy) / len(busy)), 4) if busy and sum(busy) > 0 else None,
         "generation_seconds": timing.get("generation_seconds"),
         "samples_per_second": timing.get("samples_per_second"),
-        # process start -> workers spawned -> engines ready (each worker's own phases are in "workers")
+        # process start -> workers spawned -> engines ready (each worker's own phases are in "workers");
+        # "held": of that, the wait for the go of a stage started ahead of its turn (eval.hold)
         "startup_seconds": {"workers_spawned": timing.get("workers_spawned_after_seconds"),
-                            "engines_ready": timing.get("ready_after_seconds")},
+                            "engines_ready": timing.get("ready_after_seconds"),
+                            "held": None if opts.held_seconds is None else round(opts.held_seconds, 2)},
     }
     records.write_json_atomic(out / "result.json", doc)
     return doc
@@ -297,7 +323,7 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
     """Run the workers until every batch is done; returns generation timing."""
     from eval.worker import worker_main
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(opts.pool)
     devices = _worker_plan(opts)
     n = len(devices)
     spec = {
@@ -407,8 +433,9 @@ def _collect(settings, problems, opts, model_path, dispatcher, done, below, inde
                     first_ready = time.monotonic()
                     ready_at = since_process_start()
                     bar.start(first_ready)
+                    since = "the go" if opts.held_seconds is not None else "start"
                     opts.log(f"eval: {len(worker_stats)}/{n} worker(s) ready {first_ready - t_spawn:.1f} s after "
-                             f"start (engine load {msg[2].get('load_seconds')} s); generating")
+                             f"{since} (engine load {msg[2].get('load_seconds')} s); generating")
             elif kind == "exit":
                 exited.add(wid)
                 worker_stats.setdefault(wid, {"worker": wid}).update(msg[2])

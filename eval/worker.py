@@ -1,6 +1,7 @@
 """A worker process: one per GPU (or several per GPU, or N on the CPU).
 
-It pins itself to its device (CUDA_VISIBLE_DEVICES, set before torch is imported), loads the
+It pins itself to its device (CUDA_VISIBLE_DEVICES, set before torch makes its first CUDA call:
+before its import, or, forked from a prewarmed pool (eval.runner.prewarm), before CUDA starts), loads the
 backend, then pulls micro-batches from the shared queue until it reads None, grading every
 finished row in its own main thread (math-verify's timeouts use SIGALRM) and sending it to the
 parent at once. It exits when its parent dies, so no orphan keeps a GPU.
@@ -31,9 +32,22 @@ def _die_with_parent() -> None:
         pass  # elsewhere: the getppid() poll below still ends us
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_lock=None) -> None:
     _die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    # Our direct parent: the evaluation's process (spawn), or its forkserver (eval.runner.prewarm),
+    # which exits when the evaluation's process does. Either way, a change of parent means it died.
+    launcher = os.getppid()
+    if not _alive(parent_pid) or (launcher != parent_pid and launcher == 1):  # died before prctl took effect
         return
     device = spec["device"]
     os.environ["CUDA_VISIBLE_DEVICES"] = device if device != "cpu" else ""
@@ -79,7 +93,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
                 try:
                     task = tasks.get(block=not backend.busy(), timeout=PARENT_POLL_S)
                 except queue.Empty:
-                    if os.getppid() != parent_pid:
+                    if os.getppid() != launcher:
                         return
                     if backend.busy():
                         break

@@ -12,6 +12,7 @@ import datetime as dt
 import difflib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -289,6 +290,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "stages.eval": {
         "command": Key(_nonempty_str, None, "eval command template"),
+        "prestart": Key(_bool, None, "start the eval while its train stage runs, to wait for the go on OPSD_GO_FD "
+                        "(its imports off the idle GPU) [default: on for the built-in evaluator, off otherwise]"),
         "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
     },
     "baseline": {
@@ -342,6 +345,7 @@ class StageConfig:
     checkpoint: Optional[str] = None  # train only
     timeout_minutes: Optional[float] = None
     metrics: tuple[tuple[str, str], ...] = ()  # train only: (name, regex) read from its log
+    prestart: bool = False  # eval only: started while its train stage runs, held until the go (eval.hold)
 
 
 @dataclass(frozen=True)
@@ -515,8 +519,11 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         checkpoint = sec.get("checkpoint")
         if stage == "train":
             check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint")
+        # only a command that honours OPSD_GO_FD may start early: ours does; a user's script must say so
+        prestart = sec.get("prestart")
+        prestart = bool(BUILTIN_EVALUATOR.match(command)) if prestart is None else prestart
         stages[stage] = StageConfig(stage, command, checkpoint if stage == "train" else None, sec["timeout_minutes"],
-                                    tuple((sec.get("metrics") or {}).items()))
+                                    tuple((sec.get("metrics") or {}).items()), prestart=stage == "eval" and prestart)
 
     warnings = []
     if budget.remaining_file is not None and not budget.remaining_file.is_file():
@@ -585,6 +592,10 @@ def _resolve_db(url: str, base_dir: Path, where: str) -> str:
 
 
 # --- starter config -----------------------------------------------------------------------
+
+
+# `{python} -m eval ...` (any interpreter, any flags): our evaluator, which honours OPSD_GO_FD
+BUILTIN_EVALUATOR = re.compile(r"\s*\S*python[\d.]*\S*\s+-m\s+eval(\s|$)")
 
 
 def starter_stage_commands(profile: str) -> dict[str, str]:
@@ -677,6 +688,8 @@ checkpoint = "{DEFAULT_CHECKPOINT}"   # must exist when the stage exits 0
 [stages.eval]                     # score: <stage_dir>/result.json, else the log's last FINAL line
 command = "{cmds["eval"]}"
 # timeout_minutes = 60
+# prestart = true                 # start it while training runs; it imports, then waits for the go on
+                                  #   OPSD_GO_FD [default: on for the built-in evaluator, off for your own]
 
 [baseline]
 variant = "baseline"              # the variant every other one is compared with

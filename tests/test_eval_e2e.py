@@ -244,3 +244,67 @@ def test_without_profile_model_and_benchmark_are_required(tmp_path, capsys):
     rc = main(["--output-dir", str(tmp_path / "x"), "--gpus", ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--model" in err[0]
+
+
+def _held_eval(out: Path, *extra) -> tuple[subprocess.Popen, int]:
+    """`python -m eval` started ahead of its turn (eval/hold.py): our end of its go pipe."""
+    read_fd, write_fd = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "eval", *ARGS, "--output-dir", str(out), *extra], cwd=REPO,
+                            env={**env(), "OPSD_GO_FD": str(read_fd)}, pass_fds=(read_fd,),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(read_fd)
+    return proc, write_fd
+
+
+def _pool_children(pid: int) -> list:
+    import psutil
+
+    return psutil.Process(pid).children(recursive=True)
+
+
+def test_a_held_eval_imports_then_waits_for_the_go_and_gives_the_same_samples(reference, tmp_path):
+    """The worker pool's forkserver has imported torch and transformers before the go, nothing is
+    written until it, and the samples equal an eval started the usual way."""
+    out = tmp_path / "held"
+    proc, go = _held_eval(out, "--workers", "2")
+    try:
+        def pool_imported():  # the forkserver: a child of the eval holding torch's shared library
+            for child in _pool_children(proc.pid):
+                try:
+                    if any("libtorch" in m.path for m in child.memory_maps()):
+                        return child
+                except Exception:
+                    pass
+            return None
+
+        deadline = time.monotonic() + 120
+        while not pool_imported():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the pool never imported torch while held"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert proc.poll() is None, "a held eval must wait for the go"
+        assert not (out / "samples.jsonl").exists() and not (out / "settings.json").exists(), \
+            "nothing is written before the go"
+        os.write(go, b"1")
+    finally:
+        os.close(go)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "started ahead" in stderr and "go after" in stderr
+    assert per_sample(out) == per_sample(reference[0])
+    assert stdout.strip().splitlines()[-1] == reference[1].stdout.strip().splitlines()[-1]
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["startup_seconds"]["held"] >= 1.0
+    # forked from the prewarmed pool: the workers' own import phase is short (no interpreter start)
+    assert all(w["startup_seconds"]["imports"] < 1.0 for w in doc["workers"]), doc["workers"]
+
+
+def test_a_held_eval_without_a_go_exits_and_writes_nothing(tiny_assets, tmp_path):  # noqa: F811
+    out = tmp_path / "nogo"
+    proc, go = _held_eval(out)
+    time.sleep(2.0)
+    os.close(go)  # the worker dropped it (its chain's training failed) or died
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "no go" in stderr, stderr[-2000:]
+    assert not out.exists() or not any(out.iterdir()), "a dropped eval leaves no output"

@@ -34,7 +34,7 @@ def spec_of(cfg: Config) -> dict:
         "version": SPEC_VERSION,
         "train": {"command": train.command, "checkpoint": train.checkpoint,
                   "recipe_env_path": sec.get("recipe_env_path"), "expect": dict(sec.get("expect") or {})},
-        "eval": {"command": cfg.stages["eval"].command},
+        "eval": {"command": cfg.stages["eval"].command, "prestart": cfg.stages["eval"].prestart},
     }
 
 
@@ -53,6 +53,7 @@ class StageSettings:
     recipe_env_path: Optional[str]
     expect: dict
     frozen: bool
+    eval_prestart: bool = False  # timing only, so not part of commands_hash: it changes when, not what, runs
 
     def command(self, stage: str) -> str:
         return self.train_command if stage == "train" else self.eval_command
@@ -67,6 +68,7 @@ def settings(spec: Optional[dict], cfg: Config) -> StageSettings:
         recipe_env_path=s["train"].get("recipe_env_path"),
         expect=dict(s["train"].get("expect") or {}),
         frozen=bool(spec),
+        eval_prestart=bool(s["eval"].get("prestart", False)),
     )
 
 

@@ -79,6 +79,35 @@ class StageOutcome:
     checkpoint: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class _Launch:
+    stage: str
+    command: str
+    env: dict
+    token: str
+    values: dict
+    stage_dir: Path
+    log_path: Path
+
+    def same_run(self, other: "_Launch") -> bool:
+        """Would start the same thing (the token and the go pipe aside)."""
+        own = {stages.ENV_STAGE_TOKEN, stages.ENV_GO_FD}
+        strip = lambda env: {k: v for k, v in env.items() if k not in own}  # noqa: E731
+        return (self.stage, self.command, self.stage_dir, self.log_path) == (
+            other.stage, other.command, other.stage_dir, other.log_path) and strip(self.env) == strip(other.env)
+
+
+@dataclass
+class _Prestarted:
+    """An eval started while its train stage runs, holding until the go (eval/hold.py)."""
+
+    launch: _Launch
+    proc: subprocess.Popen
+    go_fd: int  # our end of its go pipe: one byte = go; closing it = no go
+    ident: procs.StageIdentity
+    started: float  # monotonic
+
+
 @dataclass
 class _Watch:
     progress_offset: int = 0
@@ -116,6 +145,8 @@ class LocalExecutor:
         self._live: Optional[procs.StageIdentity] = None  # the stage process group running now
         self._settings: Optional[frozen_stages.StageSettings] = None  # the running chain's stage settings
         self._recipe: Optional[recipe_file.Installed] = None  # a recipe.env put at recipe_env_path, to undo
+        self._stages_left: list[str] = []  # the running chain's stages after the current one
+        self._prestarted: Optional[_Prestarted] = None  # its eval, started while training runs
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -143,8 +174,10 @@ class LocalExecutor:
             raise environment_stop(exc, chain_id, recorded, new_id) from None
 
         checkpoint: Optional[str] = eval_request.first_checkpoint(chain)
+        chain_stages = list(eval_request.chain_stages(chain))
         try:
-            for stage in eval_request.chain_stages(chain):
+            for i, stage in enumerate(chain_stages):
+                self._stages_left = chain_stages[i + 1:]
                 outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
                 if not outcome.ok:
                     if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
@@ -168,6 +201,7 @@ class LocalExecutor:
                 raise stop from None
             raise
         finally:
+            self._drop_prestarted("the chain ended before its evaluation")
             self._live = None
             self._restore_recipe()
         return self._current_state(chain_id)
@@ -225,12 +259,8 @@ class LocalExecutor:
 
     # --- one stage ------------------------------------------------------------------------
 
-    def _run_stage(self, info, chain, variant, stage, run_dir, code_dir, checkpoint) -> StageOutcome:
-        grant = self._wait_for_grant(info, stage)
-        if not isinstance(grant, Grant):
-            return grant  # a StageOutcome that ends the chain
-        gpus = tuple(grant.gpus)
-        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
+    def _launch(self, chain, variant, stage, run_dir, code_dir, checkpoint, gpus, gpus_text, grant_env) -> _Launch:
+        """What starting `stage` means: its rendered command, environment, token and paths."""
         stage_dir = run_dir / stage
         stage_dir.mkdir(parents=True, exist_ok=True)
         log_path = run_dir / f"{stage}.log"
@@ -252,9 +282,37 @@ class LocalExecutor:
             values["checkpoint"] = checkpoint
         if stage == "eval":
             values.update(eval_request.placeholders(chain))
-        stage_cfg = self.cfg.stages[stage]  # its timeout; what runs is the chain's own (frozen) settings
         command = stages.render(self._settings.command(stage), values)
         token = uuid.uuid4().hex
+        env = stages.stage_env(
+            hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
+            run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
+        )
+        if stage == "eval":
+            eval_request.apply_env(env, chain)
+        env.update(dict(grant_env))
+        env["CUDA_VISIBLE_DEVICES"] = gpus_text
+        return _Launch(stage, command, env, token, values, stage_dir, log_path)
+
+    def _checkpoint_path(self, values: dict, code_dir: Path) -> Path:
+        """Where the train stage leaves its checkpoint ([stages.train] checkpoint, rendered)."""
+        ckpt = Path(stages.render(self._settings.checkpoint, values, quote=False))
+        return ckpt if ckpt.is_absolute() else code_dir / ckpt
+
+    def _run_stage(self, info, chain, variant, stage, run_dir, code_dir, checkpoint) -> StageOutcome:
+        grant = self._wait_for_grant(info, stage)
+        if not isinstance(grant, Grant):
+            self._drop_prestarted("the chain ended before its evaluation")
+            return grant  # a StageOutcome that ends the chain
+        gpus = tuple(grant.gpus)
+        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
+        launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, gpus, gpus_text, grant.env)
+        held = self._take_prestarted(launch)  # started while training ran, now given this stage
+        if held is not None:
+            launch = held.launch
+        command, token, values = launch.command, launch.token, launch.values
+        stage_dir, log_path, env = launch.stage_dir, launch.log_path, launch.env
+        stage_cfg = self.cfg.stages[stage]  # its timeout; what runs is the chain's own (frozen) settings
         with self.store.write() as s:
             reason = s.get(Chain, chain.id).reason
             if s.get(Chain, chain.id).state != State.RUNNING.value:
@@ -280,21 +338,13 @@ class LocalExecutor:
                 reason = f"could not write the recipe to [stages.train] recipe_env_path: {exc}"
                 self._finish_stage(stage_id, StageState.FAILED, None, 0.0, reason)
                 return StageOutcome(False, State.FAILED, reason)
-        env = stages.stage_env(
-            hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
-            run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
-        )
-        if stage == "eval":
-            eval_request.apply_env(env, chain)
-        env.update(dict(grant.env))
-        env["CUDA_VISIBLE_DEVICES"] = gpus_text
         watch = _Watch()
         leader: list[int] = []  # the sampler starts first, so its baseline is the GPUs before the stage
         sampler = gpu_sampler.sampler_for_stage(gpus, lambda: _stage_pids(leader, watch),
                                                 self.cfg.section("gpus").get("sample_seconds", 1.0))
         started = time.monotonic()
         try:
-            proc = stages.spawn(command, code_dir, env, log_path)
+            proc = self._go(held) if held is not None else stages.spawn(command, code_dir, env, log_path)
         except OSError as exc:
             if sampler is not None:
                 sampler.stop()
@@ -308,8 +358,11 @@ class LocalExecutor:
         with self.store.write() as s:
             row = s.get(Stage, stage_id)
             row.pid, row.pgid, row.create_time = proc.pid, proc.pid, ident.create_time
-        self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: {stage} started (pid {proc.pid}, log {log_path})")
+        how_started = f"given the go after {_fmt_s(started - held.started)} held" if held is not None else "started"
+        self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: {stage} {how_started} (pid {proc.pid}, log {log_path})")
         self._activity(f"chain {chain.id}: {stage} (pid {proc.pid})")
+        if stage == "train" and "eval" in self._stages_left and self._settings.eval_prestart:
+            self._prestart(chain, variant, run_dir, code_dir, self._checkpoint_path(values, code_dir), gpus, gpus_text)
 
         how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
         seconds = time.monotonic() - started
@@ -353,9 +406,7 @@ class LocalExecutor:
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
             return StageOutcome(False, State.FAILED, reason)
         if stage == "train":
-            ckpt = Path(stages.render(self._settings.checkpoint, values, quote=False))
-            if not ckpt.is_absolute():
-                ckpt = code_dir / ckpt
+            ckpt = self._checkpoint_path(values, code_dir)
             if not ckpt.exists():
                 reason = f"train exited 0 but left no checkpoint at {ckpt} (see [stages.train] checkpoint)"
                 self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
@@ -386,6 +437,64 @@ class LocalExecutor:
             self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: succeeded, avg@{result.k} = "
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
         return StageOutcome(state == State.SUCCEEDED, None)
+
+    # --- an eval started ahead of its turn (README: Concepts, "prestart") -------------------
+
+    def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, gpus, gpus_text) -> None:
+        """Start the eval now, on the train stage's GPUs, holding on a pipe until the go: its
+        interpreter and imports run while training does. It gets the go only if, once training
+        has passed its checks, the eval would be started exactly so; otherwise it is dropped."""
+        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), gpus, gpus_text, {})
+        read_fd, write_fd = os.pipe()
+        env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
+        try:
+            proc = stages.spawn(launch.command, code_dir, env, launch.log_path, pass_fds=(read_fd,))
+        except OSError as exc:
+            os.close(write_fd)
+            self.report(f"chain {chain.id}: could not start its eval ahead of time ({exc}); it starts after training")
+            return
+        finally:
+            os.close(read_fd)
+        ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), launch.token)
+        self._prestarted = _Prestarted(launch, proc, write_fd, ident, time.monotonic())
+        self.report(f"chain {chain.id}: eval started ahead (pid {proc.pid}): it imports while training runs, "
+                    "then waits for the go")
+
+    def _take_prestarted(self, launch: _Launch) -> Optional[_Prestarted]:
+        """The pre-started eval, if it is still waiting and would run exactly `launch`."""
+        held, self._prestarted = self._prestarted, None
+        if held is None:
+            return None
+        if held.proc.poll() is not None or not held.launch.same_run(launch):
+            why = (f"it exited ({_exit_words(held.proc.returncode)}) before its go" if held.proc.poll() is not None
+                   else "the eval was granted other GPUs or settings")
+            self._prestarted = held
+            self._drop_prestarted(why)
+            return None
+        return held
+
+    def _go(self, held: _Prestarted) -> subprocess.Popen:
+        try:
+            os.write(held.go_fd, b"1")
+        finally:
+            os.close(held.go_fd)
+        return held.proc
+
+    def _drop_prestarted(self, why: str) -> None:
+        """No go: close its pipe (it exits on its own) and stop its process group."""
+        held, self._prestarted = self._prestarted, None
+        if held is None:
+            return
+        try:
+            os.close(held.go_fd)
+        except OSError:
+            pass
+        try:
+            with open(held.launch.log_path, "ab") as log:
+                log.write(f"opsdctl: the eval started ahead of time gets no go: {why}\n".encode())
+        except OSError:
+            pass
+        procs.stop_stage(held.ident, self._grace(), reap=lambda: held.proc.poll(), cut_short=self._forced)
 
     def _wait_for_grant(self, info: ChainInfo, stage: str):
         while True:

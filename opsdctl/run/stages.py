@@ -68,7 +68,10 @@ def stage_env(
     return env
 
 
-def spawn(command: str, cwd: Path, env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+ENV_GO_FD = "OPSD_GO_FD"  # a pre-started stage waits on this pipe for the go (eval/hold.py)
+
+
+def spawn(command: str, cwd: Path, env: Mapping[str, str], log_path: Path, pass_fds: tuple[int, ...] = ()) -> subprocess.Popen:
     """Start `command` under /bin/sh in a new session, output appended to `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab", buffering=0) as log:
@@ -81,6 +84,7 @@ def spawn(command: str, cwd: Path, env: Mapping[str, str], log_path: Path) -> su
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            pass_fds=pass_fds,
         )
 
 

@@ -16,6 +16,9 @@ that cannot run partial evals). CHECKPOINT may be `base`: the untrained base mod
 FAKE_GPU_FILE / FAKE_EVAL_GPU_MIB / FAKE_GPU_UTIL: GPU use as NVML shows it (tests/stages/fake_gpu_file.py).
 The recipe's extra method knob `fake_mode` (OPSD_FAKE_MODE): "badresult" (as FAKE_BAD_RESULT=1),
 "silent" (neither result.json nor a FINAL line).
+Started ahead of its turn (OPSD_GO_FD, `[stages.eval] prestart`), it honours the hold as a user's
+script would: it writes <out>/held.json {"pid", "pgid", "at"}, reads one byte from the pipe, and on `1`
+adds "go_at" and runs; on end of file it writes <out>/nogo and exits 1, touching nothing else.
 Usage: fake_eval.py CHECKPOINT|base [--output-dir DIR] [--final-only] [--num-problems N] [--k K]
 """
 
@@ -34,6 +37,20 @@ p.add_argument("--final-only", action="store_true")
 p.add_argument("--num-problems", type=int)
 p.add_argument("--k", type=int)
 args = p.parse_args()
+go_fd = os.environ.get("OPSD_GO_FD")
+if go_fd:
+    held_dir = args.output_dir or os.environ["OPSDCTL_STAGE_DIR"]
+    os.makedirs(held_dir, exist_ok=True)
+    held = {"pid": os.getpid(), "pgid": os.getpgid(0), "at": time.time()}
+    with open(os.path.join(held_dir, "held.json"), "w") as f:
+        json.dump(held, f)
+    word = os.read(int(go_fd), 1)
+    os.close(int(go_fd))
+    if word != b"1":
+        open(os.path.join(held_dir, "nogo"), "w").close()
+        sys.exit(1)
+    with open(os.path.join(held_dir, "held.json"), "w") as f:
+        json.dump({**held, "go_at": time.time()}, f)
 final_only = args.final_only or os.environ.get("FINAL_ONLY") == "1"
 mode = os.environ.get("OPSD_FAKE_MODE", "")
 if mode == "silent":
