@@ -121,3 +121,23 @@ def test_a_bad_prestart_value_is_one_line(ws):
     ws.write_config(text)
     out = ws.run("status", check=False)
     assert out.returncode == 2 and "prestart" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_with_the_nvml_gate_the_early_eval_gets_its_go(ws, tmp_path):
+    """The GPU gate's grants carry CUDA_DEVICE_ORDER and the devices as CUDA_VISIBLE_DEVICES spells
+    them: the early eval starts with the train stage's grant, so the eval's grant matches it.
+    (On an H200 the first version started the early eval without the grant's environment, and
+    every chain dropped it: 'granted other GPUs or settings'.)"""
+    f = tmp_path / "gpus.json"
+    f.write_text(json.dumps({"gpus": [{"uuid": "GPU-fake-0", "total_mib": 81559, "base_used_mib": 0,
+                                       "util_pct": 0, "processes": []}]}))
+    text = (ws.root / "opsdctl.toml").read_text()
+    ws.write_config(text.replace("[gpus]\ndevices = []", "[gpus]\ndevices = [0]\nmin_free_mib = 0")
+                    .replace("[stages.eval]\n", PRESTART))
+    ws.env.update({"OPSDCTL_GPU_PROBE": f"fake:{f}"})
+    ws.cli("queue", "baseline")
+    out = ws.run("worker", "--drain", env={"FAKE_STEPS": "4", "FAKE_STEP_SECONDS": "0.4"})
+    assert ws.state(1) == "succeeded", out.stdout
+    held = json.loads((ws.runs / "1" / "eval" / "held.json").read_text())
+    assert "go_at" in held, (ws.runs / "1" / "eval.log").read_text()
+    assert "gets no go" not in (ws.runs / "1" / "eval.log").read_text()

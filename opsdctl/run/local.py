@@ -304,8 +304,7 @@ class LocalExecutor:
         if not isinstance(grant, Grant):
             self._drop_prestarted("the chain ended before its evaluation")
             return grant  # a StageOutcome that ends the chain
-        gpus = tuple(grant.gpus)
-        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
+        gpus, gpus_text = _granted(grant)
         launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, gpus, gpus_text, grant.env)
         held = self._take_prestarted(launch)  # started while training ran, now given this stage
         if held is not None:
@@ -362,7 +361,7 @@ class LocalExecutor:
         self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: {stage} {how_started} (pid {proc.pid}, log {log_path})")
         self._activity(f"chain {chain.id}: {stage} (pid {proc.pid})")
         if stage == "train" and "eval" in self._stages_left and self._settings.eval_prestart:
-            self._prestart(chain, variant, run_dir, code_dir, self._checkpoint_path(values, code_dir), gpus, gpus_text)
+            self._prestart(chain, variant, run_dir, code_dir, self._checkpoint_path(values, code_dir), grant)
 
         how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
         seconds = time.monotonic() - started
@@ -440,11 +439,13 @@ class LocalExecutor:
 
     # --- an eval started ahead of its turn (README: Concepts, "prestart") -------------------
 
-    def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, gpus, gpus_text) -> None:
-        """Start the eval now, on the train stage's GPUs, holding on a pipe until the go: its
-        interpreter and imports run while training does. It gets the go only if, once training
-        has passed its checks, the eval would be started exactly so; otherwise it is dropped."""
-        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), gpus, gpus_text, {})
+    def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, grant: Grant) -> None:
+        """Start the eval now, as if granted what the train stage was (its GPUs and their
+        environment), holding on a pipe until the go: its interpreter and imports run while
+        training does. It gets the go only if, once training has passed its checks, the eval's own
+        grant starts it exactly so; otherwise it is dropped."""
+        gpus, gpus_text = _granted(grant)
+        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), gpus, gpus_text, grant.env)
         read_fd, write_fd = os.pipe()
         env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
         try:
@@ -751,6 +752,12 @@ class LocalExecutor:
         self._last_heartbeat = time.monotonic()
         with self.store.write() as s:
             s.get(WorkerRun, self.worker_run_id).heartbeat_at = utcnow()
+
+
+def _granted(grant: Grant) -> tuple[tuple[int, ...], str]:
+    """The granted GPUs, and CUDA_VISIBLE_DEVICES for them as the gate spells it."""
+    gpus = tuple(grant.gpus)
+    return gpus, grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
 
 
 def _stage_pids(leader: list[int], watch: _Watch) -> set[int]:
