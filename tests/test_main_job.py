@@ -31,6 +31,10 @@ def test_queue_worker_compare_export_with_the_real_workloads(ws, tiny_assets, tm
 
     chains = ws.chains()
     assert [c["state"] for c in chains.values()] == ["succeeded"] * 3, ws.run("status").stdout
+    # our evaluator is pre-started by default: it imported while training ran, then got its go
+    for cid in chains:
+        log = (ws.runs / str(cid) / "eval.log").read_text()
+        assert "started ahead of the train stage's end" in log and "go after" in log and "no go" not in log, log[-2000:]
     # the trainer's statistics and the evaluator's per-problem counts reached the store
     stats = ws.sql("select steps, final_loss, mean_kl from train_stats order by chain_id")
     assert all(steps == 2 and loss is not None and kl is not None and kl >= 0 for steps, loss, kl in stats)
