@@ -224,7 +224,7 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
         assert s.get(Variant, 1).hparams == {"learning_rate": 5e-6}
         assert [q.id for q in queued_chains(s)] == [3]
         (run,) = store.reader().rows(queries.SCORED_ROWS)  # compare's read of the scored runs
-        assert (run.chain_id, run.label, run.avg_at_k) == (1, "baseline", 54.22)
+        assert (run.id, run.label, run.avg_at_k) == (1, "baseline", 54.22)
         assert s.get(Score, run.score_id).problems == PROBLEMS
         # 0003 filled the compact counts of the rows it found (compare reads those)
         assert run.counts == ",".join(str(p["correct"]) for p in PROBLEMS) and len(run.problem_set) == 16

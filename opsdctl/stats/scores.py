@@ -37,15 +37,15 @@ def candidate_runs(reader, variant_refs: Optional[Sequence[str]] = None, *, pool
     runs = [candidates.Run(chain.id, variant.label, _identity(chain, variant, codes, pool_code))
             for chain, variant, _ in rows]
     labels = candidates.assign_labels(runs, prefer=baseline)
-    out, kept_runs, latest_full = [], [], {}
-    for (chain, variant, score), run in zip(rows, runs):
-        if ids is not None and variant.id not in ids:
-            continue
-        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets)
+    chosen = [(row, run) for row, run in zip(rows, runs) if ids is None or row[1].id in ids]
+    counts = _parse_counts([score.counts for (_, _, score), _ in chosen])
+    out, latest_full = [], {}
+    for ((chain, variant, score), run), cts in zip(chosen, counts):
+        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets, cts)
         if not rec.partial:
             latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
         out.append(rec)
-        kept_runs.append(run)
+    kept_runs = [run for _, run in chosen]
     out = [r for r in out if r.partial or latest_full[r.train_id] == r.chain_id]
     pooled: dict[str, set] = {}
     for (chain, variant, _), run in zip(rows, runs):
@@ -54,30 +54,39 @@ def candidate_runs(reader, variant_refs: Optional[Sequence[str]] = None, *, pool
     return out, candidates.notes(kept_runs, labels, pool_code, pooled)
 
 
-# What compare reads of a scored run, as plain rows: a store of 10,000 chains decodes no recipe
-# JSON per row and no per-problem JSON (Score.counts holds the counts compactly).
-_Chain = namedtuple("_Chain", "id eval_only trained_by snapshot_id eval_problems eval_k commands_hash")
+# A scored run's variant, once per variant: a handful of variants behind thousands of runs.
 _Variant = namedtuple("_Variant", "id name version hash kind label")
-_Score = namedtuple("_Score", "id avg_at_k k n_problems partial counts problem_set")
 
 
 def _scored_rows(r) -> list[tuple]:
-    """Succeeded chains with their score as (chain, variant, score) plain rows, in variant name,
-    version, chain id order (queries.SCORED_ROWS)."""
+    """Succeeded chains with their score as (chain, variant, score), in variant name, version,
+    chain id order. Chain and score are one plain row of queries.SCORED_ROWS (no recipe JSON, no
+    per-problem JSON: Score.counts holds the counts compactly), so 10,000 runs are 10,000 rows."""
     out, variants = [], {}
     for row in r.rows(queries.SCORED_ROWS):
-        v = variants.get(row[7])
-        if v is None:  # a handful of variants behind thousands of runs
-            v = variants[row[7]] = _Variant(*row[7:12], variant_label(row[8], row[9]))
-        out.append((_Chain._make(row[:7]), v, _Score._make(row[12:])))
+        v = variants.get(row.variant_id)
+        if v is None:
+            v = variants[row.variant_id] = _Variant(row.variant_id, row.name, row.version, row.hash, row.kind,
+                                                    variant_label(row.name, row.version))
+        out.append((row, v, row))
     # scores written around the ORM (bulk inserts) have no compact counts: fill them from problems
     if any(sc.counts is None for _, _, sc in out):
         from opsdctl.store.values import compact_counts
 
         got = {sid: compact_counts(p) for sid, p in r.rows(queries.SCORES_WITHOUT_COUNTS)}
-        out = [(c, v, sc._replace(counts=got[sc.id][0], problem_set=got[sc.id][1]) if sc.id in got else sc)
-               for c, v, sc in out]
+        out = [(c, v, sc._replace(counts=got[sc.score_id][0], problem_set=got[sc.score_id][1])
+                if sc.score_id in got else sc) for c, v, sc in out]
     return out
+
+
+def _parse_counts(texts: Sequence[Optional[str]]) -> list[Optional[tuple[int, ...]]]:
+    """Each compact "c1,c2,..." as a tuple of ints (None stays None). One json.loads over all of
+    them: half the time of an int() per count, which was most of compare's own work at 10,000 runs."""
+    import json
+
+    present = [t for t in texts if t]
+    parsed = iter(json.loads("[[" + "],[".join(present) + "]]") if present else ())
+    return [tuple(next(parsed)) if t else None for t in texts]
 
 
 def _problem_ids(r, scores) -> dict[str, tuple[str, ...]]:
@@ -166,24 +175,19 @@ def candidate_labels(reader, chain_ids: Sequence[int], baseline: Optional[str] =
     return {c.id: candidates.label_for(_identity(c, c, codes, False), c.label, labels) for c in wanted}
 
 
-def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict) -> RunRecord:
-    counts = tuple(map(int, score.counts.split(","))) if score.counts else None
+def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict,
+            counts: Optional[tuple[int, ...]]) -> RunRecord:
+    # positional: 10,000 of these per compare (variant, chain_id, score, k, n_problems, counts,
+    # problem_ids, partial, candidate, code, train_id, kind)
     return RunRecord(
-        variant=variant.label,
-        chain_id=chain.id,
-        score=float(score.avg_at_k),
-        k=int(score.k),
-        n_problems=int(score.n_problems),
-        counts=counts,
-        problem_ids=id_sets.get(score.problem_set) if counts is not None else None,
+        variant.label, chain.id, float(score.avg_at_k), int(score.k), int(score.n_problems), counts,
+        id_sets.get(score.problem_set) if counts is not None else None,
         # queued --partial, or the evaluator said so (partial.run_is_partial, without building an
         # EvalSetting for each of 10,000 full runs)
-        partial=bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
-                                        and partial.run_is_partial(chain, score)),
-        candidate=candidate,
-        code=None if variant.kind != "recipe" else candidates.short_code(code),
-        train_id=chain.trained_by or chain.id,
-        kind=variant.kind,
+        bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
+                                and partial.run_is_partial(chain, score)),
+        candidate, None if variant.kind != "recipe" else candidates.short_code(code), chain.trained_by or chain.id,
+        variant.kind,
     )
 
 
