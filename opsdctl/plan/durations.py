@@ -211,8 +211,8 @@ def history(reader, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     from opsdctl.store import queries
 
     with reader.snapshot() as r:
-        rows = r.rows(queries.DURATION_HISTORY, limit=limit)[::-1]
-        hparams = dict(r.rows(queries.VARIANT_HPARAMS))
+        rows = r.tuples(queries.DURATION_HISTORY, limit=limit)[::-1]
+        hparams = dict(r.tuples(queries.VARIANT_HPARAMS))
     keys: dict[tuple, str] = {}
     out = []
     for name, secs, est, cid, profile, vid, ep, ek in rows:

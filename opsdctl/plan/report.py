@@ -56,7 +56,7 @@ def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") 
         return None
     if isinstance(spec, str):  # since:
         when = _since(spec, where).astimezone(dt.timezone.utc)
-        return [variant_label(n, v) for n, v in reader.rows(queries.VARIANTS_FIRST_QUEUED_SINCE, since=when)]
+        return [variant_label(n, v) for n, v in reader.tuples(queries.VARIANTS_FIRST_QUEUED_SINCE, since=when)]
     out = []
     for ref in spec:
         try:

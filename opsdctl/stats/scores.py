@@ -73,7 +73,7 @@ def _scored_rows(r) -> list[tuple]:
     if any(sc.counts is None for _, _, sc in out):
         from opsdctl.store.values import compact_counts
 
-        got = {sid: compact_counts(p) for sid, p in r.rows(queries.SCORES_WITHOUT_COUNTS)}
+        got = {sid: compact_counts(p) for sid, p in r.tuples(queries.SCORES_WITHOUT_COUNTS)}
         out = [(c, v, sc._replace(counts=got[sc.score_id][0], problem_set=got[sc.score_id][1])
                 if sc.score_id in got else sc) for c, v, sc in out]
     return out
@@ -110,7 +110,7 @@ def training_identity(r, chains) -> dict[int, tuple[Optional[str], Optional[str]
     """chain id -> (code tree key, commands identity) its checkpoint was trained with (the training
     chain's, for an eval-only chain of a checkpoint this store trained)."""
     trainers = _trainers(r, chains)
-    keys = dict(r.rows(queries.SNAPSHOT_KEYS))
+    keys = dict(r.tuples(queries.SNAPSHOT_KEYS))
     snaps, cmds = _snapshot_ids(chains, trainers), _commands(chains, trainers)
     return {c.id: (keys.get(snaps[c.id]), cmds[c.id]) for c in chains}
 

@@ -40,14 +40,14 @@ def _lookups(reader, chain_ids: set[int]):
     queries for the whole report (one query per run made compare take 27 s at 10,000 chains;
     the per-step curves are never read here)."""
     with reader.snapshot() as r:
-        trainer = dict(r.rows(queries.TRAINED_BY, yes=True))
+        trainer = dict(r.tuples(queries.TRAINED_BY, yes=True))
         wanted = {trainer.get(c, c) for c in chain_ids}
         stats = {}
-        for cid, *vals, metrics in r.rows(queries.TRAIN_STATS):
+        for cid, *vals, metrics in r.tuples(queries.TRAIN_STATS):
             if cid in wanted:
                 stats[cid] = {**dict(zip(COLUMNS, vals)), "metrics": metrics}
         stages: dict[int, list] = {}
-        for cid, peak, util in r.rows(queries.TRAIN_STAGE_GPU):
+        for cid, peak, util in r.tuples(queries.TRAIN_STAGE_GPU):
             if cid in wanted:
                 stages.setdefault(cid, []).append((peak, util))
     return trainer, stats, stages

@@ -37,10 +37,10 @@ from opsdctl.store.models import (
     WorkerRun,
 )
 from opsdctl.store import queries
+from opsdctl.store.reader import SQLITE_BUSY_TIMEOUT_S, Reader, SqlAlchemyDriver
 from opsdctl.store.states import State
 from opsdctl.store.variant_ref import pick_variant
 
-SQLITE_BUSY_TIMEOUT_S = 120.0
 PG_CONNECT_TIMEOUT_S = 10  # unless the URL or PGCONNECT_TIMEOUT says otherwise
 
 
@@ -150,8 +150,6 @@ class Store:
     def reader(self):
         """A light reader (opsdctl.store.reader) over this store's engine: the read queries of
         status and compare, for code that already holds a Store (the worker, the planner)."""
-        from opsdctl.store.reader import Reader, SqlAlchemyDriver
-
         return Reader(SqlAlchemyDriver(self.engine), self.safe_url())
 
     def dispose(self) -> None:

@@ -24,6 +24,7 @@ from sqlalchemy import false as sa_false
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from opsdctl.store.values import as_utc
 from opsdctl.store.values import compact_counts, iso, seconds_since, utcnow, variant_label  # noqa: F401 (re-exported)
 
 
@@ -45,7 +46,7 @@ class UTCDateTime(TypeDecorator):
     def process_result_value(self, value, dialect):
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+        return as_utc(value)
 
 
 class Variant(SQLModel, table=True):

@@ -15,8 +15,6 @@ from opsdctl.store.migrations import HEAD, VERSION_TABLE
 from opsdctl.store.reader import Reader, SqliteDriver
 from opsdctl.store.urls import sqlite_file
 
-SQLITE_BUSY_TIMEOUT_S = 120.0  # as opsdctl.store.engine's: a reader waits out a writer's commit
-
 
 def open_reader(db_url: str) -> Reader:
     reader = _at_head(db_url)
@@ -39,7 +37,7 @@ def _at_head(db_url: str):
         return None
     driver = None
     try:
-        driver = SqliteDriver(path, SQLITE_BUSY_TIMEOUT_S)
+        driver = SqliteDriver(path)
         _, rows = driver.execute(f"SELECT version_num FROM {VERSION_TABLE}", {})
     except sqlite3.Error:  # not a database, no version table, ...: open_store says what is wrong
         if driver is not None:

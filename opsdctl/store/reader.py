@@ -23,18 +23,17 @@ from typing import Any, Iterator, Optional
 from opsdctl.store import queries
 from opsdctl.store.columns import BOOL, DATETIME, JSON, KINDS
 from opsdctl.store.states import State
-from opsdctl.store.values import variant_label
+from opsdctl.store.values import as_utc, variant_label
 from opsdctl.store.variant_ref import pick_variant
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # how SQLAlchemy stores a datetime in SQLite (naive UTC)
+SQLITE_BUSY_TIMEOUT_S = 120.0  # every connection to a SQLite store waits this long for a writer
 
 
 def _datetime(value):
     if value is None:
         return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def _json(value):
@@ -71,7 +70,7 @@ class SqliteDriver:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, busy_timeout_s: float):
+    def __init__(self, path: str, busy_timeout_s: float = SQLITE_BUSY_TIMEOUT_S):
         import sqlite3
         from urllib.parse import quote
 
@@ -143,24 +142,33 @@ class Reader:
         self.safe_url = safe_url
         self._json_text = driver.dialect == "sqlite"  # PostgreSQL's driver decodes JSON itself
 
-    # --- the one primitive: SQL text in, decoded records out ----------------------------
+    # --- the primitive: SQL text in, decoded rows out -------------------------------------
     def rows(self, sql: str, **params: Any) -> list:
+        """Records (named tuples with the result's column names)."""
+        names, decoded = self._run(sql, params)
+        cls = _record_class(tuple(names))
+        return [cls._make(r) for r in decoded]
+
+    def tuples(self, sql: str, **params: Any) -> list[tuple]:
+        """Plain decoded tuples, for the scans that unpack 10,000 rows and need no names."""
+        return self._run(sql, params)[1]
+
+    def _run(self, sql: str, params: dict) -> tuple[list[str], list[tuple]]:
         if self.driver.dialect == "sqlite":  # bind datetimes as SQLAlchemy stores them there
             params = {k: v.astimezone(timezone.utc).strftime(SQLITE_TIME) if isinstance(v, datetime) else v
                       for k, v in params.items()}
         names, raw = self.driver.execute(sql, params)
-        cls = _record_class(tuple(names))
         decoders = [(i, self._decoder(KINDS[n])) for i, n in enumerate(names) if n in KINDS]
         decoders = [(i, f) for i, f in decoders if f is not None]
         if not decoders:
-            return [cls._make(r) for r in raw]
+            return names, raw
         out = []
         for r in raw:
             r = list(r)
             for i, f in decoders:
                 r[i] = f(r[i])
-            out.append(cls._make(r))
-        return out
+            out.append(tuple(r))
+        return names, out
 
     def _decoder(self, kind: str):
         if kind == JSON:
@@ -168,7 +176,7 @@ class Reader:
         return _datetime if kind == DATETIME else _bool if kind == BOOL else None
 
     def value(self, sql: str, **params: Any):
-        got = self.rows(sql, **params)
+        got = self.tuples(sql, **params)
         return got[0][0] if got else None
 
     @contextmanager

@@ -12,6 +12,12 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_utc(t: datetime) -> datetime:
+    """A datetime read back from the store as aware UTC: SQLite keeps naive UTC, PostgreSQL an
+    aware timestamptz."""
+    return t.replace(tzinfo=timezone.utc) if t.utcoffset() is None else t.astimezone(timezone.utc)
+
+
 def iso(t: Optional[datetime]) -> Optional[str]:
     if t is None:
         return None
