@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-from typing import Optional
 
 from opsdctl.run import procs
 from opsdctl.store.values import iso
