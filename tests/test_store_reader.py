@@ -171,3 +171,23 @@ def test_an_empty_or_foreign_file_is_refused_as_before(tmp_path):
     with pytest.raises(UserError, match="another program's tables"):
         open_reader(f"sqlite:///{foreign}")
     assert Path(foreign).stat().st_size > 0
+
+
+def test_a_store_at_an_older_revision_is_upgraded_before_it_is_read(tmp_path):
+    import sqlalchemy as sa
+    from alembic import command
+
+    from opsdctl.store import migrations
+    from opsdctl.store.open_read import open_reader
+    from opsdctl.store.reader import SqlAlchemyDriver, SqliteDriver
+
+    db = tmp_path / "base.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(migrations.alembic_config(conn), migrations.BASE)
+    engine.dispose()
+    reader = open_reader(f"sqlite:///{db}")  # not at HEAD: open_store upgrades it first, as before
+    assert isinstance(reader.driver, SqlAlchemyDriver) and reader.all_variants() == []
+    again = open_reader(f"sqlite:///{db}")
+    assert isinstance(again.driver, SqliteDriver) and again.value(f"SELECT version_num FROM {migrations.VERSION_TABLE}") \
+        == migrations.HEAD
