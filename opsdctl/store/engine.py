@@ -1,6 +1,8 @@
 """The store: engine creation, transactions, and the small queries everything else uses.
 
-All access goes through SQLModel/SQLAlchemy, so the same code runs on PostgreSQL. Only for
+Writes and most reads go through SQLModel/SQLAlchemy, so the same code runs on PostgreSQL; the
+reads of status and compare are SQL text (opsdctl/store/queries.py) that the functions here and the
+light reader (opsdctl/store/reader.py, no SQLAlchemy import on a SQLite store) both run. Only for
 SQLite URLs do we add: WAL journal (readers never block the writer), a long busy timeout, and
 `BEGIN IMMEDIATE` for every write transaction, so a write never has to upgrade a read lock
 (the upgrade is what fails with "database is locked" under concurrency; an immediate writer
