@@ -567,6 +567,14 @@ def _resolve(base_dir: Path, value: str) -> Path:
 
 
 def _resolve_db(url: str, base_dir: Path, where: str) -> str:
+    from opsdctl.store.urls import sqlite_file, sqlite_url
+
+    plain = sqlite_file(url)  # the common case, without importing SQLAlchemy (status starts fast)
+    if plain:
+        path = Path(plain).expanduser()
+        resolved = sqlite_url(str((path if path.is_absolute() else base_dir / path).resolve()))
+        if resolved is not None:
+            return resolved
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

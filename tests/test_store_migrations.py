@@ -17,12 +17,11 @@ import sqlalchemy as sa
 from sqlmodel import SQLModel
 
 from opsdctl.errors import UserError
-from opsdctl.store import migrations
+from opsdctl.store import migrations, queries
 from opsdctl.store.engine import (
     Store,
     open_store,
     queued_chains,
-    scored_runs,
     stages_of,
 )
 from opsdctl.store.models import Chain, Score, Stage, Variant
@@ -224,10 +223,11 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
         assert c1.finished_at - c1.started_at == dt.timedelta(minutes=43)
         assert s.get(Variant, 1).hparams == {"learning_rate": 5e-6}
         assert [q.id for q in queued_chains(s)] == [3]
-        (chain, variant, score), = scored_runs(s)
-        assert (chain.id, variant.label, score.avg_at_k, score.problems) == (1, "baseline", 54.22, PROBLEMS)
+        (run,) = store.reader().rows(queries.SCORED_ROWS)  # compare's read of the scored runs
+        assert (run.id, run.label, run.avg_at_k) == (1, "baseline", 54.22)
+        assert s.get(Score, run.score_id).problems == PROBLEMS
         # 0003 filled the compact counts of the rows it found (compare reads those)
-        assert score.counts == ",".join(str(p["correct"]) for p in PROBLEMS) and len(score.problem_set) == 16
+        assert run.counts == ",".join(str(p["correct"]) for p in PROBLEMS) and len(run.problem_set) == 16
         assert [st.progress for st in stages_of(s, 1)] == [{"done": 100, "total": 100, "text": "step 100/100"}, None]
         assert s.get(Stage, 1).pids == [100, 101]
     # the upgraded store takes new rows, including the new column

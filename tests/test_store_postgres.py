@@ -284,3 +284,32 @@ def test_busy_names_the_holder_of_this_store_not_of_another_on_the_server(ws, pg
     finally:
         with pg_admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')
+
+
+def test_status_and_compare_documents_are_the_same_on_postgresql_and_sqlite(pg_url, tmp_path):
+    """The reader's SQLAlchemy driver on PostgreSQL (decoded JSON, timestamptz, real booleans) gives
+    the documents the sqlite3 driver gives for the same rows."""
+    from store_fill import fill_store
+    from test_store_reader import documents
+
+    from opsdctl.store.open_read import open_reader
+    from opsdctl.store.reader import SqlAlchemyDriver, SqliteDriver
+
+    from opsdctl.store.values import utcnow
+
+    docs, now = [], utcnow().replace(microsecond=123456)
+    for name, url in (("pg", pg_url), ("sqlite", None)):
+        root = tmp_path / name
+        root.mkdir()
+        config = default_config(budget="hours = 6")
+        if url:
+            config = config.replace('db = "sqlite:///runs.db"', f"db = {json.dumps(url)}")
+        (root / "opsdctl.toml").write_text(config)
+        cfg = load_config(root / "opsdctl.toml")
+        store = open_store(cfg.db)
+        fill_store(store, now)
+        reader = open_reader(cfg.db)
+        assert isinstance(reader.driver, SqlAlchemyDriver if url else SqliteDriver)
+        docs.append(documents(cfg, reader))
+        store.dispose()
+    assert docs[0] == docs[1]

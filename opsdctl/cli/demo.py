@@ -125,7 +125,7 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
                           TextColumn("{task.description}"), console=con, transient=False) as bar:
                 task = bar.add_task("", total=total)
                 while proc.poll() is None:
-                    doc = gather_status(cfg, store, None)
+                    doc = gather_status(cfg, store.reader(), None)
                     done = sum(c["state"] not in ("queued", "running") for c in doc["chains"])
                     running = [c for c in doc["chains"] if c["state"] == "running"]
                     what = ""

@@ -61,6 +61,16 @@ def _store(cfg):
     return store
 
 
+def _reader(cfg):
+    """A read-only view of the store for status and compare: SQLite at the schema's head is read
+    with sqlite3, without importing SQLAlchemy (opsdctl.store.open_read)."""
+    from opsdctl.store.open_read import open_reader
+
+    reader = open_reader(cfg.db)
+    _state["store"] = reader.safe_url  # named if the store fails later (a damaged file)
+    return reader
+
+
 def _console(stderr: bool = False):
     from rich.console import Console
 
@@ -165,7 +175,7 @@ def queue(
         _warn(note) if "version" in note or "same knobs" in note else _console(stderr=True).print(_escape(note))
     from opsdctl.plan.fit_warning import unfit_warnings
 
-    for warning in [*result.warnings, *unfit_warnings(cfg, _store(cfg), [c.chain_id for c in result.chains])]:
+    for warning in [*result.warnings, *unfit_warnings(cfg, _store(cfg).reader(), [c.chain_id for c in result.chains])]:
         _warn(warning)
     if as_json:
         _print_json([c.to_json() for c in result.chains])
@@ -260,7 +270,7 @@ def status(
     from opsdctl.cli.status import gather_status
 
     cfg = _config()
-    doc = gather_status(cfg, _store(cfg), None if show_all else recent)
+    doc = gather_status(cfg, _reader(cfg), None if show_all else recent)
     if as_json:
         _print_json(doc)
         return
@@ -535,7 +545,7 @@ def budget(
     if restart_clock:
         with store.write() as s:
             set_meta(s, CLOCK_KEY, repr(time.time()) if cfg.budget.kind == "hours" else None)
-    view = budget_now(cfg.budget, clock_start(store))
+    view = budget_now(cfg.budget, clock_start(store.reader()))
     if as_json:
         _print_json({**view.to_json(), "text": view.text()})
         return
@@ -569,8 +579,8 @@ def compare(
     from opsdctl.plan.report import compare_doc
 
     cfg = _config()
-    store = _store(cfg)
-    report = compare_doc(cfg, store, variants, baseline, chain_minutes=_chain_minutes(cfg, store), pool_code=pool_code,
+    reader = _reader(cfg)
+    report = compare_doc(cfg, reader, variants, baseline, chain_minutes=_chain_minutes(cfg, reader), pool_code=pool_code,
                          family=family)
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
@@ -590,19 +600,17 @@ def compare(
         con.print(f"plot: {_escape(str(plot))}")
 
 
-def _chain_minutes(cfg, store) -> Optional[float]:
+def _chain_minutes(cfg, reader) -> Optional[float]:
     """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
     the planner's high-quantile estimate from the store's history (the figure admission uses),
     falling back to [planner] train_minutes/eval_minutes or the profile's defaults."""
     from opsdctl.plan.durations import estimator_for
-    from opsdctl.store.engine import variants_named
 
     hparams = {}
     if cfg.baseline_variant:
-        with store.read() as s:
-            versions = variants_named(s, cfg.baseline_variant.split("@")[0])
-            hparams = dict(versions[-1].hparams) if versions else {}
-    train, evaluate = estimator_for(cfg, store).chain(cfg.profile, hparams)
+        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
+        hparams = dict(versions[-1].hparams) if versions else {}
+    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams)
     return (train.high_s + evaluate.high_s) / 60.0
 
 
@@ -658,7 +666,7 @@ def durations(
     from opsdctl.plan.durations import durations_doc
 
     cfg = _config()
-    doc = durations_doc(cfg, _store(cfg), recent)
+    doc = durations_doc(cfg, _store(cfg).reader(), recent)
     if as_json:
         _print_json(doc)
         return
@@ -764,8 +772,8 @@ def demo(
     d.run_worker(paths, cfg, store, total, con)
 
     con.print("[bold]4/4[/bold] results\n")
-    render_status(con, gather_status(cfg, store, None))
-    report = compare_doc(cfg, store, None, None, chain_minutes=_chain_minutes(cfg, store))
+    render_status(con, gather_status(cfg, store.reader(), None))
+    report = compare_doc(cfg, store.reader(), None, None, chain_minutes=_chain_minutes(cfg, store.reader()))
     con.print()
     from opsdctl.stats.compare import render_compare
 

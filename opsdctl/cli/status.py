@@ -18,31 +18,14 @@ from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.recipes import partial
 from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
 from opsdctl.run.worker_view import worker_view
-from opsdctl.store.engine import (
-    Store,
-    all_variants,
-    chains_in_state,
-    finished_chains,
-    get_meta,
-    latest_worker,
-    queued_chains,
-    score_of,
-    stages_of,
-)
-from opsdctl.store.models import (
-    Chain,
-    Score,
-    Stage,
-    Variant,
-    iso,
-    seconds_since,
-    utcnow,
-)
+from opsdctl.store.reader import Reader
 from opsdctl.store.states import State
+from opsdctl.store.values import iso, seconds_since, utcnow
 
 
-def chain_view(s, chain: Chain, variant: Variant, with_stages: bool = True) -> dict:
-    score: Optional[Score] = score_of(s, chain.id) if chain.state not in (State.QUEUED.value,) else None
+def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
+    """One chain of the document; `chain`, `variant`: the reader's records (or model rows)."""
+    score = r.score_of(chain.id) if chain.state not in (State.QUEUED.value,) else None
     out = {
         "chain_id": chain.id,
         "variant": variant.label,
@@ -71,7 +54,7 @@ def chain_view(s, chain: Chain, variant: Variant, with_stages: bool = True) -> d
         end = chain.finished_at or utcnow()
         out["elapsed_seconds"] = round((end - chain.started_at).total_seconds(), 1)
     if with_stages and chain.state != State.QUEUED.value:
-        stage_rows = stages_of(s, chain.id)
+        stage_rows = r.stages_of(chain.id)
         out["stages"] = [stage_view(st) for st in stage_rows]
         current = next((st for st in reversed(stage_rows) if st.name == chain.stage), None)
         if current is not None:
@@ -82,7 +65,7 @@ def chain_view(s, chain: Chain, variant: Variant, with_stages: bool = True) -> d
     return out
 
 
-def stage_view(st: Stage) -> dict:
+def stage_view(st) -> dict:
     return {
         "name": st.name,
         "state": st.state,
@@ -102,36 +85,36 @@ def stage_view(st: Stage) -> dict:
     }
 
 
-def gather_status(cfg: Config, store: Store, recent: Optional[int] = 10) -> dict:
-    started = clock_start(store) if cfg.budget.kind == "hours" else None
+def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> dict:
+    started = clock_start(reader) if cfg.budget.kind == "hours" else None
     now = time.time()
     budget = budget_now(cfg.budget, started, now)
-    with store.read() as s:
-        worker = worker_view(latest_worker(s))
+    with reader.snapshot() as r:
+        worker = worker_view(r.latest_worker())
         if budget.error and worker["state"] == "running":  # plan with the deadline that worker keeps
-            kept = get_meta(s, LAST_DEADLINE_KEY)
+            kept = r.get_meta(LAST_DEADLINE_KEY)
             budget = with_kept_deadline(budget, float(kept) if kept else None, now)
-        running = chains_in_state(s, State.RUNNING)
-        queued = queued_chains(s)
-        finished = finished_chains(s, recent)
-        variants = {v.id: v for v in all_variants(s)}
-        chains = [chain_view(s, c, variants[c.variant_id]) for c in running]
+        running = r.chains_in_state(State.RUNNING)
+        queued = r.queued_chains()
+        finished = r.finished_chains(recent)
+        variants = {v.id: v for v in r.all_variants()}
+        chains = [chain_view(r, c, variants[c.variant_id]) for c in running]
         for c in chains:
             if worker["state"] != "running":
                 c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
-        chains += [chain_view(s, c, variants[c.variant_id], with_stages=False) for c in queued]
-        chains += [chain_view(s, c, variants[c.variant_id]) for c in finished]
+        chains += [chain_view(r, c, variants[c.variant_id], with_stages=False) for c in queued]
+        chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
     from opsdctl.plan.gpus import gpus_status
     from opsdctl.plan.timeline import planner_status
 
-    planner = planner_status(cfg, store, budget.usable_seconds)
+    planner = planner_status(cfg, reader, budget.usable_seconds)
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, store, budget), "generated_at": iso(utcnow()), "store": store.safe_url()}
+            "export": export_view(cfg, reader, budget), "generated_at": iso(utcnow()), "store": reader.safe_url}
 
 
-def export_view(cfg: Config, store: Store, budget) -> Optional[dict]:
+def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     """[export]: where the worker writes the best recipe.env, whether it has started, and what it
     wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
     sec = cfg.section("export")
@@ -141,7 +124,7 @@ def export_view(cfg: Config, store: Store, budget) -> Optional[dict]:
 
     path = export_path(cfg)
     active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
-    last = last_written(store)
+    last = last_written(reader)
     if last is not None:
         last = {k: v for k, v in last.items() if k != "key"}
     return {"path": str(path), "active": active, "when": why, "last": last}

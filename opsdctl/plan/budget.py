@@ -137,10 +137,8 @@ def fmt_duration(seconds: float) -> str:
     return f"{hours}h{m:02d}m"
 
 
-def clock_start(store) -> Optional[float]:
-    """When the first worker started the hours clock (epoch seconds), from the store."""
-    from opsdctl.store.engine import get_meta
-
-    with store.read() as s:
-        value = get_meta(s, CLOCK_KEY)
+def clock_start(reader) -> Optional[float]:
+    """When the first worker started the hours clock (epoch seconds), from the store's reader
+    (opsdctl.store.reader; `Store.reader()` for a Store)."""
+    value = reader.get_meta(CLOCK_KEY)
     return float(value) if value else None

@@ -200,29 +200,19 @@ def default_seconds(cfg) -> dict[str, float]:
 # --- the one store query ------------------------------------------------------------------
 
 
-def history(store, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
+def history(reader, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     """The latest `limit` succeeded stages with their actual seconds, keyed by cost_key (oldest
-    first).
+    first); `reader`: opsdctl.store.reader (`Store.reader()` for a Store).
 
     One narrow query of plain columns, and each variant's knobs decoded once. The cap keeps
     status and the worker's refresh flat as a store grows (10,000 chains are 20,000 stages);
     2,000 chains' worth of recent stages is far more than an estimate needs, and recent
     durations are the ones that reflect the code as it is."""
-    from sqlalchemy import select
+    from opsdctl.store import queries
 
-    from opsdctl.store.models import Chain, Stage, Variant
-
-    stmt = (
-        select(Stage.name, Stage.seconds, Stage.estimate_seconds, Stage.chain_id, Chain.profile, Chain.variant_id,
-               Chain.eval_problems, Chain.eval_k)
-        .join(Chain, Chain.id == Stage.chain_id)
-        .where(Stage.state == "succeeded", Stage.seconds.is_not(None))
-        .order_by(Stage.id.desc())
-        .limit(limit)
-    )
-    with store.read() as s:
-        rows = s.execute(stmt).all()[::-1]
-        hparams = dict(s.execute(select(Variant.id, Variant.hparams)).all())
+    with reader.snapshot() as r:
+        rows = r.tuples(queries.DURATION_HISTORY, limit=limit)[::-1]
+        hparams = dict(r.tuples(queries.VARIANT_HPARAMS))
     keys: dict[tuple, str] = {}
     out = []
     for name, secs, est, cid, profile, vid, ep, ek in rows:
@@ -234,13 +224,13 @@ def history(store, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     return out
 
 
-def estimator_for(cfg, store) -> Estimator:
-    return Estimator(history(store) if store is not None else [], default_seconds(cfg))
+def estimator_for(cfg, reader) -> Estimator:
+    return Estimator(history(reader) if reader is not None else [], default_seconds(cfg))
 
 
-def durations_doc(cfg, store, recent: int = 20) -> dict:
+def durations_doc(cfg, reader, recent: int = 20) -> dict:
     """`opsdctl durations --json`: the estimates per cost key, and estimate vs actual."""
-    samples = history(store)
+    samples = history(reader)
     est = Estimator(samples, default_seconds(cfg))
     keys = sorted({s.key for s in samples})
     rows = []

@@ -12,17 +12,17 @@ from typing import Sequence
 from opsdctl.plan.budget import budget_now, clock_start
 
 
-def unfit_warnings(cfg, store, chain_ids: Sequence[int]) -> list[str]:
+def unfit_warnings(cfg, reader, chain_ids: Sequence[int]) -> list[str]:
     """One line per newly queued chain that the projected timeline says will not fit."""
     from opsdctl.plan.timeline import planner_status
 
-    started = clock_start(store) if cfg.budget.kind == "hours" else None
+    started = clock_start(reader) if cfg.budget.kind == "hours" else None
     budget = budget_now(cfg.budget, started)
     if budget.usable_seconds is None:
         return []  # no budget: everything fits
     wanted = set(chain_ids)
     out = []
-    for e in planner_status(cfg, store, budget.usable_seconds)["timeline"]:
+    for e in planner_status(cfg, reader, budget.usable_seconds)["timeline"]:
         if e["chain_id"] in wanted and not e["fits"]:
             why = (e.get("reason") or "").removeprefix("will not fit: ")
             out.append(f"chain {e['chain_id']} {e['variant']} cannot fit in the time left ({why}); "

@@ -301,17 +301,17 @@ class StoreFacts:
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
 
-        return run_records(self.store, baseline=self.baseline_label())
+        return run_records(self.store.reader(), baseline=self.baseline_label())
 
     def candidates(self, chain_ids) -> dict[int, str]:
         from opsdctl.stats.scores import candidate_labels
 
-        return candidate_labels(self.store, chain_ids, self.baseline_label())
+        return candidate_labels(self.store.reader(), chain_ids, self.baseline_label())
 
     def samples(self) -> list[Sample]:
         from opsdctl.plan.durations import history
 
-        return history(self.store)
+        return history(self.store.reader())
 
     def baseline_label(self) -> Optional[str]:
         from opsdctl.store.engine import variants_named
@@ -353,7 +353,7 @@ class StoreFacts:
             vid, kind = v.id, v.kind
             ids = list(s.scalars(select(Chain.id).where(Chain.variant_id == vid, Chain.eval_only.is_(False))
                                  .order_by(Chain.id.desc())))
-        labels = candidate_labels(self.store, ids, self.baseline_label())
+        labels = candidate_labels(self.store.reader(), ids, self.baseline_label())
         last_id = next((i for i in ids if labels.get(i) == variant), None)
         if kind != "recipe" or last_id is None:  # the base model or an outside checkpoint: nothing to train
             return None

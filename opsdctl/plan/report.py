@@ -3,7 +3,8 @@ budget has left.
 
 The statistics themselves (opsdctl.stats) know nothing of budgets or of the store; this puts the
 pieces together for `opsdctl compare` and the demo: every scored run of the store (the noise
-pools them all, whatever is shown), the family the verdicts correct for, and the time left.
+pools them all, whatever is shown), the family the verdicts correct for, and the time left. The
+store is read through a light reader (opsdctl.store.reader; `Store.reader()` for a Store).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.stats.compare import build_report
 from opsdctl.stats.scores import candidate_runs
 from opsdctl.stats.training import training_rows
-from opsdctl.store.engine import Store, find_variant, variants_named
+from opsdctl.store import queries
+from opsdctl.store.values import variant_label
 
 FAMILY_HELP = '"all", "since:2025-06-01T00:00" or a comma list of variant names'
 
@@ -48,34 +50,23 @@ def _since(spec: str, where: str) -> dt.datetime:
     return when if when.tzinfo is not None else when.astimezone()
 
 
-def family_labels(store: Store, spec: Union[str, list[str]], where: str = "--family") -> Optional[list[str]]:
+def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") -> Optional[list[str]]:
     """The variant labels of a family spec; None for "all" (every candidate with a run)."""
-    from sqlalchemy import func, select
-
-    from opsdctl.store.models import Chain, Variant
-
     if spec == "all":
         return None
-    with store.read() as s:
-        if isinstance(spec, str):  # since:
-            when = _since(spec, where).astimezone(dt.timezone.utc)
-            first = (select(Variant.name, Variant.version)
-                     .join(Chain, Chain.variant_id == Variant.id)
-                     .group_by(Variant.id, Variant.name, Variant.version)
-                     .having(func.min(Chain.queued_at) >= when))
-            from opsdctl.store.models import variant_label
-
-            return [variant_label(n, v) for n, v in s.execute(first)]
-        out = []
-        for ref in spec:
-            try:
-                out.append(find_variant(s, ref).label)
-            except UserError as exc:
-                raise UserError(f"{where}: {exc}") from None
-        return out
+    if isinstance(spec, str):  # since:
+        when = _since(spec, where).astimezone(dt.timezone.utc)
+        return [variant_label(n, v) for n, v in reader.tuples(queries.VARIANTS_FIRST_QUEUED_SINCE, since=when)]
+    out = []
+    for ref in spec:
+        try:
+            out.append(reader.find_variant(ref).label)
+        except UserError as exc:
+            raise UserError(f"{where}: {exc}") from None
+    return out
 
 
-def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
+def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
                 chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> dict:
     """The `opsdctl compare` report for the configured baseline, family and the time left.
     Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates).
@@ -84,26 +75,25 @@ def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseli
     counts every candidate tried). An explicit `baseline` (`--baseline NAME`) must name a variant
     in the store: a typo would otherwise silently compare against the published reference."""
     base = baseline or cfg.baseline_variant
-    with store.read() as s:
-        if baseline is not None:
-            try:
-                find_variant(s, baseline)
-            except UserError as exc:
-                raise UserError(f"--baseline {baseline}: {exc}; leave it out to use [baseline] variant "
-                                f"({cfg.baseline_variant or 'unset'})") from None
-        if base and "@" not in base:  # a bare name means its latest version, as everywhere else
-            versions = variants_named(s, base)
-            base = versions[-1].label if versions else base
-        refs = list(variant_refs or [])
-        shown_labels = [find_variant(s, r).label for r in refs]
+    if baseline is not None:
+        try:
+            reader.find_variant(baseline)
+        except UserError as exc:
+            raise UserError(f"--baseline {baseline}: {exc}; leave it out to use [baseline] variant "
+                            f"({cfg.baseline_variant or 'unset'})") from None
+    if base and "@" not in base:  # a bare name means its latest version, as everywhere else
+        versions = reader.variants_named(base)
+        base = versions[-1].label if versions else base
+    refs = list(variant_refs or [])
+    shown_labels = [reader.find_variant(r).label for r in refs]
     spec = parse_family(family, "--family") if family is not None else parse_family(
         cfg.section("compare").get("family", "all"), f"{cfg.where}: [compare] family")
-    fam = family_labels(store, spec, "--family" if family is not None else f"{cfg.where}: [compare] family")
-    runs, notes = candidate_runs(store, None, pool_code=pool_code, baseline=base)
+    fam = family_labels(reader, spec, "--family" if family is not None else f"{cfg.where}: [compare] family")
+    runs, notes = candidate_runs(reader, None, pool_code=pool_code, baseline=base)
     shown = None
     if refs:
         shown = [base] + [k for k in dict.fromkeys(r.key for r in runs if r.variant in shown_labels) if k != base]
-    budget = budget_now(cfg.budget, clock_start(store) if cfg.budget.kind == "hours" else None)
+    budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
     usable = budget.usable_seconds
     report = build_report(
         runs,
@@ -116,5 +106,5 @@ def compare_doc(cfg, store: Store, variant_refs: Optional[Sequence[str]], baseli
     )
     report["notes"] = [*notes, *report.get("notes", [])]
     report["pool_code"] = pool_code
-    report["training"] = training_rows(store, report)  # compare's training columns
+    report["training"] = training_rows(reader, report)  # compare's training columns
     return report

@@ -101,11 +101,8 @@ def project(
     return out
 
 
-def load_plan(store) -> Optional[dict]:
-    from opsdctl.store.engine import get_meta
-
-    with store.read() as s:
-        text = get_meta(s, PLAN_KEY)
+def load_plan(reader) -> Optional[dict]:
+    text = reader.get_meta(PLAN_KEY)
     try:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
@@ -115,34 +112,28 @@ def load_plan(store) -> Optional[dict]:
 # --- `opsdctl status`: the projected timeline ---------------------------------------------
 
 
-def planner_status(cfg, store, usable_s: Optional[float]) -> dict:
+def planner_status(cfg, reader, usable_s: Optional[float]) -> dict:
     """The planner part of the status document: settings, the latest plan, the projected
     timeline of the running and queued chains, and estimate vs actual of recent stages.
-    Reads the store only (no statistics imports: status must start fast)."""
+    Reads the store through `reader` only (no statistics imports: status must start fast)."""
     from opsdctl.plan.durations import estimator_for
-    from opsdctl.store.engine import (
-        all_variants,
-        chains_in_state,
-        queued_chains,
-        stages_of,
-    )
-    from opsdctl.store.models import utcnow
     from opsdctl.store.states import State
+    from opsdctl.store.values import utcnow
 
     pl = cfg.section("planner")
-    plan = load_plan(store)
-    est = estimator_for(cfg, store)
-    with store.read() as s:
-        variants = {v.id: v for v in all_variants(s)}
+    plan = load_plan(reader)
+    est = estimator_for(cfg, reader)
+    with reader.snapshot() as r:
+        variants = {v.id: v for v in r.all_variants()}
         running, queued = [], []
-        for c in chains_in_state(s, State.RUNNING):
+        for c in r.chains_in_state(State.RUNNING):
             v = variants[c.variant_id]
-            rows = stages_of(s, c.id)
+            rows = r.stages_of(c.id)
             cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == "running"), None)
             elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
             tr, ev = est.of_chain(c, v.hparams)
             running.append(Running(c.id, v.label, c.stage if cur is not None else None, elapsed, tr, ev))
-        for c in queued_chains(s):
+        for c in r.queued_chains():
             v = variants[c.variant_id]
             tr, ev = est.of_chain(c, v.hparams)
             queued.append((c, Queued(c.id, v.label, tr, ev)))

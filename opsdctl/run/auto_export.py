@@ -32,8 +32,9 @@ from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
 from opsdctl.recipes import knobs
-from opsdctl.recipes.export import export_recipe
-from opsdctl.store.engine import Store, all_variants, get_meta, set_meta, variants_named
+
+# (the export and the store's write functions are imported where used: `status` reads
+# last_written through here and must not import SQLAlchemy)
 
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
 UNDECIDED_AT = 0.5  # an undecided candidate leads only when its estimate is ahead of the baseline
@@ -115,8 +116,10 @@ def _evidence(report: dict, leader: Leader) -> list[str]:
     return lines
 
 
-def render_file(store: Store, report: dict, leader: Leader, when: str, why: str) -> str:
+def render_file(store, report: dict, leader: Leader, when: str, why: str) -> str:
     """The recipe.env text: our header, then export-recipe's own text for the leader."""
+    from opsdctl.recipes.export import export_recipe
+
     head = [f"opsdctl auto-export ([export] in opsdctl.toml) at {when}: {why}",
             f"rule: {leader.rule}"]
     if leader.variant is None:
@@ -124,8 +127,7 @@ def render_file(store: Store, report: dict, leader: Leader, when: str, why: str)
     head += _evidence(report, leader)
     ref = leader.variant
     if ref is None:  # the baseline: its own (empty) export when it is in the store
-        with store.read() as s:
-            versions = variants_named(s, (leader.name or "").split("@")[0]) if leader.name else []
+        versions = store.reader().variants_named((leader.name or "").split("@")[0]) if leader.name else []
         ref = versions[-1].label if versions and versions[-1].kind == "recipe" else None
     if ref is None:
         body = knobs.format_recipe_env({}, ["the released recipe: no key differs from it"])
@@ -147,9 +149,9 @@ def due(view: BudgetView, minutes_before: float) -> tuple[bool, str]:
     return False, f"starts {minutes_before:g} min before the deadline (in {fmt_duration(left - minutes_before * 60)})"
 
 
-def last_written(store: Store) -> Optional[dict]:
-    with store.read() as s:
-        text = get_meta(s, EXPORT_KEY)
+def last_written(reader) -> Optional[dict]:
+    """What the exporter wrote last; `reader`: opsdctl.store.reader (`Store.reader()`)."""
+    text = reader.get_meta(EXPORT_KEY)
     try:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
@@ -159,7 +161,7 @@ def last_written(store: Store) -> Optional[dict]:
 class AutoExporter:
     """One check (`check`), and a thread that repeats it while the worker runs."""
 
-    def __init__(self, cfg, store: Store, report: Callable[[str], None], budget: Callable[[], BudgetView],
+    def __init__(self, cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView],
                  every_s: float = 10.0):
         sec = cfg.section("export")
         self.cfg, self.store, self.report, self.budget = cfg, store, report, budget
@@ -177,11 +179,13 @@ class AutoExporter:
         now, why = due(self.budget(), self.minutes_before)
         if not now:
             return None
-        report = compare_doc(self.cfg, self.store, None, None)
-        with self.store.read() as s:
-            kinds = {v.label: v.kind for v in all_variants(s)}
+        from opsdctl.store.engine import set_meta
+
+        reader = self.store.reader()
+        report = compare_doc(self.cfg, reader, None, None)
+        kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
-        last = last_written(self.store)
+        last = last_written(reader)
         if last and last.get("key") == leader.key and last.get("path") == str(self.path) and self.path.is_file():
             return None
         if not last or last.get("path") != str(self.path) or not self.path.is_file():
@@ -231,7 +235,7 @@ class AutoExporter:
         self._safe_check()
 
 
-def exporter_for(cfg, store: Store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> Optional[AutoExporter]:
+def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> Optional[AutoExporter]:
     """A started exporter when `[export] path` is set, else None."""
     if not cfg.section("export").get("path"):
         return None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import socket
-from typing import Optional
 
 from opsdctl.run import procs
-from opsdctl.store.models import WorkerRun, iso
+from opsdctl.store.values import iso
 
 
-def worker_view(w: Optional[WorkerRun]) -> dict:
+def worker_view(w) -> dict:
+    """`w`: the latest worker_run row (a reader record or the model), or None."""
     if w is None:
         return {"state": "none", "pid": None, "text": "no worker has run on this store"}
     alive = w.stopped_at is None and (

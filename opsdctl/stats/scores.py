@@ -1,6 +1,7 @@
 """From the store to the statistics: scored runs as plain records, and one variant's runs.
 
-compare (issue 3) and the planner read runs through here, so both see the same records.
+compare (issue 3) and the planner read runs through here, so both see the same records. The
+reads go through a light reader (opsdctl.store.reader; `Store.reader()` for a Store).
 """
 
 from __future__ import annotations
@@ -12,39 +13,39 @@ from typing import Optional, Sequence
 from opsdctl.recipes import partial
 from opsdctl.stats import candidates
 from opsdctl.stats.compare import RunRecord
-from opsdctl.store.engine import Store, find_variant
-from opsdctl.store.models import variant_label
+from opsdctl.store import queries
+from opsdctl.store.values import variant_label
 
 
-def run_records(store: Store, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
+def run_records(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
                 baseline: Optional[str] = None) -> list[RunRecord]:
     """Every succeeded, scored chain (of the named variants, when given) as a RunRecord, with the
     candidate it counts for (opsdctl.stats.candidates); `baseline` keeps its label on its runs."""
-    return candidate_runs(store, variant_refs, pool_code=pool_code, baseline=baseline)[0]
+    return candidate_runs(reader, variant_refs, pool_code=pool_code, baseline=baseline)[0]
 
 
-def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
+def candidate_runs(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
                    baseline: Optional[str] = None) -> tuple[list[RunRecord], list[str]]:
     """(records, notes about candidates). Labels come from every scored run of the store, so a
     candidate is named the same whichever variants are asked for. One training counts once: of
     several full scores of one checkpoint, only the latest is kept."""
-    with store.read() as s:
-        ids = {find_variant(s, ref).id for ref in variant_refs} if variant_refs else None
-        rows = _scored_rows(s)
-        codes = training_identity(s, [chain for chain, _, _ in rows])
-        id_sets = _problem_ids(s, [score for _, _, score in rows])
+    with reader.snapshot() as r:
+        ids = {r.find_variant(ref).id for ref in variant_refs} if variant_refs else None
+        rows = _scored_rows(r)
+        codes = training_identity(r, [chain for chain, _, _ in rows])
+        id_sets = _problem_ids(r, [score for _, _, score in rows])
     runs = [candidates.Run(chain.id, variant.label, _identity(chain, variant, codes, pool_code))
             for chain, variant, _ in rows]
     labels = candidates.assign_labels(runs, prefer=baseline)
-    out, kept_runs, latest_full = [], [], {}
-    for (chain, variant, score), run in zip(rows, runs):
-        if ids is not None and variant.id not in ids:
-            continue
-        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets)
+    chosen = [(row, run) for row, run in zip(rows, runs) if ids is None or row[1].id in ids]
+    counts = _parse_counts([score.counts for (_, _, score), _ in chosen])
+    out, latest_full = [], {}
+    for ((chain, variant, score), run), cts in zip(chosen, counts):
+        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets, cts)
         if not rec.partial:
             latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
         out.append(rec)
-        kept_runs.append(run)
+    kept_runs = [run for _, run in chosen]
     out = [r for r in out if r.partial or latest_full[r.train_id] == r.chain_id]
     pooled: dict[str, set] = {}
     for (chain, variant, _), run in zip(rows, runs):
@@ -53,91 +54,75 @@ def candidate_runs(store: Store, variant_refs: Optional[Sequence[str]] = None, *
     return out, candidates.notes(kept_runs, labels, pool_code, pooled)
 
 
-# What compare reads of a scored run, as plain rows: a store of 10,000 chains loads no ORM objects,
-# no recipe JSON per row, and no per-problem JSON (Score.counts holds the counts compactly).
-_Chain = namedtuple("_Chain", "id eval_only trained_by snapshot_id eval_problems eval_k commands_hash")
+# A scored run's variant, once per variant: a handful of variants behind thousands of runs.
 _Variant = namedtuple("_Variant", "id name version hash kind label")
-_Score = namedtuple("_Score", "id avg_at_k k n_problems partial counts problem_set")
 
 
-def _scored_rows(s) -> list[tuple]:
-    """Succeeded chains with their score as (chain, variant, score) plain rows, in the order of
-    engine.scored_runs (variant name, version, chain id)."""
-    from sqlalchemy import literal, select
-
-    from opsdctl.store.models import Chain, Score, Variant
-    from opsdctl.store.states import State
-
-    commands = getattr(Chain, "commands_hash", None)  # recorded once chains freeze their stage commands
-    stmt = (
-        select(Chain.id, Chain.eval_only, Chain.trained_by, Chain.snapshot_id, Chain.eval_problems, Chain.eval_k,
-               commands if commands is not None else literal(None),
-               Variant.id, Variant.name, Variant.version, Variant.hash, Variant.kind,
-               Score.id, Score.avg_at_k, Score.k, Score.n_problems, Score.partial, Score.counts, Score.problem_set)
-        .join(Variant, Variant.id == Chain.variant_id)
-        .join(Score, Score.chain_id == Chain.id)
-        .where(Chain.state == State.SUCCEEDED.value)
-        .order_by(Variant.name, Variant.version, Chain.id)
-    )
+def _scored_rows(r) -> list[tuple]:
+    """Succeeded chains with their score as (chain, variant, score), in variant name, version,
+    chain id order. Chain and score are one plain row of queries.SCORED_ROWS (no recipe JSON, no
+    per-problem JSON: Score.counts holds the counts compactly), so 10,000 runs are 10,000 rows."""
     out, variants = [], {}
-    for row in s.connection().execute(stmt).all():  # Core rows: no ORM loading
-        v = variants.get(row[7])
-        if v is None:  # a handful of variants behind thousands of runs
-            v = variants[row[7]] = _Variant(*row[7:12], variant_label(row[8], row[9]))
-        out.append((_Chain._make(row[:7]), v, _Score._make(row[12:])))
+    for row in r.rows(queries.SCORED_ROWS):
+        v = variants.get(row.variant_id)
+        if v is None:
+            v = variants[row.variant_id] = _Variant(row.variant_id, row.name, row.version, row.hash, row.kind,
+                                                    variant_label(row.name, row.version))
+        out.append((row, v, row))
     # scores written around the ORM (bulk inserts) have no compact counts: fill them from problems
-    missing = [sc.id for _, _, sc in out if sc.counts is None]
-    if missing:
-        from opsdctl.store.models import Score, compact_counts
+    if any(sc.counts is None for _, _, sc in out):
+        from opsdctl.store.values import compact_counts
 
-        got = {sid: compact_counts(p) for sid, p in s.execute(
-            select(Score.id, Score.problems).where(Score.id.in_(missing), Score.problems.is_not(None)))}
-        out = [(c, v, sc._replace(counts=got[sc.id][0], problem_set=got[sc.id][1]) if sc.id in got else sc)
-               for c, v, sc in out]
+        got = {sid: compact_counts(p) for sid, p in r.tuples(queries.SCORES_WITHOUT_COUNTS)}
+        out = [(c, v, sc._replace(counts=got[sc.score_id][0], problem_set=got[sc.score_id][1])
+                if sc.score_id in got else sc) for c, v, sc in out]
     return out
 
 
-def _problem_ids(s, scores) -> dict[str, tuple[str, ...]]:
+def _parse_counts(texts: Sequence[Optional[str]]) -> list[Optional[tuple[int, ...]]]:
+    """Each compact "c1,c2,..." as a tuple of ints (None stays None). One json.loads over all of
+    them: half the time of an int() per count, which was most of compare's own work at 10,000 runs."""
+    import json
+
+    present = [t for t in texts if t]
+    parsed = iter(json.loads("[[" + "],[".join(present) + "]]") if present else ())
+    return [tuple(next(parsed)) if t else None for t in texts]
+
+
+def _problem_ids(r, scores) -> dict[str, tuple[str, ...]]:
     """problem_set key -> the problem ids, decoded from one score of each set."""
-    from sqlalchemy import select
-
-    from opsdctl.store.models import Score
-
     out = {}
     for key in {sc.problem_set for sc in scores if sc.problem_set is not None}:
-        problems = s.scalar(select(Score.problems).where(Score.problem_set == key).limit(1))
+        problems = r.value(queries.PROBLEMS_OF_SET, problem_set=key)
         if problems:
             out[key] = tuple(str(p.get("id", i)) for i, p in enumerate(problems))
     return out
 
 
-def training_code(s, chains) -> dict[int, Optional[str]]:
-    """chain id -> the code tree key its checkpoint was trained with (the training chain's
-    snapshot, for an eval-only chain of a checkpoint this store trained)."""
-    from sqlalchemy import select
-
-    from opsdctl.store.models import CodeSnapshot
-
-    keys = dict(s.execute(select(CodeSnapshot.id, CodeSnapshot.key)).all())
-    return {cid: keys.get(snap) for cid, snap in training_snapshot_ids(s, chains).items()}
+def _trainers(r, chains) -> dict:
+    """id -> (id, snapshot_id, commands_hash) of the chains that trained eval-only `chains`."""
+    if not any(c.eval_only and c.trained_by for c in chains):
+        return {}
+    return {row.id: row for row in r.rows(queries.TRAINERS, yes=True)}
 
 
-def training_identity(s, chains) -> dict[int, tuple[Optional[str], Optional[str]]]:
-    """chain id -> (code tree key, commands identity) its checkpoint was trained with."""
-    code, cmds = training_code(s, chains), training_commands(s, chains)
-    return {c.id: (code[c.id], cmds[c.id]) for c in chains}
+def training_identity(r, chains) -> dict[int, tuple[Optional[str], Optional[str]]]:
+    """chain id -> (code tree key, commands identity) its checkpoint was trained with (the training
+    chain's, for an eval-only chain of a checkpoint this store trained)."""
+    trainers = _trainers(r, chains)
+    keys = dict(r.tuples(queries.SNAPSHOT_KEYS))
+    snaps, cmds = _snapshot_ids(chains, trainers), _commands(chains, trainers)
+    return {c.id: (keys.get(snaps[c.id]), cmds[c.id]) for c in chains}
 
 
-def training_snapshot_ids(s, chains) -> dict[int, Optional[int]]:
-    """chain id -> the snapshot row its checkpoint was trained with (see training_code)."""
-    from sqlalchemy import select
+def training_snapshot_ids(r, chains) -> dict[int, Optional[int]]:
+    """chain id -> the snapshot row its checkpoint was trained with (see training_identity)."""
+    return _snapshot_ids(chains, _trainers(r, chains))
 
-    from opsdctl.store.models import Chain
 
-    trainers = {c.trained_by for c in chains if c.eval_only and c.trained_by}
-    snap = dict(s.execute(select(Chain.id, Chain.snapshot_id).where(Chain.id.in_(trainers))).all()) if trainers else {}
-    return {c.id: snap.get(c.trained_by, c.snapshot_id) if c.eval_only and c.trained_by else c.snapshot_id
-            for c in chains}
+def _snapshot_ids(chains, trainers: dict) -> dict[int, Optional[int]]:
+    return {c.id: (trainers[c.trained_by].snapshot_id if c.trained_by in trainers else c.snapshot_id)
+            if c.eval_only and c.trained_by else c.snapshot_id for c in chains}
 
 
 DIFFSTAT_FILES = 3  # file lines of a diff stat that `show` keeps
@@ -155,20 +140,16 @@ def code_view(row) -> Optional[dict]:
             "head": row.head, "dirty": bool(row.dirty), "diffstat": summary, "files": short, "path": row.path}
 
 
-def training_commands(s, chains) -> dict[int, Optional[str]]:
+def training_commands(r, chains) -> dict[int, Optional[str]]:
     """chain id -> the identity of the stage commands its checkpoint was trained with (the chain's
     frozen `commands_hash`; the training chain's, for an eval-only chain; None for chains queued
     before commands were recorded). `chains`: Chain rows or the plain rows of _scored_rows."""
-    from sqlalchemy import select
+    return _commands(chains, _trainers(r, chains))
 
-    from opsdctl.store.models import Chain
 
-    trainers = {c.trained_by for c in chains if c.eval_only and c.trained_by}
-    column = getattr(Chain, "commands_hash", None)
-    theirs = (dict(s.execute(select(Chain.id, column).where(Chain.id.in_(trainers))).all())
-              if trainers and column is not None else {})
-    return {c.id: theirs.get(c.trained_by) if c.eval_only and c.trained_by else getattr(c, "commands_hash", None)
-            for c in chains}
+def _commands(chains, trainers: dict) -> dict[int, Optional[str]]:
+    return {c.id: (trainers[c.trained_by].commands_hash if c.trained_by in trainers else None)
+            if c.eval_only and c.trained_by else c.commands_hash for c in chains}
 
 
 def _identity(chain, variant, codes, pool_code: bool) -> candidates.Identity:
@@ -181,53 +162,54 @@ def _identity_of(knob_hash, code, cmds, kind, pool_code) -> candidates.Identity:
     return candidates.identity(knob_hash, code, cmds, kind=kind, pool_code=pool_code)
 
 
-def candidate_labels(store: Store, chain_ids: Sequence[int], baseline: Optional[str] = None) -> dict[int, str]:
+def candidate_labels(reader, chain_ids: Sequence[int], baseline: Optional[str] = None) -> dict[int, str]:
     """The candidate label of each chain (queued ones too): what the planner matches with compare."""
-    from sqlalchemy import select
-
-    from opsdctl.store.models import Chain, Variant
-
-    with store.read() as s:
-        rows = _scored_rows(s)
-        wanted = s.execute(select(Chain, Variant).join(Variant, Variant.id == Chain.variant_id)
-                           .where(Chain.id.in_(list(chain_ids)))).all() if chain_ids else []
-        codes = training_identity(s, [c for c, _, _ in rows] + [c for c, _ in wanted])
+    wanted_ids = set(chain_ids)
+    with reader.snapshot() as r:
+        rows = _scored_rows(r)
+        # each row is both the chain and its variant (id, eval_only, ..., name, version, hash, kind)
+        wanted = [row for row in r.rows(queries.CHAIN_IDENTITIES) if row.id in wanted_ids] if wanted_ids else []
+        codes = training_identity(r, [c for c, _, _ in rows] + wanted)
     labels = candidates.assign_labels([candidates.Run(c.id, v.label, _identity(c, v, codes, False)) for c, v, _ in rows],
                                       prefer=baseline)
-    return {c.id: candidates.label_for(_identity(c, v, codes, False), v.label, labels) for c, v in wanted}
+    return {c.id: candidates.label_for(_identity(c, c, codes, False), c.label, labels) for c in wanted}
 
 
-def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict) -> RunRecord:
-    counts = tuple(map(int, score.counts.split(","))) if score.counts else None
+def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict,
+            counts: Optional[tuple[int, ...]]) -> RunRecord:
+    # positional: 10,000 of these per compare (variant, chain_id, score, k, n_problems, counts,
+    # problem_ids, partial, candidate, code, train_id, kind)
     return RunRecord(
-        variant=variant.label,
-        chain_id=chain.id,
-        score=float(score.avg_at_k),
-        k=int(score.k),
-        n_problems=int(score.n_problems),
-        counts=counts,
-        problem_ids=id_sets.get(score.problem_set) if counts is not None else None,
+        variant.label, chain.id, float(score.avg_at_k), int(score.k), int(score.n_problems), counts,
+        id_sets.get(score.problem_set) if counts is not None else None,
         # queued --partial, or the evaluator said so (partial.run_is_partial, without building an
         # EvalSetting for each of 10,000 full runs)
-        partial=bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
-                                        and partial.run_is_partial(chain, score)),
-        candidate=candidate,
-        code=None if variant.kind != "recipe" else candidates.short_code(code),
-        train_id=chain.trained_by or chain.id,
-        kind=variant.kind,
+        bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
+                                and partial.run_is_partial(chain, score)),
+        candidate, None if variant.kind != "recipe" else candidates.short_code(code), chain.trained_by or chain.id,
+        variant.kind,
     )
 
 
-def show_doc(store: Store, ref: str) -> dict:
+def show_doc(store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, score_of, snapshot_of, stage_of, stages_of, train_stats_of, trainer_of
+    from opsdctl.store.engine import (
+        chains_of_variant,
+        find_variant,
+        score_of,
+        snapshot_of,
+        stage_of,
+        stages_of,
+        train_stats_of,
+        trainer_of,
+    )
 
     with store.read() as s:
         v = find_variant(s, ref)
         runs = []
         chains = chains_of_variant(s, v.id)
-        labels = candidate_labels(store, [c.id for c in chains])
-        trained = training_snapshot_ids(s, chains)
+        labels = candidate_labels(store.reader(), [c.id for c in chains])
+        trained = training_snapshot_ids(store.reader(), chains)
         for chain in chains:
             score = score_of(s, chain.id)
             ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training

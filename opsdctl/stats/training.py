@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from opsdctl.store.engine import Store
+from opsdctl.store import queries
 
-COLUMNS = ("final_loss", "mean_kl", "frac_clipped", "step_seconds")
+COLUMNS = ("final_loss", "mean_kl", "frac_clipped", "step_seconds")  # queries.TRAIN_STATS reads them in this order
 
 
 def _mean(xs: Iterable[Optional[float]]) -> Optional[float]:
@@ -35,33 +35,25 @@ def _row(name: str, stats: list, stages: list) -> dict:
     return row
 
 
-def _lookups(store: Store, chain_ids: set[int]):
+def _lookups(reader, chain_ids: set[int]):
     """(trainer of each chain, its train statistics, its train stages' GPU figures): three narrow
     queries for the whole report (one query per run made compare take 27 s at 10,000 chains;
     the per-step curves are never read here)."""
-    from sqlalchemy import select
-
-    from opsdctl.store.models import Chain, Stage, TrainStats
-
-    with store.read() as s:
-        conn = s.connection()  # Core rows: no ORM loading for 10,000 of them
-        trainer = {cid: by for cid, by in conn.execute(
-            select(Chain.id, Chain.trained_by).where(Chain.eval_only.is_(True), Chain.trained_by.is_not(None)))}
+    with reader.snapshot() as r:
+        trainer = dict(r.tuples(queries.TRAINED_BY, yes=True))
         wanted = {trainer.get(c, c) for c in chain_ids}
-        cols = [getattr(TrainStats, c) for c in COLUMNS]
         stats = {}
-        for cid, *vals, metrics in conn.execute(select(TrainStats.chain_id, *cols, TrainStats.metrics)):
+        for cid, *vals, metrics in r.tuples(queries.TRAIN_STATS):
             if cid in wanted:
                 stats[cid] = {**dict(zip(COLUMNS, vals)), "metrics": metrics}
         stages: dict[int, list] = {}
-        for cid, peak, util in conn.execute(select(Stage.chain_id, Stage.gpu_peak_mib, Stage.gpu_util_pct)
-                                         .where(Stage.name == "train").order_by(Stage.id)):
+        for cid, peak, util in r.tuples(queries.TRAIN_STAGE_GPU):
             if cid in wanted:
                 stages.setdefault(cid, []).append((peak, util))
     return trainer, stats, stages
 
 
-def training_rows(store: Store, report: dict) -> list[dict]:
+def training_rows(reader, report: dict) -> list[dict]:
     """One row per entry of a compare report (the baseline first), from the chains it lists
     (an eval-only run's training is its trainer's)."""
     base = report.get("baseline") or {}
@@ -69,7 +61,7 @@ def training_rows(store: Store, report: dict) -> list[dict]:
         (e, bool(e.get("partial"))) for e in report.get("variants", []) if e.get("chain_ids")]
     if not entries:
         return []
-    trainer, stats, stages = _lookups(store, {c for e, _ in entries for c in e["chain_ids"]})
+    trainer, stats, stages = _lookups(reader, {c for e, _ in entries for c in e["chain_ids"]})
     rows = []
     for e, part in entries:
         tids = [trainer.get(c, c) for c in e["chain_ids"]]

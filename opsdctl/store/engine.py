@@ -1,6 +1,8 @@
 """The store: engine creation, transactions, and the small queries everything else uses.
 
-All access goes through SQLModel/SQLAlchemy, so the same code runs on PostgreSQL. Only for
+Writes and most reads go through SQLModel/SQLAlchemy, so the same code runs on PostgreSQL; the
+reads of status and compare are SQL text (opsdctl/store/queries.py) that the functions here and the
+light reader (opsdctl/store/reader.py, no SQLAlchemy import on a SQLite store) both run. Only for
 SQLite URLs do we add: WAL journal (readers never block the writer), a long busy timeout, and
 `BEGIN IMMEDIATE` for every write transaction, so a write never has to upgrade a read lock
 (the upgrade is what fails with "database is locked" under concurrency; an immediate writer
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 from urllib.parse import quote, quote_plus
 
 from sqlalchemy import create_engine, event, func, select, text
@@ -36,9 +38,11 @@ from opsdctl.store.models import (
     Variant,
     WorkerRun,
 )
+from opsdctl.store import queries
+from opsdctl.store.reader import SQLITE_BUSY_TIMEOUT_S, Reader, SqlAlchemyDriver
 from opsdctl.store.states import State
+from opsdctl.store.variant_ref import pick_variant
 
-SQLITE_BUSY_TIMEOUT_S = 120.0
 PG_CONNECT_TIMEOUT_S = 10  # unless the URL or PGCONNECT_TIMEOUT says otherwise
 
 
@@ -144,6 +148,11 @@ class Store:
                 conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
                              {"c": LOCK_CLASS, "k": MIGRATION_KEY})
             migrations.upgrade(conn, where=self.safe_url())
+
+    def reader(self):
+        """A light reader (opsdctl.store.reader) over this store's engine: the read queries of
+        status and compare, for code that already holds a Store (the worker, the planner)."""
+        return Reader(SqlAlchemyDriver(self.engine), self.safe_url())
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -256,27 +265,26 @@ def get_variant(session: Session, variant_id: int) -> Variant:
 
 def queued_chains(session: Session) -> list[Chain]:
     """Queued chains in run order: higher priority first, then queue order."""
-    stmt = (
-        select(Chain)
-        .where(Chain.state == State.QUEUED.value)
-        .order_by(Chain.priority.desc(), Chain.seq, Chain.id)
-    )
-    return list(session.scalars(stmt))
+    return _chains(session, queries.QUEUED_CHAINS)
 
 
 def chains_in_state(session: Session, state: State) -> list[Chain]:
-    return list(session.scalars(select(Chain).where(Chain.state == state.value).order_by(Chain.id)))
+    return _chains(session, queries.CHAINS_IN_STATE, state=state.value)
 
 
 def finished_chains(session: Session, limit: Optional[int]) -> list[Chain]:
-    stmt = (
-        select(Chain)
-        .where(Chain.state.not_in([State.QUEUED.value, State.RUNNING.value]))
-        .order_by(func.coalesce(Chain.finished_at, Chain.queued_at).desc(), Chain.id.desc())
-    )
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    return list(session.scalars(stmt))
+    if limit is None:
+        return _chains(session, queries.FINISHED_CHAINS)
+    return _chains(session, queries.FINISHED_CHAINS_LIMITED, limit=limit)
+
+
+def _chains(session: Session, sql: str, **params) -> list[Chain]:
+    return _rows(session, Chain, sql, **params)
+
+
+def _rows(session: Session, model, sql: str, **params) -> list:
+    """ORM objects of `model` from one of the SQL texts in opsdctl.store.queries."""
+    return list(session.scalars(select(model).from_statement(text(sql)), params))
 
 
 def trainer_of(session: Session, chain_id: int) -> int:
@@ -286,7 +294,7 @@ def trainer_of(session: Session, chain_id: int) -> int:
 
 
 def stages_of(session: Session, chain_id: int) -> list[Stage]:
-    return list(session.scalars(select(Stage).where(Stage.chain_id == chain_id).order_by(Stage.id)))
+    return _rows(session, Stage, queries.STAGES_OF, chain_id=chain_id)
 
 
 def stage_of(session: Session, chain_id: int, name: str) -> Optional[Stage]:
@@ -298,7 +306,8 @@ def running_stages(session: Session) -> list[Stage]:
 
 
 def score_of(session: Session, chain_id: int) -> Optional[Score]:
-    return session.scalars(select(Score).where(Score.chain_id == chain_id)).first()
+    got = _rows(session, Score, queries.SCORE_OF, chain_id=chain_id)
+    return got[0] if got else None
 
 
 def train_stats_of(session: Session, chain_id: int) -> Optional[TrainStats]:
@@ -306,33 +315,16 @@ def train_stats_of(session: Session, chain_id: int) -> Optional[TrainStats]:
 
 
 def variants_named(session: Session, name: str) -> list[Variant]:
-    return list(session.scalars(select(Variant).where(Variant.name == name).order_by(Variant.version)))
+    return _rows(session, Variant, queries.VARIANTS_NAMED, name=name)
 
 
 def all_variants(session: Session) -> list[Variant]:
-    return list(session.scalars(select(Variant).order_by(Variant.name, Variant.version)))
+    return _rows(session, Variant, queries.ALL_VARIANTS)
 
 
 def find_variant(session: Session, ref: str) -> Variant:
     """`name` (its latest version) or `name@vN` / `name@N`."""
-    name, _, ver = ref.partition("@")
-    versions = variants_named(session, name)
-    if not versions:
-        known = sorted({v.name for v in all_variants(session)})
-        hint = f"; known: {', '.join(known)}" if known else "; queue a recipe first"
-        raise UserError(f"variant {name!r}: not in the store{hint}")
-    if not ver:
-        return versions[-1]
-    try:
-        number = int(ver.lstrip("vV"))
-    except ValueError:
-        raise UserError(f"variant {ref!r}: write NAME or NAME@vN (e.g. {name}@v2)") from None
-    for v in versions:
-        if v.version == number:
-            return v
-    raise UserError(
-        f"variant {ref!r}: no version {number}; versions: {', '.join(str(v.version) for v in versions)}"
-    )
+    return pick_variant(ref, lambda name: variants_named(session, name), lambda: all_variants(session))
 
 
 def chains_of_variant(session: Session, variant_id: int, state: Optional[State] = None) -> list[Chain]:
@@ -340,20 +332,6 @@ def chains_of_variant(session: Session, variant_id: int, state: Optional[State] 
     if state is not None:
         stmt = stmt.where(Chain.state == state.value)
     return list(session.scalars(stmt.order_by(Chain.id)))
-
-
-def scored_runs(session: Session, variant_ids: Optional[Sequence[int]] = None) -> list[tuple[Chain, Variant, Score]]:
-    """Succeeded chains with their score, for compare/show: (chain, variant, score)."""
-    stmt = (
-        select(Chain, Variant, Score)
-        .join(Variant, Variant.id == Chain.variant_id)
-        .join(Score, Score.chain_id == Chain.id)
-        .where(Chain.state == State.SUCCEEDED.value)
-        .order_by(Variant.name, Variant.version, Chain.id)
-    )
-    if variant_ids is not None:
-        stmt = stmt.where(Chain.variant_id.in_(list(variant_ids)))
-    return [tuple(row) for row in session.execute(stmt)]
 
 
 def next_seq(session: Session) -> int:
@@ -369,8 +347,7 @@ def next_repeat(session: Session, variant_id: int) -> int:
 
 
 def get_meta(session: Session, key: str) -> Optional[str]:
-    row = session.get(Meta, key)
-    return row.value if row else None
+    return session.execute(text(queries.META_VALUE), {"key": key}).scalar()
 
 
 def set_meta(session: Session, key: str, value: Optional[str]) -> None:
@@ -386,7 +363,8 @@ def set_meta(session: Session, key: str, value: Optional[str]) -> None:
 
 
 def latest_worker(session: Session) -> Optional[WorkerRun]:
-    return session.scalars(select(WorkerRun).order_by(WorkerRun.id.desc()).limit(1)).first()
+    got = _rows(session, WorkerRun, queries.LATEST_WORKER)
+    return got[0] if got else None
 
 
 def snapshot_of(session: Session, snapshot_id: Optional[int]) -> Optional[CodeSnapshot]:

@@ -24,22 +24,8 @@ from sqlalchemy import false as sa_false
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-
-def utcnow() -> datetime:
-    """Now, as an aware UTC datetime: every datetime in the store is UTC."""
-    return datetime.now(timezone.utc)
-
-
-def iso(t: Optional[datetime]) -> Optional[str]:
-    if t is None:
-        return None
-    return t.astimezone(timezone.utc).isoformat(timespec="seconds")
-
-
-def seconds_since(t: Optional[datetime]) -> Optional[float]:
-    if t is None:
-        return None
-    return max(0.0, (utcnow() - t).total_seconds())
+from opsdctl.store.values import as_utc
+from opsdctl.store.values import compact_counts, iso, seconds_since, utcnow, variant_label  # noqa: F401 (re-exported)
 
 
 class UTCDateTime(TypeDecorator):
@@ -60,7 +46,7 @@ class UTCDateTime(TypeDecorator):
     def process_result_value(self, value, dialect):
         if value is None:
             return None
-        return value.replace(tzinfo=timezone.utc) if value.utcoffset() is None else value.astimezone(timezone.utc)
+        return as_utc(value)
 
 
 class Variant(SQLModel, table=True):
@@ -83,10 +69,6 @@ class Variant(SQLModel, table=True):
     @property
     def label(self) -> str:
         return variant_label(self.name, self.version)
-
-
-def variant_label(name: str, version: int) -> str:
-    return name if version == 1 else f"{name}@v{version}"
 
 
 class CodeSnapshot(SQLModel, table=True):
@@ -198,21 +180,6 @@ class Score(SQLModel, table=True):
     # compare over 10,000 runs decodes neither 10,000 JSON documents nor their ids.
     counts: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
     problem_set: Optional[str] = None
-
-
-def compact_counts(problems: Optional[list]) -> tuple[Optional[str], Optional[str]]:
-    """(counts, problem_set) of a Score's per-problem list: "c1,c2,...", and the first 16 hex
-    digits of sha256 over the ids (positions stand in for missing ids); (None, None) without it."""
-    import hashlib
-
-    if not problems:
-        return None, None
-    try:
-        counts = ",".join(str(int(p["correct"])) for p in problems)
-    except (KeyError, TypeError, ValueError):
-        return None, None
-    ids = "\n".join(str(p.get("id", i)) for i, p in enumerate(problems))
-    return counts, hashlib.sha256(ids.encode()).hexdigest()[:16]
 
 
 @event.listens_for(Score, "before_insert")

@@ -1,0 +1,49 @@
+"""Opening the store for reading at the least cost: what `status` and `compare` do.
+
+A SQLite file whose schema is already at the migrations' head (one sqlite3 query says so) gets a
+Reader on stdlib sqlite3 and SQLAlchemy is never imported. Anything else (no file yet, an empty
+or foreign file, an old revision to upgrade, PostgreSQL) is opened by opsdctl.store.engine's
+open_store first, with its messages, locks and upgrades, and read through that Store's engine.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from opsdctl.store.migrations import HEAD, VERSION_TABLE
+from opsdctl.store.reader import Reader, SqliteDriver
+from opsdctl.store.urls import sqlite_file
+
+
+def open_reader(db_url: str) -> Reader:
+    reader = _at_head(db_url)
+    if reader is not None:
+        return reader
+    from opsdctl.store.engine import open_store
+
+    return open_store(db_url).reader()
+
+
+def _at_head(db_url: str):
+    """A sqlite3 Reader when `db_url` is a plain SQLite URL of a file at HEAD, else None."""
+    path = sqlite_file(db_url)
+    if path is None:
+        return None
+    try:
+        if os.path.getsize(path) == 0:
+            return None
+    except OSError:
+        return None
+    driver = None
+    try:
+        driver = SqliteDriver(path)
+        _, rows = driver.execute(f"SELECT version_num FROM {VERSION_TABLE}", {})
+    except sqlite3.Error:  # not a database, no version table, ...: open_store says what is wrong
+        if driver is not None:
+            driver.close()
+        return None
+    if len(rows) != 1 or rows[0][0] != HEAD:
+        driver.close()
+        return None
+    return Reader(driver, db_url)  # a SQLite URL carries no password: it is its own safe form

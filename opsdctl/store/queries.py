@@ -1,0 +1,73 @@
+"""The read queries of status, compare and the planner, as SQL text: the one place their filters
+and orders are written.
+
+Both the light reader (stdlib sqlite3, opsdctl.store.reader) and the ORM functions of
+opsdctl.store.engine run these texts (`select(Chain).from_statement(text(QUEUED_CHAINS))`), so the
+two can never drift. Plain SQL that SQLite and PostgreSQL both accept, named `:params` only (no
+IN-lists to expand), whole rows as `table.*`; result columns keep the models' names (or a
+`table_id` alias where a join repeats one), which is how the reader knows how to decode them.
+"""
+
+from __future__ import annotations
+
+from opsdctl.store.states import State
+
+_DONE = f"chain.state NOT IN ('{State.QUEUED.value}', '{State.RUNNING.value}')"
+
+# --- chains, stages, scores, variants, the worker: what status shows -----------------------
+QUEUED_CHAINS = (f"SELECT chain.* FROM chain WHERE chain.state = '{State.QUEUED.value}' "
+                 "ORDER BY chain.priority DESC, chain.seq, chain.id")  # run order
+CHAINS_IN_STATE = "SELECT chain.* FROM chain WHERE chain.state = :state ORDER BY chain.id"
+FINISHED_CHAINS = (f"SELECT chain.* FROM chain WHERE {_DONE} "
+                   "ORDER BY COALESCE(chain.finished_at, chain.queued_at) DESC, chain.id DESC")  # newest first
+FINISHED_CHAINS_LIMITED = FINISHED_CHAINS + " LIMIT :limit"
+STAGES_OF = "SELECT stage.* FROM stage WHERE stage.chain_id = :chain_id ORDER BY stage.id"
+SCORE_OF = "SELECT score.* FROM score WHERE score.chain_id = :chain_id"
+ALL_VARIANTS = "SELECT variant.* FROM variant ORDER BY variant.name, variant.version"
+VARIANTS_NAMED = "SELECT variant.* FROM variant WHERE variant.name = :name ORDER BY variant.version"
+LATEST_WORKER = "SELECT worker_run.* FROM worker_run ORDER BY worker_run.id DESC LIMIT 1"
+META_VALUE = "SELECT meta.value FROM meta WHERE meta.key = :key"
+
+# --- the planner's duration history (opsdctl.plan.durations.history) -----------------------
+DURATION_HISTORY = (
+    "SELECT stage.name, stage.seconds, stage.estimate_seconds, stage.chain_id, chain.profile, chain.variant_id, "
+    "chain.eval_problems, chain.eval_k FROM stage JOIN chain ON chain.id = stage.chain_id "
+    "WHERE stage.state = 'succeeded' AND stage.seconds IS NOT NULL ORDER BY stage.id DESC LIMIT :limit"
+)
+VARIANT_HPARAMS = "SELECT variant.id, variant.hparams FROM variant"
+
+# --- compare: scored runs as plain columns (opsdctl.stats.scores) --------------------------
+# one row is a run's chain and its score: chain.id as `id`, the score's as `score_id`
+SCORED_ROWS = (
+    "SELECT chain.id AS id, chain.eval_only, chain.trained_by, chain.snapshot_id, chain.eval_problems, "
+    "chain.eval_k, chain.commands_hash, variant.id AS variant_id, variant.name, variant.version, variant.hash, "
+    "variant.kind, score.id AS score_id, score.avg_at_k, score.k, score.n_problems, score.partial, score.counts, "
+    "score.problem_set FROM chain JOIN variant ON variant.id = chain.variant_id "
+    f"JOIN score ON score.chain_id = chain.id WHERE chain.state = '{State.SUCCEEDED.value}' "
+    "ORDER BY variant.name, variant.version, chain.id"
+)
+# scores written around the ORM (bulk inserts) have no compact counts yet
+SCORES_WITHOUT_COUNTS = "SELECT score.id, score.problems FROM score WHERE score.counts IS NULL AND score.problems IS NOT NULL"
+PROBLEMS_OF_SET = "SELECT score.problems FROM score WHERE score.problem_set = :problem_set LIMIT 1"
+SNAPSHOT_KEYS = "SELECT code_snapshot.id, code_snapshot.key FROM code_snapshot"
+# the chains that trained an eval-only chain's checkpoint
+TRAINERS = ("SELECT chain.id, chain.snapshot_id, chain.commands_hash FROM chain WHERE chain.id IN "
+            "(SELECT c.trained_by FROM chain c WHERE c.eval_only = :yes AND c.trained_by IS NOT NULL)")
+# every chain with what its candidate identity needs (the planner's candidate labels)
+CHAIN_IDENTITIES = (
+    "SELECT chain.id, chain.eval_only, chain.trained_by, chain.snapshot_id, chain.commands_hash, variant.name, "
+    "variant.version, variant.hash, variant.kind FROM chain JOIN variant ON variant.id = chain.variant_id "
+    "ORDER BY chain.id"
+)
+# variants whose first chain was queued at or after :since (compare --family since:...)
+VARIANTS_FIRST_QUEUED_SINCE = (
+    "SELECT variant.name, variant.version FROM variant JOIN chain ON chain.variant_id = variant.id "
+    "GROUP BY variant.id, variant.name, variant.version HAVING MIN(chain.queued_at) >= :since"
+)
+
+# --- compare's training columns (opsdctl.stats.training) -----------------------------------
+TRAINED_BY = "SELECT chain.id, chain.trained_by FROM chain WHERE chain.eval_only = :yes AND chain.trained_by IS NOT NULL"
+TRAIN_STATS = ("SELECT train_stats.chain_id, train_stats.final_loss, train_stats.mean_kl, train_stats.frac_clipped, "
+               "train_stats.step_seconds, train_stats.metrics FROM train_stats")
+TRAIN_STAGE_GPU = ("SELECT stage.chain_id, stage.gpu_peak_mib, stage.gpu_util_pct FROM stage "
+                   "WHERE stage.name = 'train' ORDER BY stage.id")
