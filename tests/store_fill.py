@@ -11,6 +11,19 @@ from opsdctl.store.models import Chain, CodeSnapshot, Meta, Score, Stage, TrainS
 PROBLEMS = [{"id": f"p{i}", "correct": (i * 7) % 5, "samples": 4} for i in range(12)]
 
 
+def store_at_base(db) -> None:
+    """A SQLite file made by the migrations at BASE, the oldest schema a store can have."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from opsdctl.store import migrations
+
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(migrations.alembic_config(conn), migrations.BASE)
+    engine.dispose()
+
+
 def fill_store(store, now=None) -> None:
     """`now`: the time the rows are written around (give two stores the same one to compare them)."""
     now = now or utcnow().replace(microsecond=123456)

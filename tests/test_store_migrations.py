@@ -244,13 +244,10 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
 
 def test_store_at_the_first_revision_is_upgraded(tmp_path):
     """A store made by migrations at BASE (not by create_all) takes the later revisions too."""
-    from alembic import command
+    from store_fill import store_at_base
 
     db = tmp_path / "base.db"
-    engine = sa.create_engine(f"sqlite:///{db}")
-    with engine.begin() as conn:
-        command.upgrade(migrations.alembic_config(conn), migrations.BASE)
-    engine.dispose()
+    store_at_base(db)
     store = open_store(f"sqlite:///{db}")
     assert store.revision() == migrations.HEAD
     with store.engine.connect() as conn:

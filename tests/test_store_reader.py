@@ -174,18 +174,14 @@ def test_an_empty_or_foreign_file_is_refused_as_before(tmp_path):
 
 
 def test_a_store_at_an_older_revision_is_upgraded_before_it_is_read(tmp_path):
-    import sqlalchemy as sa
-    from alembic import command
+    from store_fill import store_at_base
 
     from opsdctl.store import migrations
     from opsdctl.store.open_read import open_reader
     from opsdctl.store.reader import SqlAlchemyDriver, SqliteDriver
 
     db = tmp_path / "base.db"
-    engine = sa.create_engine(f"sqlite:///{db}")
-    with engine.begin() as conn:
-        command.upgrade(migrations.alembic_config(conn), migrations.BASE)
-    engine.dispose()
+    store_at_base(db)
     reader = open_reader(f"sqlite:///{db}")  # not at HEAD: open_store upgrades it first, as before
     assert isinstance(reader.driver, SqlAlchemyDriver) and reader.all_variants() == []
     again = open_reader(f"sqlite:///{db}")
