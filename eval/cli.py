@@ -149,7 +149,7 @@ def _hold(args, fd: int) -> float:
     profile = get_profile(args.profile, "--profile") if args.profile else get_profile(FROZEN_PROFILE)
     backend = _backend(args.backend, args.model or profile.model, _devices(args.gpus))
     args.pool = prewarm(backend, {"batch_invariant": args.batch_invariant})
-    print(f"eval: started ahead of the train stage's end; {backend} workers import now, the GPU waits for the go",
+    print(f"eval: started ahead of the train stage's end; {backend} workers import now, then wait for the go",
           file=sys.stderr, flush=True)
     held = wait_for_go(fd)
     print(f"eval: go after {held:.1f} s", file=sys.stderr, flush=True)
