@@ -141,3 +141,30 @@ def test_with_the_nvml_gate_the_early_eval_gets_its_go(ws, tmp_path):
     held = json.loads((ws.runs / "1" / "eval" / "held.json").read_text())
     assert "go_at" in held, (ws.runs / "1" / "eval.log").read_text()
     assert "gets no go" not in (ws.runs / "1" / "eval.log").read_text()
+
+
+def test_a_held_eval_does_not_outlive_a_killed_worker(ws):
+    """SIGKILL leaves the worker no time to drop it: the pipe's end of file is its no-go."""
+    import signal
+    import time
+
+    from conftest import wait_for
+
+    _prestarting(ws)
+    ws.cli("queue", "baseline")
+    worker = ws.popen("worker", "--drain", env={"FAKE_STEPS": "200", "FAKE_STEP_SECONDS": "0.2"})
+    held_file = ws.runs / "1" / "eval" / "held.json"
+    try:
+        wait_for(held_file.exists, timeout=60, what="the eval started ahead")
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=30)
+        held = json.loads(held_file.read_text())
+        deadline = time.monotonic() + 10
+        while pid_alive(held["pid"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(held["pid"]) and (ws.runs / "1" / "eval" / "nogo").exists()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        ws.run("worker", "--drain", env={"FAKE_STEPS": "2"})  # recovery stops the orphaned train stage
+    assert ws.state(1) == "interrupted"
