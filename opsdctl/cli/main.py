@@ -772,8 +772,9 @@ def demo(
     d.run_worker(paths, cfg, store, total, con)
 
     con.print("[bold]4/4[/bold] results\n")
-    render_status(con, gather_status(cfg, store.reader(), None))
-    report = compare_doc(cfg, store.reader(), None, None, chain_minutes=_chain_minutes(cfg, store.reader()))
+    reader = store.reader()
+    render_status(con, gather_status(cfg, reader, None))
+    report = compare_doc(cfg, reader, None, None, chain_minutes=_chain_minutes(cfg, reader))
     con.print()
     from opsdctl.stats.compare import render_compare
 

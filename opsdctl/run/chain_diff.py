@@ -26,14 +26,15 @@ def chain_diff(store: Store, a: int, b: int, patch: bool = False) -> dict:
     with store.read() as s:
         ca, cb = get_chain(s, a), get_chain(s, b)
         va, vb = s.get(Variant, ca.variant_id), s.get(Variant, cb.variant_id)
-        trained = training_snapshot_ids(store.reader(), [ca, cb])
+        reader = store.reader()
+        trained = training_snapshot_ids(reader, [ca, cb])
         sa, sb = snapshot_of(s, trained[ca.id]), snapshot_of(s, trained[cb.id])
         cmds = {}
         for c in (ca, cb):
             rows = stages_of(s, c.id)
             ckpt = c.checkpoint if c.eval_only else next((st.checkpoint for st in rows if st.name == "train"), None)
             cmds[c.id] = {st.name: _normalized(st.command, c, st, ckpt) for st in rows}
-        cmd_ids = training_commands(store.reader(), [ca, cb])
+        cmd_ids = training_commands(reader, [ca, cb])
         ia = candidates.identity(va.hash, sa.key if sa else None, cmd_ids[ca.id], kind=va.kind)
         ib = candidates.identity(vb.hash, sb.key if sb else None, cmd_ids[cb.id], kind=vb.kind)
         side = {ca.id: _side(ca, va, sa), cb.id: _side(cb, vb, sb)}

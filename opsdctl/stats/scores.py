@@ -208,8 +208,9 @@ def show_doc(store, ref: str) -> dict:
         v = find_variant(s, ref)
         runs = []
         chains = chains_of_variant(s, v.id)
-        labels = candidate_labels(store.reader(), [c.id for c in chains])
-        trained = training_snapshot_ids(store.reader(), chains)
+        reader = store.reader()
+        labels = candidate_labels(reader, [c.id for c in chains])
+        trained = training_snapshot_ids(reader, chains)
         for chain in chains:
             score = score_of(s, chain.id)
             ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
