@@ -234,10 +234,9 @@ def resolve(args) -> tuple:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eval.hold import NoGo, go_fd
     from eval.records import final_line
     from eval.runner import EvalFailed, run
-
-    from eval.hold import NoGo, go_fd
 
     try:
         args = build_parser().parse_args(argv)

@@ -47,7 +47,7 @@ def worker_main(wid: int, spec: dict, tasks, results, parent_pid: int, start_loc
     # Our direct parent: the evaluation's process (spawn), or its forkserver (eval.runner.prewarm),
     # which exits when the evaluation's process does. Either way, a change of parent means it died.
     launcher = os.getppid()
-    if not _alive(parent_pid) or (launcher != parent_pid and launcher == 1):  # died before prctl took effect
+    if launcher == 1 or not _alive(parent_pid):  # it died before prctl took effect
         return
     device = spec["device"]
     os.environ["CUDA_VISIBLE_DEVICES"] = device if device != "cpu" else ""

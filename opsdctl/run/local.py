@@ -259,8 +259,10 @@ class LocalExecutor:
 
     # --- one stage ------------------------------------------------------------------------
 
-    def _launch(self, chain, variant, stage, run_dir, code_dir, checkpoint, gpus, gpus_text, grant_env) -> _Launch:
-        """What starting `stage` means: its rendered command, environment, token and paths."""
+    def _launch(self, chain, variant, stage, run_dir, code_dir, checkpoint, grant: Grant) -> _Launch:
+        """What starting `stage` on `grant` means: its rendered command, environment, token and paths."""
+        gpus = tuple(grant.gpus)
+        gpus_text = grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)  # as the gate spells it
         stage_dir = run_dir / stage
         stage_dir.mkdir(parents=True, exist_ok=True)
         log_path = run_dir / f"{stage}.log"
@@ -290,7 +292,7 @@ class LocalExecutor:
         )
         if stage == "eval":
             eval_request.apply_env(env, chain)
-        env.update(dict(grant_env))
+        env.update(dict(grant.env))
         env["CUDA_VISIBLE_DEVICES"] = gpus_text
         return _Launch(stage, command, env, token, values, stage_dir, log_path)
 
@@ -304,8 +306,8 @@ class LocalExecutor:
         if not isinstance(grant, Grant):
             self._drop_prestarted("the chain ended before its evaluation")
             return grant  # a StageOutcome that ends the chain
-        gpus, gpus_text = _granted(grant)
-        launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, gpus, gpus_text, grant.env)
+        gpus = tuple(grant.gpus)
+        launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
         held = self._take_prestarted(launch)  # started while training ran, now given this stage
         if held is not None:
             launch = held.launch
@@ -437,15 +439,14 @@ class LocalExecutor:
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
         return StageOutcome(state == State.SUCCEEDED, None)
 
-    # --- an eval started ahead of its turn (README: Concepts, "prestart") -------------------
+    # --- an eval started ahead of its turn (README: Architecture, "prestart") ---------------
 
     def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, grant: Grant) -> None:
         """Start the eval now, as if granted what the train stage was (its GPUs and their
         environment), holding on a pipe until the go: its interpreter and imports run while
         training does. It gets the go only if, once training has passed its checks, the eval's own
         grant starts it exactly so; otherwise it is dropped."""
-        gpus, gpus_text = _granted(grant)
-        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), gpus, gpus_text, grant.env)
+        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), grant)
         read_fd, write_fd = os.pipe()
         env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
         try:
@@ -752,12 +753,6 @@ class LocalExecutor:
         self._last_heartbeat = time.monotonic()
         with self.store.write() as s:
             s.get(WorkerRun, self.worker_run_id).heartbeat_at = utcnow()
-
-
-def _granted(grant: Grant) -> tuple[tuple[int, ...], str]:
-    """The granted GPUs, and CUDA_VISIBLE_DEVICES for them as the gate spells it."""
-    gpus = tuple(grant.gpus)
-    return gpus, grant.visible if grant.visible is not None else ",".join(str(g) for g in gpus)
 
 
 def _stage_pids(leader: list[int], watch: _Watch) -> set[int]:
