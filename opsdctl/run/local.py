@@ -10,7 +10,6 @@ the same stages elsewhere by implementing `run_chain` and `stop`.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -27,7 +26,8 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results, stages
+from opsdctl.run import (code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results,
+                         stage_json, stages)
 from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
@@ -52,6 +52,7 @@ STATE_CHECK_S = 1.0  # how often the store is asked whether the chain was cancel
 PROGRESS_WRITE_S = 2.0  # how often progress is written to the store (when it changed)
 HEARTBEAT_S = 10.0
 REPORT_S = 30.0  # how often the worker prints a running stage's progress (when it changed)
+READ_CHUNK = 4 << 20  # the most of a stage's log or progress file read at each look
 
 
 class StopRequest:
@@ -370,6 +371,11 @@ class LocalExecutor:
         rc = proc.returncode
         if how == "exited" and self._current_state(chain.id) != State.RUNNING:
             how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
+        if how == "exited":
+            # Recorded before its output is read: a worker killed while reading it leaves salvage
+            # the fact that training ended (exit 0 + the checkpoint), so it is never trained again.
+            with self.store.write() as s:
+                s.get(Stage, stage_id).exit_code = rc
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
         leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
@@ -605,7 +611,7 @@ class LocalExecutor:
     def _check_recipe(self, chain: Chain, variant: Variant, stage_id: int, log_path: Path) -> RecipeCheck:
         profile = PROFILES.get(chain.profile)
         try:
-            check = check_log(read_tail(log_path, 32 << 20), variant.hparams, variant.method,
+            check = check_log(read_tail(log_path, results.STATS_TAIL_BYTES), variant.hparams, variant.method,
                               max_steps=profile.max_steps if profile else None,
                               lr_scale=profile.learning_rate_scale if profile else 1.0, expect=self._settings.expect)
         except Exception as exc:  # a bug in the check must not fail a good run
@@ -623,13 +629,17 @@ class LocalExecutor:
         if pfile.is_file():
             with open(pfile, "rb") as f:
                 f.seek(watch.progress_offset)
-                chunk = f.read()
+                chunk = f.read(READ_CHUNK)
             end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
+            if end == 0 and len(chunk) == READ_CHUNK:
+                end = len(chunk)  # a line longer than a whole chunk is no progress record: skip it
             watch.progress_offset += end
             for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+                if len(line) > results.MAX_LINE:
+                    continue
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
+                    rec = stage_json.loads(line, "progress.jsonl")
+                except stage_json.StageJsonError:
                     continue
                 if isinstance(rec, dict):
                     rec.setdefault("source", "progress.jsonl")
@@ -637,7 +647,7 @@ class LocalExecutor:
         try:
             with open(log_path, "rb") as f:
                 f.seek(watch.log_offset)
-                chunk = f.read(4 << 20)
+                chunk = f.read(READ_CHUNK)
             watch.log_offset += len(chunk)
             log_records = adapter.feed(chunk.decode("utf-8", errors="replace"))
         except FileNotFoundError:
@@ -707,7 +717,7 @@ class LocalExecutor:
             summary = results.read_train_summary(stage_dir, log_path)
             declared = self.cfg.stages["train"].metrics  # [stages.train.metrics]
             if declared and log_path.is_file():
-                summary = log_metrics.apply(summary, log_path.read_text(encoding="utf-8", errors="replace"), declared)
+                summary = log_metrics.apply(summary, read_tail(log_path, results.STATS_TAIL_BYTES), declared)
         except Exception as exc:  # statistics are a bonus; never fail a chain over them
             self.report(f"chain {chain_id}: could not read training statistics: {exc}")
             return
@@ -728,7 +738,7 @@ class LocalExecutor:
         result = None
         try:
             if (stage_dir / "result.json").is_file():
-                result = results.parse_result_json((stage_dir / "result.json").read_text(), "result.json")
+                result = results.read_result_json(stage_dir / "result.json")
         except results.ResultError:
             result = None
         if result is None and watch.last_problems_record is not None:
