@@ -64,6 +64,7 @@ from opsdctl.plan.budget import CLOCK_KEY, budget_now
 from opsdctl.run import procs
 from opsdctl.run.enqueue import interrupt_and_requeue
 from opsdctl.run.local import LocalExecutor, StopRequest
+from opsdctl.run.ray_local import local_init_kwargs
 from opsdctl.store.engine import Store, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
 from opsdctl.store.states import StageState, State, transition
@@ -110,7 +111,7 @@ def connect(cfg, namespace: str, quiet: bool = False) -> None:
     address = ray_address(cfg)
     kwargs = dict(namespace=namespace, log_to_driver=not quiet, logging_level="ERROR" if quiet else "WARNING")
     if address is None:
-        kwargs["include_dashboard"] = False
+        kwargs.update(local_init_kwargs())  # loopback only
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:
