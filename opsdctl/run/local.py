@@ -183,6 +183,9 @@ class LocalExecutor:
                 if not outcome.ok:
                     if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
                         return self._current_state(chain_id)
+                    if outcome.end == State.INTERRUPTED:  # a worker stop: as after a SIGKILL, re-queued
+                        requeue_after_error(self.store, self.cfg, chain_id, outcome.reason, self.report)
+                        return self._current_state(chain_id)
                     return self._end(chain_id, outcome.end, outcome.reason)
                 checkpoint = outcome.checkpoint or checkpoint
         except BaseException as exc:

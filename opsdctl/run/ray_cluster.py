@@ -31,7 +31,7 @@ Failure rule: a chain is never `running` forever.
   the local executor: stale `running` chains are interrupted and re-queued, their stage
   processes stopped through a task pinned to chain.node_id (stop_remote_stage).
 - The worker is stopped (SIGINT/SIGTERM): it asks every actor to stop its stage; those chains end
-  `interrupted`, not re-queued, as locally.
+  `interrupted` and are re-queued (finished work salvaged), as locally and as after a SIGKILL.
 - An actor that fails on the node (an error in run_chain) leaves its chain `interrupted`, not
   re-queued; one that cannot even be created there (opsdctl missing on the node) fails it.
 """
@@ -393,7 +393,7 @@ class RayExecutor:
         for cid, f in list(self.flights.items()):  # did not stop in time: end it from here
             self.flights.pop(cid)
             _quietly(lambda f=f: ray.kill(f.actor, no_restart=True))
-            self._interrupt(f, f"worker stopped ({reason}); its Ray actor did not stop in time", requeue=False)
+            self._interrupt(f, f"worker stopped ({reason}); its Ray actor did not stop in time", requeue=True)
             _remove(f.pg)
 
     # endings ------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""When the worker itself fails mid-chain: put the chain back, never leave it `running`.
+"""When the worker itself fails or is stopped mid-chain: put the chain back, never leave it `running`.
 
-A bug, a store error or a full disk in the worker is not the chain's fault. The chain becomes
+A bug, a store error, a full disk or a Ctrl-C of the worker is not the chain's fault. The chain becomes
 `interrupted` and is re-queued as a fresh chain pointing at it (what recovery would do at the
 next start), and its stage rows still marked running are closed. The store may itself be the
 problem (a full disk): the write is tried a few times, as a killed stage's files free space.

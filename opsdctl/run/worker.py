@@ -10,8 +10,9 @@ Loop: ask the gate for the run order, admit the first chain it starts, claim it 
 `queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
 its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
 the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
-running stage's process group and mark its chain `interrupted` (not re-queued: the user stopped
-it; `opsdctl requeue ID` runs it again); a second signal skips the TERM grace period.
+running stage's process group and mark its chain `interrupted`, re-queued as after a SIGKILL
+(finished work salvaged: a trained chain resumes at its eval; `opsdctl cancel` drops it); a
+second signal skips the TERM grace period.
 """
 
 from __future__ import annotations
