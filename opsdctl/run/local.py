@@ -28,6 +28,7 @@ from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
 from opsdctl.run import (code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results,
                          stage_json, stages)
+from opsdctl.run.command_hint import failure_hint
 from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
@@ -213,7 +214,7 @@ class LocalExecutor:
     def _own_code_view(self, chain: Chain, snap, code_dir: Path, run_dir: Path) -> Path:
         """Say when the chain's frozen stage settings differ from this worker's config; with a
         recipe_env_path, run in the chain's own view of its snapshot (code_view.py)."""
-        changed = frozen_stages.differences(chain.stage_spec, self.cfg)
+        changed = frozen_stages.differences(chain.stage_spec, frozen_stages.config_now(self.cfg))
         if changed:
             self.report(f"chain {chain.id}: runs the stage settings frozen when it was queued; opsdctl.toml "
                         f"has changed {', '.join(changed)} since (chains queued later use the new ones)")
@@ -412,7 +413,9 @@ class LocalExecutor:
 
         # The process exited on its own.
         if rc != 0:
-            reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}"
+            hint = failure_hint(chain.id, stage, rc, chain.stage_spec, frozen_stages.config_now(self.cfg),
+                                eval_only_possible=stage == "eval")
+            reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}{hint}"
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
             return StageOutcome(False, State.FAILED, reason)
         if stage == "train":
