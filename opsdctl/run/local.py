@@ -27,7 +27,7 @@ from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
 from opsdctl.run import (code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results,
-                         stage_json, stages)
+                         stage_json, stages, subreaper)
 from opsdctl.run.command_hint import failure_hint
 from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
 from opsdctl.run.env_errors import environment_problem
@@ -149,6 +149,8 @@ class LocalExecutor:
         self._recipe: Optional[recipe_file.Installed] = None  # a recipe.env put at recipe_env_path, to undo
         self._stages_left: list[str] = []  # the running chain's stages after the current one
         self._prestarted: Optional[_Prestarted] = None  # its eval, started while training runs
+        subreaper.become()  # a stage's orphans become ours to stop (subreaper.py)
+        self._children_before: set[int] = set()  # this process's children before the running stage
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -196,7 +198,8 @@ class LocalExecutor:
             # chain stays `running` and the next worker start interrupts and re-queues it.
             if self._live is not None:
                 try:
-                    procs.stop_stage(self._live, self._grace(), cut_short=self._forced)
+                    procs.stop_stage(self._live, self._grace(), cut_short=self._forced,
+                                     lineage=lambda: self._lineage(self._live.pid))
                 except Exception:
                     pass
             reason = f"worker error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
@@ -349,6 +352,7 @@ class LocalExecutor:
         sampler = gpu_sampler.sampler_for_stage(gpus, lambda: _stage_pids(leader, watch),
                                                 self.cfg.section("gpus").get("sample_seconds", 1.0))
         started = time.monotonic()
+        self._children_before = subreaper.children() - ({held.proc.pid} if held is not None else set())
         try:
             proc = self._go(held) if held is not None else stages.spawn(command, code_dir, env, log_path)
         except OSError as exc:
@@ -382,7 +386,8 @@ class LocalExecutor:
                 s.get(Stage, stage_id).exit_code = rc
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
-        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
+        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced,
+                                    lineage=lambda: self._lineage(proc.pid))
         self._live = None
         self._record_gpu_usage(stage_id, sampler)
         self._restore_recipe()
@@ -583,13 +588,21 @@ class LocalExecutor:
 
     def _stop(self, ident, proc, force: bool = False) -> None:
         grace = 0.0 if force else self._grace()
-        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll(), cut_short=self._forced)
+        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll(), cut_short=self._forced,
+                                  lineage=lambda: self._lineage(proc.pid))
         if report.survivors:
             self.report(f"pid(s) {report.survivors} survived SIGKILL (uninterruptible?)")
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+    def _lineage(self, leader: int):
+        """The running stage's processes by descent, its escaped and orphaned ones included."""
+        known = set(self._children_before)
+        if self._prestarted is not None:
+            known.add(self._prestarted.proc.pid)
+        return subreaper.lineage(leader, known)
 
     def _grace(self) -> float:
         return 0.0 if self.stop_request.force else self.cfg.kill_grace_seconds
