@@ -16,7 +16,7 @@ from opsdctl.recipes import partial
 from opsdctl.fsutil import unwritable_dir
 from opsdctl.recipes.load import Recipe, load_recipe, load_recipe_env
 from opsdctl.recipes.profiles import get_profile
-from opsdctl.run import frozen_stages
+from opsdctl.run import disk_reserve, frozen_stages
 from opsdctl.run import snapshot as snap
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.snapshot_lock import snapshot_lock
@@ -74,7 +74,7 @@ def never_snapshotted(cfg: Config) -> list[Path]:
         from sqlalchemy.engine import make_url
 
         db = Path(make_url(cfg.db).database)
-        out += [db] + [Path(str(db) + s) for s in ("-wal", "-shm", "-journal", ".worker.lock", ".init.lock")]
+        out += [db] + [Path(str(db) + s) for s in ("-wal", "-shm", "-journal", ".worker.lock", ".init.lock", disk_reserve.SUFFIX)]
     return out
 
 

@@ -31,7 +31,7 @@ from opsdctl.plan.budget_keeper import BudgetKeeper, forget_deadline, hold_reaso
 from opsdctl.plan.gate import Gate, Skip, Start, Wait, chain_info
 from opsdctl.plan.planner import make_gate
 from opsdctl.errors import EnvironmentProblem, UserError
-from opsdctl.run import procs, recipe_file
+from opsdctl.run import disk_reserve, procs, recipe_file
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.auto_export import exporter_for
 from opsdctl.run.salvage import recover_chain
@@ -178,6 +178,7 @@ class Worker:
         """Run until drained (with --drain) or stopped. Returns the number of chains run."""
         with worker_lock(self.cfg, self.store) as lock, self._signals():
             self._register()
+            disk_reserve.keep(disk_reserve.reserve_path(self.store.sqlite_path))  # room to re-queue on a full disk
             ran = 0
             exit_reason = "stopped"
             try:
