@@ -9,18 +9,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 
-from conftest import FAKE_EVAL, clean_env, default_config, opsdctl_argv, stop_process, wait_for
+import pytest
+from conftest import STAGES, clean_env, default_config, opsdctl_argv, wait_for
+
 from opsdctl.run import stage_json
 from opsdctl.run.results import ResultError, parse_result_json, summarize_log, trainer_bar
-
-import pytest
 
 NESTED_EVAL = textwrap.dedent("""\
     import os, sys, time
@@ -88,22 +87,7 @@ def test_salvage_of_a_nested_result_does_not_crash_or_loop(ws):
 
 # --- huge output --------------------------------------------------------------------------
 
-HUGE_TRAIN = textwrap.dedent("""\
-    import os, sys
-    out, mib = sys.argv[1], int(sys.argv[2])
-    # Lines that made the old parsers slow: 100 KiB of letters before a ':' and a '%|' (the tqdm
-    # pattern's lazy description scan is quadratic), and dict-looking junk.
-    long = ("x" * 100000 + ": 5%| junk\\n").encode()
-    dicty = ("{'loss': 0.1, 'grad_norm': " + "1" * 5000 + "}\\n").encode()
-    block = (long + dicty) * 10
-    w = sys.stdout.buffer
-    for _ in range(mib * (1 << 20) // len(block)):
-        w.write(block)
-    w.flush()
-    os.makedirs(os.path.join(out, "checkpoint-final"), exist_ok=True)
-    with open(os.path.join(out, "checkpoint-final", "adapter_config.json"), "w") as f:
-        f.write('{"seed": 0, "clip_mode": "entry", "lr": 5e-06}')
-""")
+HUGE_TRAIN = STAGES / "huge_log_train.py"
 
 WRAPPER = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); " \
           "print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
@@ -112,9 +96,7 @@ WRAPPER = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]);
 def test_a_huge_log_is_read_in_bounded_windows(ws):
     """A 160 MiB train log: the chain runs to its end in seconds with the worker's memory bounded
     (the old worker read the whole log, at about 4 bytes of memory per byte of log)."""
-    script = ws.root / "huge_train.py"
-    script.write_text(HUGE_TRAIN)
-    ws.write_config(default_config(train=f"{sys.executable} {script} {{stage_dir}} 160"))
+    ws.write_config(default_config(train=f"{sys.executable} {HUGE_TRAIN} {{stage_dir}} 160"))
     ws.cli("queue", "baseline")
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-c", WRAPPER, *opsdctl_argv(), "worker", "--drain"], cwd=ws.root,
@@ -158,9 +140,7 @@ KILL_AT_RELEASE = textwrap.dedent("""\
 def test_a_worker_killed_while_reading_a_finished_train_resumes_at_eval(ws):
     """An external train script (no train_result.json, no train_runtime line) that exited 0 with
     its checkpoint: the next worker evaluates that checkpoint and never trains again."""
-    script = ws.root / "huge_train.py"
-    script.write_text(HUGE_TRAIN)
-    ws.write_config(default_config(train=f"{sys.executable} {script} {{stage_dir}} 1"))
+    ws.write_config(default_config(train=f"{sys.executable} {HUGE_TRAIN} {{stage_dir}} 1"))
     ws.cli("queue", "baseline")
     (ws.root / "kill.py").write_text(KILL_AT_RELEASE)
     first = subprocess.run([sys.executable, "kill.py"], cwd=ws.root, env=clean_env(), capture_output=True, text=True,
