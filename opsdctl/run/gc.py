@@ -72,6 +72,7 @@ def collect(cfg: Config, store: Store, dry_run: bool = False, keep: Sequence[str
     with snapshot_lock(runs_dir, exclusive=True):
         needed_keys, needed_chains, finished = _needed(store, keep)
         items = _snapshot_items(runs_dir, needed_keys) + _run_dir_items(runs_dir, finished, needed_chains)
+        items = [i for i in items if _inside(runs_dir, i.path)]
         going = _links_going(items)
         orphans = content_store.orphan_objects(runs_dir / "code", also_unlinked=going)
         items += [Item("object", p, "no snapshot links to this file content") for p in orphans]
@@ -80,6 +81,16 @@ def collect(cfg: Config, store: Store, dry_run: bool = False, keep: Sequence[str
             for item in items:
                 content_store.remove_tree(item.path)
         return GcReport(dry_run, items, len(needed_keys), len(needed_chains))
+
+
+def _inside(runs_dir: Path, path: Path) -> bool:
+    """`path` sits in a real directory under runs_dir: removing it (a link is only unlinked)
+    cannot reach anything outside, whatever a symlinked `runs/<id>` points at."""
+    try:
+        path.parent.resolve(strict=True).relative_to(runs_dir.resolve(strict=True))
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return True
 
 
 def _needed(store: Store, keep: Sequence[str]) -> tuple[set[str], set[int], set[int]]:
@@ -128,6 +139,8 @@ def _snapshot_items(runs_dir: Path, needed_keys: set[str]) -> list[Item]:
 def _run_dir_items(runs_dir: Path, finished: set[int], needed: set[int]) -> list[Item]:
     out = []
     for entry in sorted(runs_dir.iterdir(), key=lambda p: p.name):
+        if entry.is_symlink():
+            continue  # not a run dir opsdctl made: never followed
         if _STALE.match(entry.name) and entry.is_dir():
             out.append(Item("stale-run-dir", entry, "left by an older store; the worker moved it aside"))
             continue
