@@ -230,6 +230,7 @@ def worker(
     """
     import datetime as dt
 
+    from opsdctl.errors import one_line
     from opsdctl.run.worker import Worker
 
     cfg = _config()
@@ -245,8 +246,8 @@ def worker(
     store = _store(cfg)
     con = _console()
 
-    def report(msg: str) -> None:
-        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(msg)}")
+    def report(msg: str) -> None:  # one line each, whatever a stage printed or a name holds
+        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(one_line(msg))}")
 
     w = Worker(cfg, store, drain=drain, report=report)
     ran = w.run()

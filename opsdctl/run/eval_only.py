@@ -27,6 +27,7 @@ from sqlalchemy import or_, select
 from opsdctl.config import Config
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
+from opsdctl.recipes.load import NAME_RULE, control_characters, valid_name
 from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
@@ -123,6 +124,8 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
 
 
 def _checkpoint_dir(target: str) -> str:
+    if control_characters(target):  # it reaches status, the worker log and the eval's command line
+        raise UserError(f"queue --eval-only {target!r}: the path holds a control character; rename the directory")
     path = Path(target).expanduser()
     if not path.is_dir():
         raise UserError(f"queue --eval-only {target}: no such directory; give a checkpoint directory, "
@@ -131,8 +134,8 @@ def _checkpoint_dir(target: str) -> str:
 
 
 def _check_name(name: str) -> None:
-    if not name or "@" in name or "/" in name or name != name.strip():
-        raise UserError(f"--name {name!r}: a variant name is a plain word (no '@', '/' or surrounding spaces)")
+    if not valid_name(name):
+        raise UserError(f"--name {name!r}: a variant name is a plain word: {NAME_RULE}")
 
 
 def _trained_by(s, checkpoint: str) -> Optional[Chain]:

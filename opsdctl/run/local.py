@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from opsdctl.config import Config
+from opsdctl.errors import one_line
 from opsdctl.fsutil import atomic_write_json, atomic_write_text, read_tail
 from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_info
 from opsdctl.recipes import knobs
@@ -690,7 +691,7 @@ class LocalExecutor:
             row.exit_code = rc
             row.finished_at = utcnow()
             row.seconds = round(seconds, 3)
-            row.reason = reason
+            row.reason = one_line(reason) if reason else reason  # it may quote the stage's log
             if checkpoint is not None:
                 row.checkpoint = checkpoint
             if watch is not None:
