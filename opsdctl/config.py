@@ -518,7 +518,7 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         check_template(command, STAGE_PLACEHOLDERS[stage], f"{where}: [stages.{stage}] command")
         checkpoint = sec.get("checkpoint")
         if stage == "train":
-            check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint")
+            check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint", shell=False)
         # only a command that honours OPSD_GO_FD may start early: ours does; a user's script must say so
         prestart = sec.get("prestart")
         prestart = bool(BUILTIN_EVALUATOR.match(command)) if prestart is None else prestart

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from opsdctl.config import Config
-from opsdctl.errors import one_line
+from opsdctl.errors import UserError, one_line
 from opsdctl.fsutil import atomic_write_json, atomic_write_text, read_tail
 from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_info
 from opsdctl.recipes import knobs
@@ -308,7 +308,11 @@ class LocalExecutor:
             self._drop_prestarted("the chain ended before its evaluation")
             return grant  # a StageOutcome that ends the chain
         gpus = tuple(grant.gpus)
-        launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
+        try:
+            launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
+        except UserError as exc:  # a command frozen before quoted placeholders were refused
+            self._drop_prestarted("its eval could not be rendered")
+            return StageOutcome(False, State.FAILED, f"{stage} not started: {exc}")
         held = self._take_prestarted(launch)  # started while training ran, now given this stage
         if held is not None:
             launch = held.launch
@@ -447,7 +451,10 @@ class LocalExecutor:
         environment), holding on a pipe until the go: its interpreter and imports run while
         training does. It gets the go only if, once training has passed its checks, the eval's own
         grant starts it exactly so; otherwise it is dropped."""
-        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), grant)
+        try:
+            launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), grant)
+        except UserError:
+            return  # the eval stage itself fails with the reason when its turn comes
         read_fd, write_fd = os.pipe()
         env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
         try:
