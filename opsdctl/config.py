@@ -581,14 +581,17 @@ def _resolve_db(url: str, base_dir: Path, where: str) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        import re
+        from opsdctl.store.credentials import mask_url
 
-        shown = re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)  # never echo a password
-        if shown == url:  # no "//": user:password@ at the start
-            shown = re.sub(r"^([^:/@]*:)[^@]*@", r"\1***@", shown)
+        shown = mask_url(url)  # never echo a password
         raise UserError(f"{where}: db = {shown!r}: not a database URL; write e.g. sqlite:///runs.db or "
                         "postgresql+psycopg://user@host/db (password from PGPASSWORD)") from None
     if parsed.get_backend_name() != "sqlite":
+        from opsdctl.store.credentials import mask_url, url_password
+
+        if "@" in (url_password(url) or ""):
+            raise UserError(f"{where}: db = {mask_url(url)!r}: the password holds an unencoded '@', which ends it "
+                            "early; write it as %40, or leave it out of the URL and set PGPASSWORD")
         return url
     db = parsed.database
     if not db or db == ":memory:":

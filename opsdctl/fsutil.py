@@ -2,21 +2,47 @@
 
 Every file opsdctl writes for a user (config, recipe.env, recipe.json, exported recipes) is
 written to a temporary file in the same directory and renamed over the target, so a reader
-never sees half a file and a crash never leaves one behind.
+never sees half a file and a crash never leaves one behind. A new file gets the mode the umask
+allows; a file written over keeps its own mode.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 
-def atomic_write_text(path: str | os.PathLike, text: str, mode: int = 0o644) -> Path:
+def umask() -> int:
+    """The process's umask, read without changing it where Linux says it (/proc)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)  # elsewhere: the classic read-by-setting, put back at once
+    os.umask(old)
+    return old
+
+
+def new_file_mode(path: Path, default: int = 0o666) -> int:
+    """The mode a file we (re)write at `path` gets: an existing file's own mode (a 0600 file
+    stays private), else `default` as the umask allows (umask 077 -> 0600)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return default & ~umask()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

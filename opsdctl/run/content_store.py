@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from opsdctl.errors import UserError
+from opsdctl.fsutil import umask
 
 OBJECTS = "objects"
 CHUNK = 1 << 20
@@ -60,7 +61,7 @@ class Linker:
         self.links = True
 
     def place(self, source: Path, digest: str, executable: bool, target: Path) -> None:
-        mode = 0o555 if executable else 0o444
+        mode = (0o555 if executable else 0o444) & ~umask()  # read-only, and no wider than the umask allows
         if self.links:
             obj = self._ensure_object(source, digest, executable, mode)
             try:

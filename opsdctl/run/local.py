@@ -290,6 +290,7 @@ class LocalExecutor:
         env = stages.stage_env(
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
+            store_url=self.store.url,
         )
         if stage == "eval":
             eval_request.apply_env(env, chain)
