@@ -122,6 +122,22 @@ def _str_list(value, where):
     return list(value)
 
 
+def _globs(value, where):
+    import re
+
+    from opsdctl.fsutil import glob_regex
+
+    patterns = _str_list(value, where)
+    for p in patterns:
+        try:
+            if not p.strip("/"):
+                raise re.error("empty")
+            glob_regex(p)
+        except re.error:
+            raise _bad(where, p, "a path glob such as \"*.ckpt\" or \"outputs/**\"") from None
+    return patterns
+
+
 def _devices(value, where):
     if value == "all":
         return "all"
@@ -255,6 +271,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
         "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
         "gpus_per_chain": Key(_int(lo=0, hi=1024), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
+    },
+    "snapshot": {
+        "exclude": Key(_globs, [], "globs kept out of every code snapshot, relative to code_dir, as in .gitignore "
+                       '(e.g. ["*.ckpt", "outputs/"]); the countdown\'s directory is always left out'),
     },
     "budget": {
         "remaining_file": Key(_nonempty_str, None, "file holding the seconds left (re-read each time)"),
@@ -657,6 +677,9 @@ executor = "local"                # or "ray": chains on a Ray cluster, one per f
 # ray_address = "auto"            # with "ray": "auto" (this machine is in the cluster), "ray://head:10001"
 # gpus_per_chain = 4              # with "ray": GPUs per chain, all on one node [default: the devices count]
 
+[snapshot]
+exclude = []                      # globs kept out of every snapshot, as in .gitignore: ["*.ckpt", "outputs/"]
+
 [budget]                          # the time left: pick at most one source
 # remaining_file = ".timer/remaining_secs"   # one integer of seconds, re-read each time
 # deadline = "2025-06-01T18:30:00+02:00"
@@ -678,7 +701,8 @@ try_every_variant = false         # adaptive: first runs of every queued variant
 # train_minutes = 19              # durations before any history [default: the profile's]
 # eval_minutes = 27
 
-# Stage command templates. Placeholders are substituted shell-quoted:
+# Stage command templates. Placeholders are substituted shell-quoted, so write them bare (never
+# inside '...', "...", a here-document or an eval: refused):
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
 # {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
 # for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.

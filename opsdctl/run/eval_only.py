@@ -31,7 +31,7 @@ from opsdctl.recipes.load import NAME_RULE, control_characters, valid_name
 from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
-from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, never_snapshotted
+from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_seq, stage_of, variants_named
 from opsdctl.store.models import Chain, Score, Stage, Variant, utcnow
@@ -57,7 +57,8 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
             _refuse_double_count(s, trainer, setting)
     spec = frozen_stages.spec_of(cfg)  # the eval command it will run, frozen now
     with snapshot_lock(cfg.runs_dir):
-        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code)
+        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code,
+                           patterns=snapshot_globs(cfg))
         with store.write() as s:
             trainer = None if checkpoint == BASE else _trained_by(s, checkpoint)
             variant, notes = _plan_variant(s, checkpoint, trainer, name, create=True)

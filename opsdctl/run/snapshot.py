@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.errors import UserError
+from opsdctl.fsutil import PathMatcher
 from opsdctl.run import content_store
 
 REF_PREFIX = "refs/opsdctl/snapshots/"
@@ -67,24 +68,27 @@ def code_path(runs_dir: Path, key: str, prefix: str = "") -> Path:
     return root / prefix if prefix else root
 
 
-def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: bool = True) -> Snapshot:
-    """Snapshot `code_dir` and materialize it; `exclude` (runs dir, db files) never enters it."""
+def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: bool = True,
+         patterns: Sequence[str] = ()) -> Snapshot:
+    """Snapshot `code_dir` and materialize it; `exclude` (runs dir, db files) and the paths the
+    globs `patterns` match (relative to code_dir, as in .gitignore) never enter it."""
     code_dir = Path(code_dir).resolve()
     if not code_dir.is_dir():
         raise UserError(f"code_dir {code_dir}: not a directory (check code_dir in opsdctl.toml)")
     if not enabled:
         return Snapshot(kind="live", key=str(code_dir), source_dir=str(code_dir), path=str(code_dir))
+    matcher = PathMatcher(patterns)
     top = _git_toplevel(code_dir)
     if top is not None:
-        snap = _take_git(code_dir, top, exclude)
+        snap = _take_git(code_dir, top, exclude, matcher)
         fresh = not code_path(runs_dir, snap.key).is_dir()
         root = materialize_git(top, snap.key, runs_dir)
         if fresh:
             sizes = _tree_sizes(top, snap.key)
             snap = Snapshot(**{**snap.__dict__, "added_bytes": sum(n for n, _ in sizes),
-                               "largest": tuple(sorted(sizes, reverse=True)[:3])})
+                               "largest": tuple((n, shown_name(p)) for n, p in sorted(sizes, reverse=True)[:3])})
     else:
-        snap, root = _take_copy(code_dir, runs_dir, exclude)
+        snap, root = _take_copy(code_dir, runs_dir, exclude, matcher)
     path = root / snap.prefix if snap.prefix else root
     return Snapshot(**{**snap.__dict__, "path": str(path)})
 
@@ -99,9 +103,10 @@ def _git(args: Sequence[str], cwd: Path, env: Optional[dict] = None, check: bool
     full_env.pop("GIT_WORK_TREE", None)
     if env:
         full_env.update(env)
+    # File names are bytes to git: one that is not UTF-8 round-trips as surrogates, never a traceback.
     proc = subprocess.run(
         ["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=not binary, input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
+        stdin=None if stdin is not None else subprocess.DEVNULL, errors=None if binary else "surrogateescape",
     )
     if check and proc.returncode != 0:
         err = proc.stderr if not binary else proc.stderr.decode(errors="replace")
@@ -118,7 +123,12 @@ def _git_toplevel(path: Path) -> Optional[Path]:
     return Path(proc.stdout.strip()).resolve()
 
 
-def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
+def shown_name(name: str) -> str:
+    """A file name for messages and the store: undecodable bytes as \\xNN escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path], matcher: PathMatcher) -> Snapshot:
     head_proc = _git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False)
     head = head_proc.stdout.strip() if head_proc.returncode == 0 else None
     real_index = Path(_git(["rev-parse", "--git-path", "index"], cwd=top).stdout.strip())
@@ -140,13 +150,14 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         if own:  # our files may be tracked (committed by mistake): never in a snapshot
             _git(["rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *(f":(top,literal){rel}" for rel in own)],
                  cwd=top, env=env)
+        left_out = _drop_matching(top, code_dir, env, matcher)
         tree = _git(["write-tree"], cwd=top, env=env).stdout.strip()
     dirty = True
     diffstat = "(no commits yet: the whole tree is new)"
     if head:
         head_tree = _git(["rev-parse", f"{head}^{{tree}}"], cwd=top).stdout.strip()
         # Our own files, committed or not, are never in the snapshot: their absence is not a change.
-        beside_own = ["--", ".", *(f":(exclude,top,literal){rel}" for rel in own)]
+        beside_own = ["--", ".", *(f":(exclude,top,literal){rel}" for rel in [*own, *left_out])]
         diffstat = _git(["diff", "--stat", head_tree, tree, *beside_own], cwd=top).stdout.strip()
         dirty = bool(diffstat)
     commit = _keep_alive(top, tree, head)
@@ -161,6 +172,21 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         diffstat=diffstat[:DIFFSTAT_MAX_CHARS],
         prefix="" if prefix == "." else prefix,
     )
+
+
+def _drop_matching(top: Path, code_dir: Path, env: dict, matcher: PathMatcher) -> list[str]:
+    """Remove from the temporary index the files under code_dir that `matcher` excludes; their
+    paths relative to the repository."""
+    if not matcher:
+        return []
+    prefix = code_dir.relative_to(top).as_posix()
+    prefix = "" if prefix == "." else prefix + "/"
+    listed = _git(["ls-files", "-z", "--cached", "--", "."], cwd=top, env=env).stdout.split("\0")
+    drop = [p for p in listed if p and p.startswith(prefix) and matcher(p[len(prefix):])]
+    if drop:
+        _git(["rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
+             cwd=top, env={**env, "GIT_LITERAL_PATHSPECS": "1"}, stdin="\0".join(drop) + "\0")
+    return drop
 
 
 def _own_paths(top: Path, exclude: Sequence[Path]) -> list[str]:
@@ -267,32 +293,40 @@ def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, pr
 # --- outside git: content-addressed copy --------------------------------------------------
 
 
-def _walk(code_dir: Path, exclude: Sequence[Path]):
-    excluded = {Path(p).resolve() for p in exclude}
+def _walk(code_dir: Path, exclude: Sequence[Path], matcher: PathMatcher):
+    """Every file and symlink to keep. A symlink (to a directory, or one that loops) is kept as a
+    link, never followed: os.walk lists a linked directory among the directories."""
+    excluded = {os.path.realpath(p) for p in exclude}
+
+    def kept(p: Path) -> bool:
+        rel = p.relative_to(code_dir).as_posix()
+        return os.path.realpath(p) not in excluded and not matcher(rel)
+
     for root, dirs, files in os.walk(code_dir):
         rootp = Path(root)
+        links = sorted(d for d in dirs if (rootp / d).is_symlink())
         dirs[:] = sorted(
             d for d in dirs
-            if d not in SKIP_DIRS and not d.endswith(".egg-info") and (rootp / d).resolve() not in excluded
+            if d not in links and d not in SKIP_DIRS and not d.endswith(".egg-info") and kept(rootp / d)
         )
-        for name in sorted(files):
+        for name in sorted([*files, *links]):
             p = rootp / name
-            if p.resolve() in excluded or name.endswith(".pyc"):
+            if name.endswith(".pyc") or not kept(p):
                 continue
             yield p
 
 
-def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple[Snapshot, Path]:
+def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path], matcher: PathMatcher) -> tuple[Snapshot, Path]:
     exclude = [*exclude, runs_dir]
     code_root = Path(runs_dir) / "code"
     digest = hashlib.sha256()
     files = []  # (path, rel, sha256 or None for a symlink, executable)
     total = 0
-    for p in _walk(code_dir, exclude):
+    for p in _walk(code_dir, exclude, matcher):
         rel = p.relative_to(code_dir).as_posix()
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode):
-            digest.update(f"L {rel} {os.readlink(p)}\n".encode())
+            digest.update(f"L {rel} {os.readlink(p)}\n".encode("utf-8", "surrogateescape"))
             files.append((p, rel, None, False, 0))
         elif stat.S_ISREG(st.st_mode):
             total += st.st_size
@@ -302,7 +336,7 @@ def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple
                     "make it a git repository, point code_dir at the code only, or set snapshot_code = false"
                 )
             h = content_store.file_sha256(p)
-            digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode())
+            digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode("utf-8", "surrogateescape"))
             files.append((p, rel, h, bool(st.st_mode & 0o111), st.st_size))
     key = digest.hexdigest()
     root = code_path(runs_dir, key)
@@ -323,7 +357,7 @@ def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple
                     linker.place(p, h, x, target)
 
         _install(root, fill)
-    largest = tuple(sorted(((size, rel) for size, rel in added.values()), reverse=True)[:3])
+    largest = tuple(sorted(((size, shown_name(rel)) for size, rel in added.values()), reverse=True)[:3])
     snap = Snapshot(kind="copy", key=key, source_dir=str(code_dir), dirty=False,
                     added_bytes=sum(size for size, _ in added.values()), largest=largest)
     return snap, root

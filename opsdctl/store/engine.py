@@ -23,7 +23,7 @@ from typing import Iterator, Optional
 
 from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlmodel import Session, SQLModel
 
 from opsdctl.errors import UserError
@@ -187,6 +187,9 @@ def _make_engine(url: str):
             connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
         try:
             return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        except NoSuchModuleError:
+            raise UserError(f"db = {mask_url(url)}: SQLAlchemy knows no driver {parsed.drivername!r}; write e.g. "
+                            "postgresql+psycopg://user@host/db (pip install 'opsdctl[postgres]')") from None
         except ImportError as exc:
             safe = mask_url(url)
             extra = " (pip install 'opsdctl[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
