@@ -161,7 +161,7 @@ def _copy_diff(sa, sb, out: dict) -> dict:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+    return {snap.shown_name(p.relative_to(root).as_posix()): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 

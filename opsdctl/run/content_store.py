@@ -125,6 +125,18 @@ def orphan_objects(code_root: Path, also_unlinked: dict[tuple[int, int], int] | 
     return out
 
 
+def drop_objects(code_root: Path, inodes: set[tuple[int, int]]) -> None:
+    """Remove the objects that are these files (a content changed in place is no longer its hash)."""
+    root = objects_dir(code_root)
+    if not inodes or not root.is_dir():
+        return
+    for sub in root.iterdir():
+        for obj in sub.iterdir() if sub.is_dir() else ():
+            st = obj.lstat()
+            if (st.st_dev, st.st_ino) in inodes:
+                obj.unlink()
+
+
 def remove_tree(path: Path) -> None:
     """rmtree that also removes the read-only entries of a snapshot."""
     def onerror(func, p, _exc):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.config import Config
-from opsdctl.run import content_store
+from opsdctl.run import content_store, snapshot_check
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, find_variant
 from opsdctl.store.models import Chain, CodeSnapshot
@@ -130,6 +130,10 @@ def _snapshot_items(runs_dir: Path, needed_keys: set[str]) -> list[Item]:
         if entry.name.startswith(".tmp-"):
             if now - entry.lstat().st_mtime > TMP_AGE_S:
                 out.append(Item("temporary", entry, "left by a snapshot that did not finish"))
+            continue
+        if entry.name.endswith(snapshot_check.SUFFIX):
+            if entry.name[:-len(snapshot_check.SUFFIX)] not in needed_keys:
+                out.append(Item("snapshot", entry, "the record of a snapshot no queued or running chain runs"))
             continue
         if entry.is_dir() and entry.name not in needed_keys:
             out.append(Item("snapshot", entry, "no queued or running chain runs this code"))

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.errors import UserError
-from opsdctl.fsutil import PathMatcher
-from opsdctl.run import content_store
+from opsdctl.fsutil import PathMatcher, umask
+from opsdctl.run import content_store, snapshot_check
 
 REF_PREFIX = "refs/opsdctl/snapshots/"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
@@ -258,21 +258,68 @@ def _extract_tar(data: bytes, dest: Path) -> None:
 
 
 def _install(final: Path, fill) -> Path:
-    """Fill a private temporary directory, then rename it to `final` (first one wins)."""
+    """Fill a private temporary directory, seal it read-only, then rename it to `final` (first
+    one wins) and record its entries (snapshot_check.py)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         fill(tmp)
+        snapshot_check.seal(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
             if not final.is_dir():
                 raise
+        else:
+            snapshot_check.record(final)
+            os.chmod(final, 0o555 & ~umask())
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            content_store.remove_tree(tmp)
     return final
+
+
+def _aside(root: Path) -> Path:
+    """Move a damaged snapshot out of the way (gc removes what remains of it)."""
+    aside = root.parent / f".tmp-damaged-{root.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.chmod(root, 0o700)
+    os.rename(root, aside)
+    snapshot_check.manifest_path(root).unlink(missing_ok=True)
+    return aside
+
+
+def repair(kind: str, key: str, source_dir: str, runs_dir: Path, view: Optional[Path]) -> list[str]:
+    """Before a stage: the shared snapshot and the chain's view as queued (snapshot_check.py)."""
+    root = code_path(runs_dir, key)
+
+    def rebuild() -> Path:
+        top = _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
+        if top is None:
+            raise UserError(f"code snapshot {key[:12]} was changed after it was queued and {source_dir} is no "
+                            "longer a git repository to rebuild it from: queue the chain again")
+        content_store.remove_tree(_aside(root))
+        return materialize_git(top, key, runs_dir)
+
+    def drop(bad: list[str]) -> None:
+        inodes = set()
+        for rel in bad:
+            try:
+                st = (root / rel).lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                inodes.add((st.st_dev, st.st_ino))
+        content_store.remove_tree(_aside(root))
+        content_store.drop_objects(runs_dir / "code", inodes)  # the next snapshot must not link them
+
+    from opsdctl.run.snapshot_lock import snapshot_lock
+
+    with snapshot_lock(runs_dir):  # shared: gc waits; the usual case ends here
+        if not snapshot_check.damaged(root, snapshot_check.load(root)):
+            return snapshot_check.ensure_intact(root, view, None, drop)  # at most the chain's own view to mend
+    with snapshot_lock(runs_dir, exclusive=True):  # a repair of shared code: one at a time
+        return snapshot_check.ensure_intact(root, view, rebuild if kind == "git" else None, drop)
 
 
 def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, prefix: str = "") -> Path:
