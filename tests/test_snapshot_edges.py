@@ -85,7 +85,7 @@ def test_countdown_siblings_and_exclude_globs_stay_out_of_snapshots(ws, use_git)
     snap = ws.runs / "code" / _key(ws, 1)
     assert (snap / "method.py").is_file()
     assert not (snap / ".timer").exists() and not (snap / "outputs").exists() and not (snap / "big.ckpt").exists()
-    (ws.root / "method.py").write_text("CLIP = 'token'\n")
+    (ws.root / "method.py").write_text("CLIP = 'token, keeping its direction'\n")
     ws.cli("queue", "baseline")
     assert _key(ws, 3) != _key(ws, 1)  # a real code change still counts
 
