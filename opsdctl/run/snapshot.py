@@ -143,7 +143,9 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path], matcher: PathM
         index = Path(tmp) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
         if real_index.is_file():
-            shutil.copyfile(real_index, index)  # keeps git's stat cache: `add -A` only hashes changes
+            # copy2 keeps the index mtime too: git then re-reads the files changed in the second the index
+            # was written (its racy-clean rule), which a fresh mtime would hide behind the stat cache
+            shutil.copy2(real_index, index)  # keeps git's stat cache: `add -A` only hashes changes
         elif head:
             _git(["read-tree", head], cwd=top, env=env)
         _git(["add", "-A", "--", ".", *excludes], cwd=top, env=env)
