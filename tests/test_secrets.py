@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 
+import pytest
 from conftest import clean_env, default_config, opsdctl_argv
 
 from opsdctl.store.credentials import mask_url, redact, scrub_env
@@ -84,3 +85,32 @@ def test_files_honour_the_umask_and_keep_an_existing_mode(ws, tmp_path):
     assert _mode(private) == 0o600 and private.read_text()  # written over, still private
     assert _run(ws.root, "export-recipe", "baseline", "-o", tmp_path / "open.env", umask=0o022).returncode == 0
     assert _mode(tmp_path / "open.env") == 0o644
+
+
+@pytest.mark.postgres
+def test_no_stage_sees_a_postgres_stores_password(ws):
+    url = os.environ.get("OPSDCTL_TEST_PG_URL")
+    if not url:
+        pytest.skip('OPSDCTL_TEST_PG_URL is not set (eval "$(.ci/postgres.sh)" starts a local server and sets it)')
+    import uuid
+
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    name = f"opsdctl_t_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        db = make_url(url).set(database=name).render_as_string(hide_password=False)
+        password = make_url(url).password
+        train = f"{sys.executable} -c {json.dumps(DUMP)} {{stage_dir}} && mkdir {{stage_dir}}/checkpoint-final"
+        ws.write_config(default_config(train=train).replace('db = "sqlite:///runs.db"', f"db = {json.dumps(db)}"))
+        ws.cli("queue", "baseline")
+        ws.run("worker", "--drain", env={"PGPASSWORD": password, "MY_DB": db})
+        env = json.loads((ws.runs / "1" / "train" / "env.json").read_text())
+        assert password not in json.dumps(env) and "MY_DB" not in env and "PGPASSWORD" not in env
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
