@@ -203,7 +203,7 @@ def test_stage_commands_are_frozen_per_chain(ws):
 
 
 def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
-    """README "Driving your own scripts": its config loads, and its stage settings are exactly
+    """docs/configuration.md "Driving your own scripts": its config loads, and its stage settings are exactly
     the ones the tests above drive the stand-in scripts with."""
     import re
 
@@ -217,8 +217,8 @@ def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
     from opsdctl.config import config_from_dict
     from opsdctl.run.frozen_stages import spec_of
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Driving your own scripts"):]
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    section = doc[doc.index("## Driving your own scripts"):]
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     shown = spec_of(config_from_dict(tomllib.loads(block), tmp_path))
     tested = spec_of(config_from_dict(tomllib.loads(config()), tmp_path))

@@ -439,7 +439,7 @@ class LocalExecutor:
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
         return StageOutcome(state == State.SUCCEEDED, None)
 
-    # --- an eval started ahead of its turn (README: Architecture, "prestart") ---------------
+    # --- an eval started ahead of its turn (DEVELOPERS.md, "prestart") ---------------
 
     def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, grant: Grant) -> None:
         """Start the eval now, as if granted what the train stage was (its GPUs and their
