@@ -1,4 +1,4 @@
-"""Issue 14, item 2: the variant's recipe reaches a user's script that reads
+"""The variant's recipe reaches a user's script that reads
 submission/recipe.env; the run proves it used it (effective-config check); stage commands are
 frozen per chain. Real subprocesses, a real git workspace ignoring opsdctl's files, and the
 stand-in train_capped.sh / dev_eval.sh of tests/stages/."""

@@ -1,4 +1,4 @@
-"""Bad environments and worker failures (issue 14, item 4): a second signal kills now; a worker
+"""Bad environments and worker failures: a second signal kills now; a worker
 error re-queues its chain; a disk that fills or a read-only runs_dir stops the worker with one
 line, its chain re-queued, the other queued chains untouched.
 

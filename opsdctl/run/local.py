@@ -4,7 +4,7 @@
 its run dir, then for each stage ask the gate for GPUs, render the command, start it in its own
 process group, watch it (exit, progress, cancel from another process, a stop signal to the
 worker, a timeout, a policy stop), clean up its leftover processes, ingest its result, and move
-the chain to its end state with one guarded transition. Another executor (Ray, issue 8) runs
+the chain to its end state with one guarded transition. Another executor (Ray) runs
 the same stages elsewhere by implementing `run_chain` and `stop`.
 """
 
