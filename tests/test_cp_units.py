@@ -190,7 +190,7 @@ def test_log_progress_adapters():
     p = results.progress_from_record(recs[-1])
     assert p.text() == "48/84 prompts" and p.fraction() == pytest.approx(48 / 84)
     assert results.progress_from_record({"step": 37, "max_steps": 100}).text() == "step 37/100"
-    assert results.progress_from_log_text("eval", "nothing here") is None
+    assert results.LogProgress("eval").feed("nothing here\n") == []
 
 
 def test_partial_from_progress():

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import REPO, clean_env, default_config, opsdctl_argv, pid_alive, stage_pids, stop_process, wait_for
-from opsdctl.plan.gate import DefaultGate
+from gates import DefaultGate
 
 
 # --- a second signal ------------------------------------------------------------------------
