@@ -119,8 +119,9 @@ def test_log_parsers_are_linear_on_long_lines():
 
 KILL_AT_RELEASE = textwrap.dedent("""\
     import os, signal, sys
+    sys.path.insert(0, sys.argv[1])  # the tests' gates.py
+    from gates import DefaultGate
     from opsdctl.config import load_config
-    from opsdctl.plan.gate import DefaultGate
     from opsdctl.run.worker import Worker
     from opsdctl.store.engine import open_store
 
@@ -143,7 +144,7 @@ def test_a_worker_killed_while_reading_a_finished_train_resumes_at_eval(ws):
     ws.write_config(default_config(train=f"{sys.executable} {HUGE_TRAIN} {{stage_dir}} 1"))
     ws.cli("queue", "baseline")
     (ws.root / "kill.py").write_text(KILL_AT_RELEASE)
-    first = subprocess.run([sys.executable, "kill.py"], cwd=ws.root, env=clean_env(), capture_output=True, text=True,
+    first = subprocess.run([sys.executable, "kill.py", str(STAGES.parent)], cwd=ws.root, env=clean_env(), capture_output=True, text=True,
                            timeout=120)
     assert first.returncode == -signal.SIGKILL, first.stdout + first.stderr
     assert ws.state(1) == "running"

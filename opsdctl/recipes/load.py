@@ -20,6 +20,18 @@ from opsdctl.recipes import knobs
 
 TOP_KEYS = ("name", "extends", "description", "hparams", "method")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would pass "name\n"
+NAME_RULE = "use letters, digits, '.', '_' or '-' (no spaces, '@', '/', quotes or control characters), at most 64"
+
+
+def valid_name(name: str) -> bool:
+    """A variant name: it reaches file names, status, the worker log and stage command lines,
+    so it holds no shell metacharacter and no terminal escape."""
+    return bool(NAME_RE.match(name))
+
+
+def control_characters(text: str, allowed: str = "") -> bool:
+    """Whether `text` holds a control character (a terminal escape, a carriage return...)."""
+    return any(not c.isprintable() and c not in allowed for c in text)
 
 
 @dataclass(frozen=True)
@@ -104,10 +116,10 @@ def _check_file(doc: dict, path: Path, extra: Sequence[str]) -> dict:
     for key in ("name", "extends", "description"):
         if key in doc and not isinstance(doc[key], str):
             raise UserError(f"{where}: {key} = {doc[key]!r}: must be a quoted string")
-    if "name" in doc and not NAME_RE.match(doc["name"]):
-        raise UserError(
-            f"{where}: name = {doc['name']!r}: use letters, digits, '.', '_' or '-' (no spaces or '@'), at most 64"
-        )
+    if "name" in doc and not valid_name(doc["name"]):
+        raise UserError(f"{where}: name = {doc['name']!r}: {NAME_RULE}")
+    if control_characters(doc.get("description", ""), allowed="\n\t"):
+        raise UserError(f"{where}: description holds a control character (a terminal escape?); remove it")
     for key in ("hparams", "method"):
         if key in doc and not isinstance(doc[key], dict):
             raise UserError(f"{where}: {key}: must be a table ([{key}])")
@@ -154,7 +166,7 @@ def load_recipe(ref: str, recipes_dir: Path, extra_method_knobs: Sequence[str] =
     knobs.check_invariants(hparams, str(path), method)
 
     name = docs[0].get("name") or path.stem
-    if not NAME_RE.match(name):
+    if not valid_name(name):
         raise UserError(f"{path}: the file name {path.stem!r} is not a valid recipe name; set name = \"...\"")
     description = docs[0].get("description", "")  # a parent's rationale is not this recipe's
     return Recipe(
@@ -174,6 +186,8 @@ def load_recipe_env(file: str, name: Optional[str] = None) -> Recipe:
     """A recipe.env (the users' native `KEY=VALUE` format, what the official re-training reads) as
     a recipe: its keys over the baseline's defaults, checked by the same whitelist as a TOML
     recipe's [hparams]; method knobs keep their defaults. Named `name`, else after the file."""
+    if control_characters(file):
+        raise UserError(f"--env {file!r}: the path holds a control character (a terminal escape?); rename the file")
     path = Path(file).expanduser()
     if not path.is_file():
         raise UserError(f"--env {file}: no such file; give a recipe.env of KEY=VALUE lines")
@@ -190,7 +204,6 @@ def load_recipe_env(file: str, name: Optional[str] = None) -> Recipe:
     knobs.check_invariants(hparams, str(path), method)
     name = path.stem if name is None else name
     if not NAME_RE.match(name):
-        raise UserError(f"--env {file}: recipe name {name!r}: use letters, digits, '.', '_' or '-' (no spaces or "
-                        f"'@'), at most 64; give one with --name NAME")
+        raise UserError(f"--env {file}: recipe name {name!r}: {NAME_RULE}; give one with --name NAME")
     return Recipe(name=name, description=f"from {path.name}", hparams={k: hparams[k] for k in knobs.HPARAMS},
                   method=method, path=path, lineage=(path,))
