@@ -70,3 +70,22 @@ def test_escaped_stage_children_are_reached(ws, how):
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=60)
         _cleanup(pids)
+
+
+def test_lineage_takes_orphans_of_other_sessions_never_a_plain_child():
+    """A child in another session that is no stage leader is an adopted orphan; a plain child the
+    host program starts meanwhile (same session) is not the stage's and is never listed."""
+    import subprocess
+
+    from opsdctl.run import subreaper
+
+    sleep = shutil.which("sleep")
+    plain = subprocess.Popen([sleep, "30"])
+    orphan_like = subprocess.Popen([sleep, "30"], start_new_session=True)
+    try:
+        listed = {p.pid for p in subreaper.lineage(leader=os.getpid() + 10**7, known=set())}
+        assert orphan_like.pid in listed and plain.pid not in listed
+    finally:
+        for p in (plain, orphan_like):
+            p.kill()
+            p.wait()

@@ -6,9 +6,10 @@ cancel and the worker's SIGTERM. Two facts still tie it to the stage:
 - while its parent lives, it is a descendant of the stage's leader;
 - once its parent exits, Linux gives it to the nearest ancestor that declared itself a child
   subreaper (prctl PR_SET_CHILD_SUBREAPER) instead of init: the worker declares itself one, so an
-  orphan of a stage becomes the worker's own child. The worker starts no other children while a
-  stage runs (git runs before, NVML is in-process), so a child of the worker that is neither a
-  stage leader nor one it had before the stage started is a stage's orphan.
+  orphan of a stage becomes the worker's own child. A child of the worker that is neither a
+  stage leader nor one it had before the stage started, and that runs in another session than
+  the worker's (every stage starts its own; a plain subprocess the worker or its host program
+  starts meanwhile stays in the worker's), is a stage's orphan.
 `lineage()` lists both; the executor hands it to procs.stop_stage. What remains out of reach
 (docs/reliability.md): descendants of a worker that was SIGKILLed (they go to init), processes
 started through another service (systemd-run, at, ssh, a container runtime), and other users'.
@@ -59,8 +60,9 @@ def lineage(leader: int, known: Iterable[int]) -> list[psutil.Process]:
         mine = psutil.Process().children()
     except psutil.Error:
         mine = []
+    own_session = os.getsid(0)
     for child in mine:
-        if child.pid in skip:
+        if child.pid in skip or _session(child.pid) in (own_session, None):
             continue
         if _reaped(child.pid):
             continue
@@ -71,6 +73,13 @@ def lineage(leader: int, known: Iterable[int]) -> list[psutil.Process]:
         except psutil.Error:
             pass
     return list(out.values())
+
+
+def _session(pid: int):
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
 
 
 def _reaped(pid: int) -> bool:
