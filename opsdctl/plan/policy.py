@@ -188,7 +188,7 @@ def plan(
         pick = _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
                          baseline_known=baseline in set(known_variants))
     if pick is not None:
-        variant, why, full = pick
+        variant, why, full, _gain = pick
         first = next((t for t in slots if t[1].variant == variant), None)
         if first is not None:
             slots.remove(first)
@@ -199,10 +199,11 @@ def plan(
     out = Plan([s.chain_id for s in ordered], skips, slots=ordered)
     if pick is not None:
         out.full_eval = [pick[0]] if pick[2] else []
-        if not any(s.tier == "v" for s in ordered):
+        if not any(s.tier == "v" for s in ordered) and pick[3] >= EXTRA_MIN_GAIN:
             out.extra, out.extra_why, out.extra_first = pick[0], pick[1], True
-        return out
-    if auto_repeat and not any(s.tier in ("0", "1", "2a", "2b", "2c") for s in ordered):
+            return out
+    if auto_repeat and not any(s.tier in ("v", "0", "1", "2a", "2b", "2c") for s in ordered):
+        # compare's own `Next:` rule: a repeat whose runs_needed fit (never a zero-value chain)
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
                                                set(known_variants), noise_known)
     return out
@@ -272,6 +273,7 @@ def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise
 PRIOR_EFFECT_SD = 2.0  # points: a queued idea's true effect ~ N(0, 2^2) before its first run
 VOI_MAX_CHAINS = 12  # plan at most this many chains ahead
 VOI_MIN_GAIN = 1e-3
+EXTRA_MIN_GAIN = 0.01  # a chain the worker queues itself must add at least this many expected verdicts
 FUTILITY_SAVES = 0.35  # of a chain: a stop at k = 4 of 12 saves 2/3 of the eval's sampling (~58% of a chain)  # below this expected gain, fall back to the tier order
 
 
@@ -411,8 +413,8 @@ def _best_with_baseline(voi: _Voi, arms, chains: int, base_cap: int, ref_n, offs
 
 
 def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
-              baseline_known: bool = False) -> Optional[tuple[str, str, bool]]:
-    """(variant, why, full) of the next chain by value of information, or None (fall back to the
+              baseline_known: bool = False) -> Optional[tuple[str, str, bool, float]]:
+    """(variant, why, full, gain) of the next chain by value of information, or None (fall back to the
     tiers): the allocation of the chains that fit with the most verdicts expected to settle by the
     end; from it, a new idea's first run if it tries any (queue order), else the repeat whose runs
     raise its chance to settle the most. full: a repeat run to settle `worse` (delta < 0), whose
@@ -461,7 +463,7 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
         if best - now < VOI_MIN_GAIN:
             return None
         return baseline, (f"{chains} chain(s) fit; best plan {plan_txt}: {best:.2f} verdicts expected to settle "
-                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True
+                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True, best - now
     voi = _with_baseline_runs(voi, 0, None, 0.0, False)
     k = sum(1 for a, r in zip(arms, alloc) if a.n == 0 and r > 0)
     m, nu = voi.m + k, voi.nu + chains - k
@@ -475,7 +477,7 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
     if new:
         if best - now < VOI_MIN_GAIN:
             return None
-        return new[0][0].name, f"{head}; first run of a new idea", not stop_pays
+        return new[0][0].name, f"{head}; first run of a new idea", not stop_pays, best - now
     gain = [(voi.p_settle(a, r, m, nu) - voi.p_settle(a, 0, m, nu), a) for a, r in zip(arms, alloc) if r]
     g, a = max(gain, key=lambda t: t[0]) if gain else (0.0, None)
     if g < VOI_MIN_GAIN:
@@ -485,5 +487,6 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
         if not open_:
             return None
         a = max(open_, key=lambda x: x.delta)
-        return a.name, f"{head}; no new idea (m would rise for every verdict): a repeat of {a.name}", a.delta < 0 or not stop_pays
-    return a.name, f"{head}; a repeat of {a.name} raises its chance to settle by {g:.2f}", a.delta < 0 or not stop_pays
+        return (a.name, f"{head}; no new idea (m would rise for every verdict): a repeat of {a.name}",
+                a.delta < 0 or not stop_pays, g)
+    return a.name, f"{head}; a repeat of {a.name} raises its chance to settle by {g:.2f}", a.delta < 0 or not stop_pays, g
