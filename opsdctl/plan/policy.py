@@ -7,10 +7,13 @@ What the adaptive policy may do on its own (and nothing else):
 1. re-order the queued chains;
 2. skip queued chains, each with a reason, in exactly two cases: the variant's verdict is
    already `worse`, or one of its evaluations was stopped as futile;
-3. with --auto-repeat only: queue ONE extra chain at a time (a fresh seed of an existing
+3. with --auto-repeat only: propose ONE extra chain at a time (a fresh seed of an existing
    variant, same code snapshot) when no queued chain can settle anything, for the candidate
-   (or the baseline) that the rules below rank first and whose runs fit in the time left;
-   at most [planner] auto_repeat_max (6) such chains per worker run.
+   (or the baseline) that the rules below rank first and whose runs fit in the time left,
+   never one worth nothing (a value-of-information pick below EXTRA_MIN_GAIN expected verdicts
+   falls back to compare's own `Next:` rule: runs_needed that fit). The gate queues it only
+   once the user's queued chains have run (before them with [planner] auto_repeat_first), up to
+   [planner] auto_repeat_max when the user sets one.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 
@@ -47,7 +50,7 @@ the allocation tries, so trying one more idea is weighed against the bar it rais
 queued baseline chains (plus --auto-repeat's) may go to the baseline, whose runs shrink var_b for
 every candidate at once, and a plan that wants them runs a baseline chain first):
 a new idea's first run if the allocation tries any, else the repeat that most raises its chance to
-settle (with --auto-repeat queued and run first: Plan.extra_first). The tiers order the rest, and
+settle (with --auto-repeat, Plan.extra_first: the extra chain is that pick). The tiers order the rest, and
 decide alone when there is no budget, no noise estimate, or baseline runs. So a queued idea may
 never get its first run when the chains are worth more on the leaders; [planner] try_every_variant
 (worker --try-every-variant) turns value of information off for users who want every idea tried. Plan.full_eval names the
