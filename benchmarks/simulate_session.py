@@ -4,8 +4,9 @@
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
                                           [--also E1,E2,... ...] [--out DIR]
 
-The same as `opsdctl simulate`: every planner policy runs through the worker's own gate
-(opsdctl.plan.planner.PlannerGate); see opsdctl/plan/simulate.py for the model. `--also` adds scenarios
+The same as `opsdctl simulate`: every planner policy runs the worker's own loop and gate
+(opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate) with a fake clock and a fake
+executor; see opsdctl/plan/simulate.py for the model and docs/planner.md for the figures. `--also` adds scenarios
 (other mixes of true effects). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
 """

@@ -692,8 +692,9 @@ def simulate(
 ) -> None:
     """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    Drives the worker's own gate (opsdctl.plan.planner.PlannerGate: admission, adaptive policy,
-    futility) over simulated stage durations and scores; needs no config or store.
+    Runs the worker's own loop and gate (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate:
+    order, auto-repeat, admission, futility) with a fake clock and a fake executor over simulated
+    stage durations and scores; needs no config or store.
     """
     from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
 
