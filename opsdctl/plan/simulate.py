@@ -554,7 +554,7 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
         "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
-        # absolute terms (issue 16): a ratio to settled verdicts hides a rise when more settle
+        # absolute terms: a ratio to settled verdicts hides a rise when more settle
         "wrong_per_session": round(wrong / len(results), 4) if results else None,
         "false_better_per_session": round(sum(r.false_better for r in results) / len(results), 4) if results else None,
         "null_candidates_tried": sum(r.null_tried for r in results),
