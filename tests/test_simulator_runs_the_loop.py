@@ -125,5 +125,6 @@ def test_no_zero_value_chain_is_queued():
     the worker idles with the time left, rather than spend it on a chain worth nothing."""
     gate, queued, _, _ = _gate(scores=(54.3, 54.1, 54.2, 54.25))
     assert gate.order([]) == [] and queued == [] and gate.plan.extra is None
+    assert "no repeat has value in the time left" in gate.idle_reason()  # the worker log and status say why
     gate, queued, _, _ = _gate()  # the leader: a repeat has value
     assert gate.order([]) and queued == ["a"] and "0.00 verdicts" not in gate.plan.extra_why

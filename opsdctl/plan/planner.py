@@ -177,6 +177,8 @@ class PlannerGate:
                     self.idle_note = f"auto-repeat cap {s.auto_repeat_max} reached{left}: raise [planner] auto_repeat_max"
             elif p.extra is not None:
                 self.auto_next = (p.extra, p.extra_why)
+            elif s.policy != policy.FIFO and (usable is None or usable >= chain_s):
+                self.idle_note = "auto-repeat: no repeat has value in the time left (compare's Next: has nothing that fits)"
         elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
             self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
         if dry_run:
