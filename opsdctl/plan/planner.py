@@ -162,10 +162,12 @@ class PlannerGate:
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
+        by_id = {c.chain_id: c for c in queued}
         users_wait = any(not c.auto for c in queued) and not s.auto_repeat_first
         p = plan(s.auto_repeat and not capped and not users_wait)
+        if users_wait and s.auto_repeat and not capped and all(by_id[i].auto for i in p.order):
+            p = plan(True)  # the user's chains are all skipped (worse, futile): they wait for nothing
         self.plan = p
-        by_id = {c.chain_id: c for c in queued}
         runnable = [by_id[i] for i in p.order]
         users = [c for c in runnable if not c.auto]
         ordered = [by_id[i] for i in p.skips] + users + [c for c in runnable if c.auto]
