@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-MAX_FILE_BYTES = 64 << 20  # a result.json of 10,000 problems is ~1 MiB
+MAX_FILE_BYTES = 16 << 20  # a result.json of 10,000 problems is ~1 MiB; parsed, 16 MiB is ~150 MiB of objects
 MAX_DEPTH = 32  # result.json is 4 deep; progress and metrics records 2-3
 
 
