@@ -1,4 +1,4 @@
-"""The worker's NVML sampler of a stage's GPU use (opsdctl/run/gpu_sampler.py) on a real GPU.
+"""The worker's NVML sampler of a stage's GPU use (opsdctl/daemon/gpu_sampler.py) on a real GPU.
 
     python benchmarks/gpu_stage_usage.py [--gpu 0] [--out PATH]
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from opsdctl.plan.gpus import NvmlProbe  # noqa: E402
-from opsdctl.run.gpu_sampler import GpuSampler  # noqa: E402
+from opsdctl.daemon.gpu_sampler import GpuSampler  # noqa: E402
 
 STAGE_GIB = 10
 FOREIGN_GIB = 20

@@ -1,7 +1,7 @@
 """Stage command templates: the placeholders each stage knows, and their grammar.
 
 Config checks a template when it loads (unknown placeholders, stray braces); the worker renders
-it when a stage starts (opsdctl.run.stages). Each placeholder is substituted shell-quoted; `{{`
+it when a stage starts (opsdctl.daemon.stages). Each placeholder is substituted shell-quoted; `{{`
 and `}}` are literal braces, and a `$` before `{` (shell `${VAR}`) is left to the shell. A
 placeholder inside the template's own quotes, a here-document or an `eval` is refused
 (check_quoting): there the shell would read opsdctl's quoting away and a value could run as code.

@@ -14,7 +14,7 @@ from conftest import default_config, stop_process, wait_for
 
 from opsdctl.plan.budget import BudgetView
 from opsdctl.recipes import knobs
-from opsdctl.run.auto_export import due, pick_leader
+from opsdctl.daemon.auto_export import due, pick_leader
 
 
 def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False):

@@ -12,8 +12,8 @@ from gates import DefaultGate
 
 from opsdctl.config import load_config
 from opsdctl.plan.gate import Grant, Skip, Start, Stop, Wait
-from opsdctl.run.enqueue import queue_recipes
-from opsdctl.run.worker import Worker
+from opsdctl.client.enqueue import queue_recipes
+from opsdctl.daemon.worker import Worker
 from opsdctl.store.engine import open_store
 from opsdctl.store.states import State
 

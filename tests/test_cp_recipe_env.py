@@ -215,7 +215,7 @@ def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
         import tomli as tomllib
 
     from opsdctl.config import config_from_dict
-    from opsdctl.run.frozen_stages import spec_of
+    from opsdctl.daemon.frozen_stages import spec_of
 
     doc = (REPO / "docs" / "configuration.md").read_text()
     section = doc[doc.index("## Driving your own scripts"):]

@@ -19,7 +19,8 @@ from opsdctl.errors import UserError
 from opsdctl.plan import budget
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import content_hash, load_recipe, recipe_json
-from opsdctl.run import procs, results, stages
+from opsdctl.daemon import procs, stages
+from opsdctl.contract import results
 from opsdctl.store.states import (
     TERMINAL,
     TRANSITIONS,
@@ -385,7 +386,7 @@ def test_a_live_worker_stays_running_when_the_boot_time_moves():
 
     import psutil
 
-    from opsdctl.run.worker_view import worker_view
+    from opsdctl.client.worker_view import worker_view
     from opsdctl.store.models import WorkerRun
 
     me = psutil.Process(os.getpid()).create_time()

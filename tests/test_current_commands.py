@@ -9,7 +9,7 @@ import sys
 
 from conftest import FAKE_EVAL, default_config
 from opsdctl.config import load_config
-from opsdctl.run.worker import Worker
+from opsdctl.daemon.worker import Worker
 from opsdctl.store.engine import open_store
 
 GOOD_EVAL = f"{sys.executable} {FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}}"

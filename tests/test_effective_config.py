@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from opsdctl.recipes import knobs
-from opsdctl.run.effective_config import MISMATCH, NOT_VERIFIED, VERIFIED, check_log, schedule_factor
+from opsdctl.contract.effective_config import MISMATCH, NOT_VERIFIED, VERIFIED, check_log, schedule_factor
 
 
 def recipe(**kw) -> dict:

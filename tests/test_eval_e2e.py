@@ -19,7 +19,7 @@ from fixtures_tiny import tiny_assets  # noqa: F401  (pytest fixture)
 
 from eval import plan
 from eval.grading import grade
-from opsdctl.run.results import FINAL_RE, parse_result_json, partial_from_progress
+from opsdctl.contract.results import FINAL_RE, parse_result_json, partial_from_progress
 
 REPO = Path(__file__).resolve().parent.parent
 N_PROBLEMS = 8

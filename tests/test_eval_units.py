@@ -147,7 +147,7 @@ def test_summary_avg_and_final_line_format():
 
 
 def test_final_line_matches_the_stage_contract_regex():
-    from opsdctl.run.results import FINAL_RE
+    from opsdctl.contract.results import FINAL_RE
 
     probs = [{"id": str(i), "correct": c, "samples": 12} for i, c in enumerate([7] * 10 + [6] * 20)]
     line = records.final_line(12, probs)

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from opsdctl.plan.gpus import FakeProbe
-from opsdctl.run.gpu_sampler import GpuSampler, sampler_for_stage
+from opsdctl.daemon.gpu_sampler import GpuSampler, sampler_for_stage
 
 
 def _gpu_file(path, foreign_pid=None, base_used=0):

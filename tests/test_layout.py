@@ -3,8 +3,11 @@
 Walks every module of opsdctl/ with `ast` (nothing is imported), builds the graph of imports
 between opsdctl modules (top-level and inside functions alike), and checks:
   - no circle among modules;
-  - no import from a lower wing to a higher one: cli -> run -> plan -> stats -> config -> recipes
-    -> store -> foundations (errors, fsutil, templates). `config` is the workspace's settings: it validates
+  - no import from a lower wing to a higher one: cli -> client -> daemon -> identity -> contract
+    -> plan -> stats -> config -> recipes -> store -> foundations (errors, fsutil, templates).
+    Clients (queue, cancel, wait) may use what the daemon knows of processes and frozen stage
+    settings, never the reverse; the daemon runs stages in code identity's snapshots and reads
+    them through the stage contract's parsers. `config` is the workspace's settings: it validates
     recipes' knobs and profiles, and every wing above reads it, so it sits between them.
 The trainer package is checked for circles too (its config types live apart from its CLI).
 """
@@ -15,7 +18,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ["cli", "run", "plan", "stats", "config", "recipes", "store", "foundation"]
+ORDER = ["cli", "client", "daemon", "identity", "contract", "plan", "stats", "config", "recipes", "store", "foundation"]
 FOUNDATION = {"errors", "fsutil", "templates", "__init__"}
 
 
@@ -43,7 +46,7 @@ def imports_of(path: Path, name: str, package_root: str) -> set[str]:
             if base.split(".")[0] != package_root:
                 continue
             out.add(base)
-            for a in node.names:  # `from opsdctl.run import procs` imports the module opsdctl.run.procs
+            for a in node.names:  # `from opsdctl.daemon import procs` imports the module opsdctl.daemon.procs
                 out.add(f"{base}.{a.name}")
     return out
 
@@ -125,3 +128,22 @@ def test_the_checker_finds_a_planted_circle_and_an_upward_import():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert wing("opsdctl.store.engine") == "store" and wing("opsdctl.errors") == "foundation"
+
+
+# --- the architecture's folders -----------------------------------------------------------
+
+WINGS = {  # a module each wing must hold, as a witness that the split is the one documented
+    "client": ("enqueue", "eval_only", "cancel", "wait", "chain_diff", "worker_view"),
+    "daemon": ("worker", "executors", "local", "ray_cluster", "procs", "subreaper", "salvage", "stages"),
+    "identity": ("snapshot", "content_store", "code_view", "snapshot_check", "snapshot_lock", "gc"),
+    "contract": ("results", "score_checks", "log_metrics", "effective_config", "stage_json", "score_row"),
+}
+
+
+def test_client_daemon_identity_contract_are_folders():
+    for wing_name, witnesses in WINGS.items():
+        folder = ROOT / "opsdctl" / wing_name
+        assert (folder / "__init__.py").is_file(), f"opsdctl/{wing_name}/ is not a package"
+        missing = [m for m in witnesses if not (folder / f"{m}.py").is_file()]
+        assert not missing, f"opsdctl/{wing_name}/ lacks {missing}"
+    assert not (ROOT / "opsdctl" / "run").exists(), "opsdctl/run/ is split into client, daemon, identity, contract"

@@ -180,8 +180,8 @@ def test_worker_skips_what_cannot_finish_and_runs_a_shorter_chain(ws):
 
 def test_worker_skips_an_eval_that_would_be_cut(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.run.enqueue import queue_recipes
-    from opsdctl.run.worker import Worker
+    from opsdctl.client.enqueue import queue_recipes
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     monkeypatch.setenv("FAKE_STEP_SECONDS", "1.5")  # train takes ~6 s

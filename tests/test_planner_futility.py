@@ -95,8 +95,8 @@ def _futile_ws(ws, monkeypatch):
 
 def test_futility_stop_end_to_end(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.run.enqueue import queue_recipes
-    from opsdctl.run.worker import Worker
+    from opsdctl.client.enqueue import queue_recipes
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     _futile_ws(ws, monkeypatch)
@@ -125,8 +125,8 @@ def test_futility_stop_end_to_end(ws, monkeypatch):
 
 def test_futility_is_opt_in_and_spares_the_baseline(ws, monkeypatch):
     from opsdctl.config import load_config
-    from opsdctl.run.enqueue import queue_recipes
-    from opsdctl.run.worker import Worker
+    from opsdctl.client.enqueue import queue_recipes
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     _futile_ws(ws, monkeypatch)

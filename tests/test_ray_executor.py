@@ -29,7 +29,7 @@ from conftest import (
 )
 
 from opsdctl.config import load_config
-from opsdctl.run.worker import Worker
+from opsdctl.daemon.worker import Worker
 from opsdctl.store.engine import open_store
 
 ray = pytest.importorskip("ray")
@@ -126,8 +126,8 @@ def _nothing_running(ws) -> bool:
 def test_executor_settings(tmp_path):
     from opsdctl.config import config_from_dict
     from opsdctl.errors import UserError
-    from opsdctl.run.executors import executor_kind, worker_gate_config
-    from opsdctl.run.ray_cluster import gpus_per_chain, node_config
+    from opsdctl.daemon.executors import executor_kind, worker_gate_config
+    from opsdctl.daemon.ray_cluster import gpus_per_chain, node_config
 
     def cfg(**top):
         gpus = top.pop("gpus", {"devices": [0, 1, 2, 3]})
@@ -364,7 +364,7 @@ class _BrokenRunner:
 def test_actor_that_cannot_start_fails_the_chain_without_requeue(ws, cluster, monkeypatch):
     from ray import cloudpickle
 
-    from opsdctl.run import ray_cluster
+    from opsdctl.daemon import ray_cluster
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the nodes cannot import tests/
     try:

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from conftest import FAKE_TRAIN
-from opsdctl.run import results, score_checks
+from opsdctl.contract import results, score_checks
 
 LINE = "FINAL avg@12 accuracy: {} ({}/{} solutions correct on {} problems)"
 

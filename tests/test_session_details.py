@@ -8,7 +8,7 @@ import datetime as dt
 
 from conftest import stop_process, wait_for
 
-from opsdctl.run.progress_clock import ProgressClock, stalled
+from opsdctl.daemon.progress_clock import ProgressClock, stalled
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
 

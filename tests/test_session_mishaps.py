@@ -9,7 +9,7 @@ import json
 
 from conftest import default_config
 
-from opsdctl.run.auto_export import Leader, _evidence
+from opsdctl.daemon.auto_export import Leader, _evidence
 
 
 def test_recipes_exits_1_when_it_lists_an_invalid_recipe(ws):

@@ -18,8 +18,8 @@ import time
 import pytest
 from conftest import STAGES, clean_env, default_config, opsdctl_argv, wait_for
 
-from opsdctl.run import stage_json
-from opsdctl.run.results import ResultError, parse_result_json, summarize_log, trainer_bar
+from opsdctl.contract import stage_json
+from opsdctl.contract.results import ResultError, parse_result_json, summarize_log, trainer_bar
 
 NESTED_EVAL = textwrap.dedent("""\
     import os, sys, time
@@ -122,7 +122,7 @@ KILL_AT_RELEASE = textwrap.dedent("""\
     sys.path.insert(0, sys.argv[1])  # the tests' gates.py
     from gates import DefaultGate
     from opsdctl.config import load_config
-    from opsdctl.run.worker import Worker
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     class DiesAfterTrain(DefaultGate):

@@ -7,7 +7,7 @@ import sys
 
 from conftest import FAKE_EVAL, FAKE_TRAIN, default_config
 
-from opsdctl.run import stages
+from opsdctl.daemon import stages
 
 
 def _echo_ws(ws):

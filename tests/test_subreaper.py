@@ -77,7 +77,7 @@ def test_lineage_takes_orphans_of_other_sessions_never_a_plain_child():
     host program starts meanwhile (same session) is not the stage's and is never listed."""
     import subprocess
 
-    from opsdctl.run import subreaper
+    from opsdctl.daemon import subreaper
 
     sleep = shutil.which("sleep")
     plain = subprocess.Popen([sleep, "30"])

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from opsdctl.run.log_metrics import apply, scan
-from opsdctl.run.results import TrainSummary
+from opsdctl.contract.log_metrics import apply, scan
+from opsdctl.contract.results import TrainSummary
 
 LINE = "[OPSD kl] step 26: mean per-token KL(T||S)=0.0979 max=1.31 frac above tau=0.353"
 KL = r"KL\(T\|\|S\)=([0-9.eE+-]+)"

@@ -97,7 +97,7 @@ def test_end_to_end_subprocess(tmp_path, untrained_tiny_model, data_file):  # no
     assert "generation done - elapsed time:" in proc.stdout
     # what opsdctl's effective-config check reads: the [modes] line and the dict lines' rates
     assert "[modes] teacher_thinking=False student_thinking=False" in proc.stdout
-    from opsdctl.run.effective_config import check_log
+    from opsdctl.contract.effective_config import check_log
 
     asked = {**knobs.default_hparams(), **knobs.parse_recipe_env((tmp_path / "r.env").read_text(), "r.env")}
     check = check_log(proc.stdout, asked, {}, max_steps=3, lr_scale=get_profile("tiny").learning_rate_scale)

@@ -62,7 +62,7 @@ class _EvalCheckCrashes(DefaultGate):
 def test_a_worker_error_re_queues_the_chain_it_was_running(ws):
     """A crash at the eval check left a trained chain interrupted and never re-queued."""
     from opsdctl.config import load_config
-    from opsdctl.run.worker import Worker
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     ws.cli("queue", "baseline")

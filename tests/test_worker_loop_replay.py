@@ -152,7 +152,7 @@ def test_status_order_is_the_order_the_worker_starts(ws):
     import os
 
     from opsdctl.config import load_config
-    from opsdctl.run.worker import Worker
+    from opsdctl.daemon.worker import Worker
     from opsdctl.store.engine import open_store
 
     _standin(ws, "", 'policy = "adaptive"\nauto_repeat = true\n')

@@ -89,7 +89,7 @@ def build_tiny_assets(con, log_path: Path) -> None:
 
 
 def queue_demo(cfg, store, con) -> int:
-    from opsdctl.run.enqueue import queue_recipes
+    from opsdctl.client.enqueue import queue_recipes
 
     total = 0
     for name, repeats in DEMO_RECIPES:

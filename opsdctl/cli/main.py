@@ -161,7 +161,7 @@ def queue(
             raise UserError(f"queue --eval-only {eval_only}: takes no RECIPE ({given}); queue them apart")
         if repeats != 1:  # (--seed does not apply either: the seed is the training chain's)
             raise UserError("queue --eval-only: one checkpoint is one training run; --repeats does not apply")
-        from opsdctl.run.eval_only import queue_eval_only
+        from opsdctl.client.eval_only import queue_eval_only
 
         result = queue_eval_only(cfg, lambda: _store(cfg), eval_only, name=name, partial_spec=partial,
                                  priority=priority)
@@ -169,7 +169,7 @@ def queue(
         if name is not None and env_file is None:
             raise UserError("--name names an --eval-only checkpoint or an --env recipe.env; a TOML recipe is named "
                             "in its file")
-        from opsdctl.run.enqueue import queue_recipes
+        from opsdctl.client.enqueue import queue_recipes
 
         default_seed, default_same = cfg.seed_policy()
         result = queue_recipes(
@@ -240,7 +240,7 @@ def worker(
     import datetime as dt
 
     from opsdctl.errors import one_line
-    from opsdctl.run.worker import Worker
+    from opsdctl.daemon.worker import Worker
 
     cfg = _config()
     if policy is not None and policy not in ("fifo", "adaptive"):
@@ -307,7 +307,7 @@ def wait(
     is followed to its re-run.
     """
     from opsdctl.errors import UserError
-    from opsdctl.run.wait import wait_chains
+    from opsdctl.client.wait import wait_chains
 
     if bool(chain_ids) == all_chains:
         raise UserError("opsdctl wait: name the chains (opsdctl wait 3 4) or pass --all, not both or neither")
@@ -362,8 +362,8 @@ def cancel(
 
     Only the stage's own process group (and processes carrying its token) is signalled.
     """
-    from opsdctl.run.cancel import cancel_chain
-    from opsdctl.run.executors import cancel_stopper
+    from opsdctl.client.cancel import cancel_chain
+    from opsdctl.daemon.executors import cancel_stopper
 
     cfg = _config()
     store = _store(cfg)
@@ -410,8 +410,8 @@ def requeue(
     cfg = _config()
     current = cfg if current_commands else None
     if eval_only:
-        from opsdctl.run.eval_only import requeue_eval_only
-        from opsdctl.run.snapshot_lock import snapshot_lock
+        from opsdctl.client.eval_only import requeue_eval_only
+        from opsdctl.identity.snapshot_lock import snapshot_lock
 
         with snapshot_lock(cfg.runs_dir):  # a concurrent `gc` cannot take its code or checkpoint away
             new = requeue_eval_only(_store(cfg), chain_id, partial_spec=partial, full=full, priority=priority,
@@ -421,7 +421,7 @@ def requeue(
             from opsdctl.errors import UserError
 
             raise UserError("requeue: --partial and --full choose the evaluation of --eval-only; add --eval-only")
-        from opsdctl.run.enqueue import requeue_chain
+        from opsdctl.client.enqueue import requeue_chain
 
         new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir, current=current)
     if as_json:
@@ -441,7 +441,7 @@ def gc(
 
     Logs, recipe files and the store stay, so status, show and compare are unchanged.
     """
-    from opsdctl.run.gc import collect
+    from opsdctl.identity.gc import collect
 
     cfg = _config()
     report = collect(cfg, _store(cfg), dry_run=dry_run, keep=keep)
@@ -646,7 +646,7 @@ def diff(
     """What differs between two chains: knobs, seed and eval settings, the code each checkpoint was
     trained with (diff stat of the two snapshots) and the stage commands; and whether compare
     counts them as one candidate."""
-    from opsdctl.run.chain_diff import chain_diff
+    from opsdctl.client.chain_diff import chain_diff
 
     cfg = _config()
     doc = chain_diff(_store(cfg), chain_a, chain_b, patch=patch)

@@ -466,7 +466,7 @@ def render_gc(con: Console, report) -> None:
 def render_diff(con: Console, doc: dict) -> None:
     """`opsdctl diff`: the same data as `--json`, one section per kind of difference."""
     from opsdctl.recipes.knobs import format_value
-    from opsdctl.run.chain_diff import identity_words
+    from opsdctl.client.chain_diff import identity_words
 
     a, b = doc["a"], doc["b"]
     con.print(f"[bold]chain {a['chain_id']}[/bold] {escape(a['variant'])} seed {a['seed']} ({a['state']})  vs  "

@@ -19,8 +19,8 @@ from opsdctl.config import Config, export_path
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.recipes import partial
 from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
-from opsdctl.run import frozen_stages
-from opsdctl.run.worker_view import worker_view
+from opsdctl.daemon import frozen_stages
+from opsdctl.client.worker_view import worker_view
 from opsdctl.store.reader import Reader
 from opsdctl.store.states import State
 from opsdctl.store.values import iso, seconds_since, utcnow
@@ -128,7 +128,7 @@ def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     sec = cfg.section("export")
     if not sec.get("path"):
         return None
-    from opsdctl.run.auto_export import due, last_written
+    from opsdctl.daemon.auto_export import due, last_written
 
     path = export_path(cfg)
     active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
@@ -151,7 +151,7 @@ def _in_run_order(chains: list[dict], planner: dict) -> None:
 def _running_details(chains: list[dict], planner: dict) -> None:
     """Running chains get their projected end (from the timeline) and, when their stage has
     made no progress for 3x its usual interval, `stalled` = {"for_s", "interval_s"}."""
-    from opsdctl.run.progress_clock import STORE_LAG_S, stalled
+    from opsdctl.daemon.progress_clock import STORE_LAG_S, stalled
 
     ends = {e["chain_id"]: e["end_in_s"] for e in planner.get("timeline", []) if e["state"] == "running"}
     now = utcnow()

@@ -115,7 +115,7 @@ class Chain(SQLModel, table=True):
     eval_only: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
     checkpoint: Optional[str] = None
     trained_by: Optional[int] = None  # a chain id (no FK: adding one would copy the referenced table on SQLite)
-    # The stage settings frozen at queue time (opsdctl/run/frozen_stages.py), and the sha256 of
+    # The stage settings frozen at queue time (opsdctl/daemon/frozen_stages.py), and the sha256 of
     # what decides what runs (commands, checkpoint template, recipe_env_path): compare's code
     # identity. NULL for chains queued before they were recorded.
     stage_spec: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
@@ -152,11 +152,11 @@ class Stage(SQLModel, table=True):
     reason: Optional[str] = None
     progress: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
     pids: Optional[list] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
-    # NVML, sampled by the worker on the granted GPUs (opsdctl/run/gpu_sampler.py); None without GPUs
+    # NVML, sampled by the worker on the granted GPUs (opsdctl/daemon/gpu_sampler.py); None without GPUs
     gpu_peak_mib: Optional[float] = None  # the most memory the stage held on one of its GPUs
     gpu_util_pct: Optional[float] = None  # mean device utilisation of its GPUs while it ran
     gpu: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
-    # train: did the log show the recipe was applied (opsdctl/run/effective_config.py)
+    # train: did the log show the recipe was applied (opsdctl/contract/effective_config.py)
     recipe_check: Optional[dict] = Field(default=None, sa_column=Column(JSON(none_as_null=True), nullable=True))
 
 

@@ -5,7 +5,7 @@ leader's pid. Before any signal we prove the group is ours: the recorded leader 
 the recorded start time, or some member carries the stage's unique OPSDCTL_STAGE_TOKEN in its
 environment. Processes that escaped the group (their own setsid) but still carry the token are
 ours too and are signalled one by one, as are those the stage's parent proves its by descent
-(opsdctl.run.subreaper: escaped the group and dropped the token). Anything we cannot prove is left
+(opsdctl.daemon.subreaper: escaped the group and dropped the token). Anything we cannot prove is left
 alone: a pid that was reused by someone else's process is never signalled. There is no pkill here,
 ever.
 """
@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import psutil
 
-from opsdctl.run.stages import ENV_STAGE_TOKEN
+from opsdctl.daemon.stages import ENV_STAGE_TOKEN
 
 CREATE_TIME_TOLERANCE_S = 0.05
 
@@ -125,7 +125,7 @@ def stop_stage(
     """TERM the stage's verified processes (its group, and token carriers outside it), wait up
     to `grace` seconds, then KILL what is left. `reap` lets a parent collect its zombie child;
     `cut_short` is asked while waiting: True ends the grace period now (a second Ctrl-C).
-    `lineage` (the parent that started the stage: opsdctl.run.subreaper) adds the processes
+    `lineage` (the parent that started the stage: opsdctl.daemon.subreaper) adds the processes
     that are the stage's by descent, which escaped its group and dropped its token."""
     procs, group_ours = stage_processes(ident)
     procs = _with_lineage(procs, lineage)

@@ -27,16 +27,17 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import (code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results,
-                         stage_json, stages, subreaper)
-from opsdctl.run.command_hint import failure_hint
-from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
-from opsdctl.run.env_errors import environment_problem
-from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
-from opsdctl.run.progress_clock import ProgressClock, stalled
-from opsdctl.run.score_row import score_row as _score_row
-from opsdctl.run.snapshot import ensure_materialized
-from opsdctl.run.snapshot import repair as repair_snapshot
+from opsdctl.contract import eval_request, log_metrics, results, stage_json
+from opsdctl.daemon import frozen_stages, gpu_sampler, procs, recipe_file, stages, subreaper
+from opsdctl.identity import code_view
+from opsdctl.daemon.command_hint import failure_hint
+from opsdctl.contract.effective_config import MISMATCH, RecipeCheck, check_log
+from opsdctl.daemon.env_errors import environment_problem
+from opsdctl.daemon.requeue_on_error import environment_stop, requeue_after_error
+from opsdctl.daemon.progress_clock import ProgressClock, stalled
+from opsdctl.contract.score_row import score_row as _score_row
+from opsdctl.identity.snapshot import ensure_materialized
+from opsdctl.identity.snapshot import repair as repair_snapshot
 from opsdctl.store.engine import Store, snapshot_of
 from opsdctl.store.models import (
     Chain,

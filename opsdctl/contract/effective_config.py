@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from opsdctl.recipes import knobs
-from opsdctl.run.results import explicit_step, parse_hf_dicts, trainer_bar
+from opsdctl.contract.results import explicit_step, parse_hf_dicts, trainer_bar
 
 VERIFIED, MISMATCH, NOT_VERIFIED = "verified", "mismatch", "not verified"
 FIT_TOL = 0.03  # largest gap between a logged learning rate and the schedule's, as a fraction of its peak

@@ -8,7 +8,7 @@ with `git archive`, into `<runs_dir>/code/<tree>/`. We record HEAD, whether the 
 was dirty, and the diff stat against HEAD.
 
 Outside git: a content-addressed copy of code_dir in `<runs_dir>/code/<sha256>/`, whose files
-are hard links into one object per file content (opsdctl/run/content_store.py), so an edit
+are hard links into one object per file content (opsdctl/identity/content_store.py), so an edit
 stores only the files it changed.
 
 Materialization is race-free: extract into a private temporary directory, then rename it into
@@ -33,7 +33,7 @@ from typing import Optional, Sequence
 
 from opsdctl.errors import UserError
 from opsdctl.fsutil import PathMatcher, umask
-from opsdctl.run import content_store, snapshot_check
+from opsdctl.identity import content_store, snapshot_check
 
 REF_PREFIX = "refs/opsdctl/snapshots/"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
@@ -315,7 +315,7 @@ def repair(kind: str, key: str, source_dir: str, runs_dir: Path, view: Optional[
         content_store.remove_tree(_aside(root))
         content_store.drop_objects(runs_dir / "code", inodes)  # the next snapshot must not link them
 
-    from opsdctl.run.snapshot_lock import snapshot_lock
+    from opsdctl.identity.snapshot_lock import snapshot_lock
 
     with snapshot_lock(runs_dir):  # shared: gc waits; the usual case ends here
         if not snapshot_check.damaged(root, snapshot_check.load(root)):

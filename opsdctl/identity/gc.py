@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.config import Config
-from opsdctl.run import content_store, snapshot_check
-from opsdctl.run.snapshot_lock import snapshot_lock
+from opsdctl.identity import content_store, snapshot_check
+from opsdctl.identity.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, find_variant
 from opsdctl.store.models import Chain, CodeSnapshot
 from opsdctl.store.states import State

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from opsdctl.run.results import EvalResult
+from opsdctl.contract.results import EvalResult
 from opsdctl.store.models import Score
 
 

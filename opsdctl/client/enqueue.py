@@ -16,13 +16,14 @@ from opsdctl.recipes import partial
 from opsdctl.fsutil import unwritable_dir
 from opsdctl.recipes.load import Recipe, load_recipe, load_recipe_env
 from opsdctl.recipes.profiles import get_profile
-from opsdctl.run import disk_reserve, frozen_stages
-from opsdctl.run import snapshot as snap
-from opsdctl.run.env_errors import environment_problem
-from opsdctl.run.snapshot_lock import snapshot_lock
+from opsdctl.daemon import disk_reserve, frozen_stages
+from opsdctl.identity import snapshot as snap
+from opsdctl.daemon.env_errors import environment_problem
+from opsdctl.identity.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
 from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
-from opsdctl.store.states import State, transition
+from opsdctl.store.chain_copy import copy_chain
+from opsdctl.store.states import State
 
 
 @dataclass(frozen=True)
@@ -320,7 +321,7 @@ def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
         old = get_chain(session, chain_id)
         if old.state in (State.QUEUED.value, State.RUNNING.value):
             raise UserError(f"chain {chain_id} is {old.state}; only a finished chain can be re-queued")
-        new = _copy_chain(session, old, priority)
+        new = copy_chain(session, old, priority)
         if current is not None:
             take_current_commands(new, old, current)
         return QueuedChain.of(new, session.get(Variant, new.variant_id))
@@ -329,39 +330,3 @@ def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
 def take_current_commands(new: Chain, old: Chain, cfg: Config) -> None:
     new.stage_spec = frozen_stages.rerun_spec(old.stage_spec, cfg, eval_only=bool(new.eval_only))
     new.commands_hash = frozen_stages.commands_hash(new.stage_spec)
-
-
-def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
-    new = Chain(
-        variant_id=old.variant_id,
-        seed=old.seed,
-        repeat=old.repeat,
-        priority=old.priority if priority is None else priority,
-        seq=old.seq,  # keeps its place in the queue
-        state=State.QUEUED.value,
-        profile=old.profile,
-        snapshot_id=old.snapshot_id,
-        code_dir=old.code_dir,
-        stage_spec=old.stage_spec,
-        commands_hash=old.commands_hash,
-        requeued_from=old.id,
-        queued_at=utcnow(),
-        eval_problems=old.eval_problems,
-        eval_k=old.eval_k,
-        eval_only=old.eval_only,
-        checkpoint=old.checkpoint,
-        trained_by=old.trained_by,
-    )
-    session.add(new)
-    session.flush()
-    return new
-
-
-def interrupt_and_requeue(session, chain: Chain, reason: str, requeue: bool) -> Optional[Chain]:
-    """running -> interrupted (guarded); optionally a fresh queued copy pointing at it."""
-    if not transition(session, chain.id, State.RUNNING, State.INTERRUPTED, reason=reason):
-        return None
-    if not requeue:
-        return None
-    fresh = get_chain(session, chain.id)
-    return _copy_chain(session, fresh)

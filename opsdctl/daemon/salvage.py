@@ -24,10 +24,11 @@ from typing import Callable, Optional
 from opsdctl.config import Config
 from opsdctl.fsutil import read_tail
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import eval_request, frozen_stages, results, stages
-from opsdctl.run.effective_config import MISMATCH, check_log
-from opsdctl.run.enqueue import interrupt_and_requeue
-from opsdctl.run.score_row import score_row
+from opsdctl.contract import eval_request, results
+from opsdctl.daemon import frozen_stages, stages
+from opsdctl.contract.effective_config import MISMATCH, check_log
+from opsdctl.store.chain_copy import interrupt_and_requeue
+from opsdctl.contract.score_row import score_row
 from opsdctl.store.engine import stages_of, train_stats_of
 from opsdctl.store.models import Chain, Stage, TrainStats, Variant, utcnow
 from opsdctl.store.states import StageState, State, transition

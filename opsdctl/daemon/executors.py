@@ -1,6 +1,6 @@
 """The worker's executor seam: how claimed chains are run, here or on a Ray cluster.
 
-The worker loop (opsdctl/run/worker.py) drives an Executor:
+The worker loop (opsdctl/daemon/worker.py) drives an Executor:
 
   has_room() -> bool              may another chain start now?
   start(chain_id)                 run a claimed (`running`) chain
@@ -12,7 +12,7 @@ The worker loop (opsdctl/run/worker.py) drives an Executor:
 
 `executor = "local"` (the default): SerialExecutor, one chain at a time on this machine;
 start() runs the chain to its end with LocalExecutor.run_chain before it returns, so the loop
-behaves exactly as a plain `run_chain` loop. `executor = "ray"`: opsdctl.run.ray_cluster,
+behaves exactly as a plain `run_chain` loop. `executor = "ray"`: opsdctl.daemon.ray_cluster,
 one chain per free node slot of a Ray cluster, each run on its node by the same LocalExecutor
 code. Ray is imported only there, only when configured.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from opsdctl.run.local import LocalExecutor, StopRequest
+from opsdctl.daemon.local import LocalExecutor, StopRequest
 from opsdctl.store.states import State
 
 
@@ -61,7 +61,7 @@ def make_executor(cfg, store, gate, stop: StopRequest, report: Callable[[str], N
     """The executor the config asks for. `gate` is the worker's; the Ray executor builds each
     node's own gate there (GPU checks and per-stage budget checks run where the GPUs are)."""
     if executor_kind(cfg) == "ray":
-        from opsdctl.run.ray_cluster import RayExecutor
+        from opsdctl.daemon.ray_cluster import RayExecutor
 
         return RayExecutor(cfg, store, stop, report, worker_run_id, budget_left)
     return SerialExecutor(LocalExecutor(cfg, store, gate, stop, report, worker_run_id))
@@ -85,7 +85,7 @@ def cancel_stopper(cfg, store, grace: float, chain_ids=()):
     so the actor's stop follows the cancel at once."""
     if executor_kind(cfg) != "ray":
         return None
-    from opsdctl.run.ray_cluster import ActorStageStopper
+    from opsdctl.daemon.ray_cluster import ActorStageStopper
 
     stopper = ActorStageStopper(cfg, store, grace)
     stopper.prepare(chain_ids)

@@ -29,11 +29,11 @@ from opsdctl.errors import UserError
 from opsdctl.recipes import partial
 from opsdctl.recipes.load import NAME_RULE, control_characters, valid_name
 from opsdctl.recipes.profiles import get_profile
-from opsdctl.run import frozen_stages
-from opsdctl.run import snapshot as snap
-from opsdctl.run.enqueue import (QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs,
+from opsdctl.daemon import frozen_stages
+from opsdctl.identity import snapshot as snap
+from opsdctl.client.enqueue import (QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs,
                                  take_current_commands)
-from opsdctl.run.snapshot_lock import snapshot_lock
+from opsdctl.identity.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_seq, stage_of, variants_named
 from opsdctl.store.models import Chain, Score, Stage, Variant, utcnow
 from opsdctl.store.states import State

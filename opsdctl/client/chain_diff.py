@@ -13,7 +13,7 @@ import hashlib
 from pathlib import Path
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
-from opsdctl.run import snapshot as snap
+from opsdctl.identity import snapshot as snap
 from opsdctl.stats import candidates
 from opsdctl.stats.scores import code_view, training_commands, training_snapshot_ids
 from opsdctl.store.engine import Store, get_chain, snapshot_of, stages_of

@@ -7,7 +7,7 @@ ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupte
 re-queued as a fresh chain pointing at it.
 
 Loop (opsdctl/plan/loop.py, the one loop; the simulator runs it too): ask the gate for the run
-order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
+order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/daemon/executors.py: `local` runs it here to
 its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
 the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
 running stage's process group and mark its chain `interrupted`, re-queued as after a SIGKILL
@@ -32,12 +32,12 @@ from opsdctl.plan.gate import ChainInfo, Gate, chain_info
 from opsdctl.plan.loop import LoopOptions, WallClock, WorkerLoop
 from opsdctl.plan.planner import make_planner_gate
 from opsdctl.errors import EnvironmentProblem, UserError
-from opsdctl.run import disk_reserve, procs, recipe_file
-from opsdctl.run.env_errors import environment_problem
-from opsdctl.run.auto_export import exporter_for
-from opsdctl.run.salvage import recover_chain
-from opsdctl.run.executors import make_executor, worker_gate_config
-from opsdctl.run.local import StopRequest, run_dir_of
+from opsdctl.daemon import disk_reserve, procs, recipe_file
+from opsdctl.daemon.env_errors import environment_problem
+from opsdctl.daemon.auto_export import exporter_for
+from opsdctl.daemon.salvage import recover_chain
+from opsdctl.daemon.executors import make_executor, worker_gate_config
+from opsdctl.daemon.local import StopRequest, run_dir_of
 from opsdctl.store.engine import (
     Store,
     chains_in_state,
@@ -109,7 +109,7 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None],
             f"; stopped {n} orphaned stage process{'es' if n != 1 else ''}" if n else "; its stage processes were gone"
         )
         notes: list[str] = []
-        with store.write() as s:  # finished work is salvaged, not re-run (opsdctl.run.salvage)
+        with store.write() as s:  # finished work is salvaged, not re-run (opsdctl.daemon.salvage)
             new_id = recover_chain(s, cfg, s.get(Chain, chain.id), reason, notes.append)
         for note in notes:
             report(note)

@@ -1,6 +1,6 @@
 """What a chain's failure line says when it failed on its stage command.
 
-Stage commands are frozen when a chain is queued (opsdctl.run.frozen_stages), so fixing a broken
+Stage commands are frozen when a chain is queued (opsdctl.daemon.frozen_stages), so fixing a broken
 command in opsdctl.toml does not fix the chains queued before; `requeue --current-commands` does.
 The line says so when the command could not run at all (the shell's 126/127) or when opsdctl.toml
 now holds another command for that stage.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from opsdctl.config import Config
-from opsdctl.run.frozen_stages import differences
+from opsdctl.daemon.frozen_stages import differences
 
 NOT_RUN = {126: "could not be executed", 127: "was not found"}  # /bin/sh's exit codes
 

@@ -61,10 +61,10 @@ from sqlalchemy import func, select
 
 from opsdctl.errors import UserError
 from opsdctl.plan.budget import CLOCK_KEY, budget_now
-from opsdctl.run import procs
-from opsdctl.run.enqueue import interrupt_and_requeue
-from opsdctl.run.local import LocalExecutor, StopRequest
-from opsdctl.run.ray_local import local_init_kwargs
+from opsdctl.daemon import procs
+from opsdctl.store.chain_copy import interrupt_and_requeue
+from opsdctl.daemon.local import LocalExecutor, StopRequest
+from opsdctl.daemon.ray_local import local_init_kwargs
 from opsdctl.store.engine import Store, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
 from opsdctl.store.states import StageState, State, transition

@@ -105,7 +105,7 @@ def relink(root: Path, view: Path, rels: list[str], entries: dict[str, list]) ->
     """Put the snapshot's entries `rels` back into a chain's view (a link, else a copy)."""
     import shutil
 
-    from opsdctl.run.content_store import remove_tree
+    from opsdctl.identity.content_store import remove_tree
 
     for rel in sorted(rels, key=lambda r: r.count("/")):
         want, target = entries.get(rel), view / rel

@@ -9,7 +9,7 @@ returns plain data, so each format has its own small tests.
 - progress: `progress.jsonl` records, else log adapters (the Trainer's bar or an explicit step
          field -> steps; never a count of dict lines; tqdm bars such as
          `Processed prompts:  57%|...| 48/84 [...]` -> 48/84 prompts).
-Scores whose numbers cannot be true are refused (opsdctl.run.score_checks).
+Scores whose numbers cannot be true are refused (opsdctl.contract.score_checks).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from opsdctl.fsutil import read_tail
-from opsdctl.run import score_checks, stage_json
+from opsdctl.contract import score_checks, stage_json
 
 RESULT_SCHEMA = 1
 

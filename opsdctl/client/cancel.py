@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from opsdctl.errors import UserError
-from opsdctl.run import procs
-from opsdctl.run.worker_view import worker_view
+from opsdctl.daemon import procs
+from opsdctl.client.worker_view import worker_view
 from opsdctl.store.engine import Store, get_chain, latest_worker, stages_of
 from opsdctl.store.models import Stage, utcnow
 from opsdctl.store.states import StageState, State, transition

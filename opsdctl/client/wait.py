@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 from sqlalchemy import select
 
 from opsdctl.errors import UserError
-from opsdctl.run.worker_view import worker_view
+from opsdctl.client.worker_view import worker_view
 from opsdctl.store.engine import Store, latest_worker, score_of, stages_of
 from opsdctl.store.models import Chain, Variant, iso
 from opsdctl.store.states import ACTIVE, State

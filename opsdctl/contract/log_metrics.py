@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional, Sequence
 
-from opsdctl.run.results import MAX_LINE, TrainSummary, trainer_bar
+from opsdctl.contract.results import MAX_LINE, TrainSummary, trainer_bar
 
 STEP_RE = re.compile(r"\bstep\s*[=:#]?\s*(\d+)\b", re.IGNORECASE)
 SPECIAL = {"kl": "mean_kl", "frac_clipped": "frac_clipped"}  # names that fill a summary column

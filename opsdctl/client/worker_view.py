@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from opsdctl.run import procs
+from opsdctl.daemon import procs
 from opsdctl.store.values import iso
 
 

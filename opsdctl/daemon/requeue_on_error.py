@@ -4,7 +4,7 @@ A bug, a store error, a full disk or a Ctrl-C of the worker is not the chain's f
 `interrupted` and is re-queued as a fresh chain pointing at it (what recovery would do at the
 next start), and its stage rows still marked running are closed. The store may itself be the
 problem (a full disk): the worker's reserve beside a SQLite store is given back
-(opsdctl.run.disk_reserve), and the write is tried a few times, as a killed stage's files free space.
+(opsdctl.daemon.disk_reserve), and the write is tried a few times, as a killed stage's files free space.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from typing import Callable, Optional
 
 from opsdctl.errors import EnvironmentProblem
-from opsdctl.run import disk_reserve
-from opsdctl.run.env_errors import environment_problem
-from opsdctl.run.salvage import recover_chain
+from opsdctl.daemon import disk_reserve
+from opsdctl.daemon.env_errors import environment_problem
+from opsdctl.daemon.salvage import recover_chain
 from opsdctl.store.engine import stages_of
 from opsdctl.store.models import Chain, utcnow
 from opsdctl.store.states import StageState, State
@@ -26,7 +26,7 @@ RETRY_S = 1.0
 
 def requeue_after_error(store, cfg, chain_id: int, reason: str, report: Callable[[str], None]) -> tuple[bool, Optional[int]]:
     """(recorded, the new chain's id). recorded False: the store could not be written; the next
-    worker start's recovery re-queues the chain. Finished work is salvaged (opsdctl.run.salvage)."""
+    worker start's recovery re-queues the chain. Finished work is salvaged (opsdctl.daemon.salvage)."""
     notes: list[str] = []
     reserve = disk_reserve.reserve_path(store.sqlite_path)
     for attempt in range(ATTEMPTS):
