@@ -84,7 +84,6 @@ class Workspace:
         os.environ.update(clean_env({**self.env, **(env or {})}))
         os.chdir(self.root)
         sys.argv = ["opsdctl", *map(str, args)]
-        cli._state["config"] = None
         code = 0
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

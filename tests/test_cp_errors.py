@@ -70,7 +70,6 @@ def _main(ws, monkeypatch, capsys, *argv) -> tuple[int, str]:
     monkeypatch.chdir(ws.root)
     monkeypatch.delenv("OPSDCTL_CONFIG", raising=False)
     monkeypatch.setattr(sys, "argv", ["opsdctl", *argv])
-    cli._state["config"] = None
     with pytest.raises(SystemExit) as exc:
         cli.main()
     return exc.value.code, capsys.readouterr().err

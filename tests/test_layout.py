@@ -147,3 +147,90 @@ def test_client_daemon_identity_contract_are_folders():
         missing = [m for m in witnesses if not (folder / f"{m}.py").is_file()]
         assert not missing, f"opsdctl/{wing_name}/ lacks {missing}"
     assert not (ROOT / "opsdctl" / "run").exists(), "opsdctl/run/ is split into client, daemon, identity, contract"
+
+
+# --- the command line: one command per module, no module-level state ------------------------
+
+COMMANDS_DIR = ROOT / "opsdctl" / "cli" / "commands"
+
+
+def command_modules() -> list[Path]:
+    return sorted(p for p in COMMANDS_DIR.glob("*.py") if p.name != "__init__.py")
+
+
+def defines_commands(tree: ast.Module) -> list[str]:
+    """Typer commands a module declares itself: `@x.command(...)` decorators and `x.command(...)(f)`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                target = d.func if isinstance(d, ast.Call) else d
+                if isinstance(target, ast.Attribute) and target.attr in ("command", "callback"):
+                    found.append(f"@{target.attr} on {node.name}")
+    return found
+
+
+def test_one_command_per_module_in_cli_commands():
+    from opsdctl.cli.main import COMMANDS, app, command_name
+
+    modules = command_modules()
+    assert modules, "no command modules"
+    for path in modules:
+        tree = ast.parse(path.read_text())
+        top = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "command"]
+        assert top == ["command"], f"{path.name}: must define exactly one top-level `command` function"
+        assert not defines_commands(tree), f"{path.name}: registers commands itself: {defines_commands(tree)}"
+    for path in sorted((ROOT / "opsdctl").rglob("*.py")):
+        if path.parent != COMMANDS_DIR and path.name != "main.py":
+            assert not defines_commands(ast.parse(path.read_text())), f"{path}: a command outside cli/commands/"
+    registered = {c.name: c.callback.__module__ for c in app.registered_commands}
+    assert registered == {p.stem.replace("_", "-"): f"opsdctl.cli.commands.{p.stem}" for p in modules}
+    assert len(COMMANDS) == len(modules) and all(command_name(m) in registered for m in COMMANDS)
+
+
+MUTABLE_CALLS = {"dict", "list", "set", "defaultdict", "OrderedDict", "deque", "Counter", "bytearray"}
+
+
+def module_state(tree: ast.Module) -> list[str]:
+    """Module-level mutable containers and `global` statements: state that outlives one command."""
+    found = []
+    for node in tree.body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else None
+        if isinstance(node, ast.AugAssign):
+            found.append(f"line {node.lineno}: augmented assignment at module level")
+        elif isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+            found.append(f"line {node.lineno}: a mutable {type(value).__name__.lower()} at module level")
+        elif isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) in MUTABLE_CALLS:
+            found.append(f"line {node.lineno}: a mutable {value.func.id if isinstance(value.func, ast.Name) else value.func.attr}() at module level")
+    found += [f"line {n.lineno}: global {', '.join(n.names)}" for n in ast.walk(tree) if isinstance(n, ast.Global)]
+    return found
+
+
+def test_no_module_level_mutable_state_in_the_cli():
+    bad = {str(p.relative_to(ROOT)): module_state(ast.parse(p.read_text()))
+           for p in sorted((ROOT / "opsdctl" / "cli").rglob("*.py"))}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, bad
+
+
+def test_the_cli_checkers_find_what_they_look_for():
+    planted = ast.parse('_state: dict = {"config": None}\nSEEN = []\nN = set()\nT = (1, 2)\n'
+                        'def f():\n    global T\n@app.command()\ndef g(): pass\n')
+    assert [x.split(":")[0] for x in module_state(planted)] == ["line 1", "line 2", "line 3", "line 6"]
+    assert defines_commands(planted) == ["@command on g"]
+
+
+def test_command_modules_import_only_the_cli_at_start():
+    """`opsdctl --help` and `opsdctl status` import every command module: their top-level
+    imports stay light (stdlib, typer, opsdctl.cli's own helpers), each command imports what it
+    needs inside, so no command pays for another's imports (SQLAlchemy, rich tables, scipy)."""
+    light = {"__future__", "typer", "opsdctl.cli", "typing", "pathlib", "dataclasses", "datetime", "os", "sys",
+             "time", "shutil", "subprocess", "types"}
+    heavy = {}
+    for path in command_modules():
+        for node in ast.parse(path.read_text()).body:
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            heavy[path.name] = heavy.get(path.name, []) + [
+                n for n in names if n not in light and not n.startswith("opsdctl.cli.")]
+    assert not {k: v for k, v in heavy.items() if v}, heavy

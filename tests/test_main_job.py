@@ -68,7 +68,7 @@ def test_demo_refuses_a_workspace_that_holds_runs(ws):
 
 
 def test_demo_picks_the_candidate_most_likely_to_beat_the_baseline():
-    from opsdctl.cli.demo import best_variant
+    from opsdctl.cli.commands.demo import best_variant
 
     report = {"baseline": {"name": "baseline"}, "variants": [
         {"name": "a", "n": 2, "p_beat": 0.7, "delta": 1.0},

@@ -60,7 +60,7 @@ def test_bad_queue_section_is_refused_in_one_line(ws, body, words):
 
 
 def test_init_writes_the_choice_with_a_comment(tmp_path):
-    from opsdctl.cli.init import init_workspace
+    from opsdctl.cli.commands.init import init_workspace
 
     for profile, seed, same in (("qwen3-1.7b", 42, True), ("tiny", 0, False)):
         d = tmp_path / profile

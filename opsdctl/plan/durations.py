@@ -228,6 +228,18 @@ def estimator_for(cfg, reader) -> Estimator:
     return Estimator(history(reader) if reader is not None else [], default_seconds(cfg))
 
 
+def chain_minutes(cfg, reader) -> float:
+    """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
+    the high-quantile estimate from the store's history (the figure admission uses), falling back
+    to [planner] train_minutes/eval_minutes or the profile's defaults."""
+    hparams = {}
+    if cfg.baseline_variant:
+        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
+        hparams = dict(versions[-1].hparams) if versions else {}
+    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams)
+    return (train.high_s + evaluate.high_s) / 60.0
+
+
 def durations_doc(cfg, reader, recent: int = 20) -> dict:
     """`opsdctl durations --json`: the estimates per cost key, and estimate vs actual."""
     samples = history(reader)

@@ -269,6 +269,14 @@ def _closest(key: str, names) -> str:
 # --- recipe.env ---------------------------------------------------------------------------
 
 
+def recipe_changes(hparams: dict, method: dict) -> dict:
+    """Knobs that differ from the released recipe (the defaults above)."""
+    dh, dm = default_hparams(), default_method()
+    out = {k: v for k, v in hparams.items() if dh.get(k) != v}
+    out.update({k: v for k, v in method.items() if dm.get(k, object()) != v})
+    return out
+
+
 def format_value(value: Any) -> str:
     """How a knob value is written in recipe.env and OPSD_<KNOB> variables."""
     if isinstance(value, bool):

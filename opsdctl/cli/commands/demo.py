@@ -17,7 +17,67 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from opsdctl.errors import UserError
+import typer
+
+from opsdctl.cli.app import App
+from opsdctl.cli.console import console, escape
+
+
+def command(
+    ctx: typer.Context,
+    directory: Path = typer.Option(Path("opsdctl-demo"), "--dir", "-d", metavar="DIR",
+                                   help="A fresh workspace for the demo (refused if it already holds one)."),
+) -> None:
+    """The whole job on this machine, no GPU, no downloads: a tiny model, three recipes, compare, export.
+
+    Builds (once) a tiny Qwen3-architecture model warm-started on generated arithmetic,
+    queues the baseline x3, token-clip x2 and cosine x2, runs the real trainer and evaluator
+    through the worker, then prints status, the compare table (and PNG) and the winner's recipe.env.
+    """
+    from opsdctl.cli.commands.status import gather_status, render_status
+    from opsdctl.config import load_config
+    from opsdctl.fsutil import atomic_write_text
+    from opsdctl.plan.durations import chain_minutes
+    from opsdctl.plan.report import compare_doc
+    from opsdctl.recipes.export import export_recipe
+    from opsdctl.stats.compare import render_compare
+    from opsdctl.stats.plots import plot_compare
+
+    con = console()
+    t0 = time.time()
+    paths = prepare_workspace(directory)
+    con.print(f"workspace: [bold]{escape(str(paths.root))}[/bold]")
+    build_tiny_assets(con, paths.worker_log)
+    cfg = load_config(paths.config)
+    store = App.of(ctx).store(cfg)
+    total = queue_demo(cfg, store, con)
+    run_worker(paths, cfg, store, total, con)
+
+    con.print("[bold]4/4[/bold] results\n")
+    reader = store.reader()
+    render_status(con, gather_status(cfg, reader, None))
+    report = compare_doc(cfg, reader, None, None, chain_minutes=chain_minutes(cfg, reader))
+    con.print()
+    render_compare(report, con)
+    plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
+    best = best_variant(report)
+    if best:
+        exp = export_recipe(store, best)
+        atomic_write_text(paths.recipe_env, exp.recipe_env)
+        atomic_write_text(paths.method_defaults, exp.method_defaults)
+        con.print(f"\n[bold]best variant: {escape(best)}[/bold] -> {escape(str(paths.recipe_env))}")
+        con.print(escape(exp.recipe_env.rstrip()))
+        if exp.off_default_method:  # method knobs cannot travel in recipe.env: they ride as code defaults
+            knob_list = ", ".join(f"{k} = {v!r}" for k, v in exp.off_default_method.items())
+            con.print(f"[yellow]method knobs ({escape(knob_list)}) cannot travel in recipe.env: written as "
+                      f"the trainer's defaults to {escape(str(paths.method_defaults))}[/yellow]")
+    con.print(f"\n[bold]where everything is[/bold] (took {(time.time() - t0) / 60:.1f} min)")
+    for label, path in (("config", paths.config), ("store", paths.db), ("logs and outputs", paths.runs),
+                        ("worker log", paths.worker_log), ("compare plot", paths.plot),
+                        ("recipe.env", paths.recipe_env), ("method defaults", paths.method_defaults)):
+        con.print(f"  {label:17s} {escape(str(path))}")
+    con.print(f"  next: cd {escape(str(paths.root))} && opsdctl status / opsdctl compare / opsdctl show token-clip")
+
 
 DEMO_RECIPES = (("baseline", 3), ("token-clip", 2), ("cosine", 2))  # (recipe, repeats)
 
@@ -57,7 +117,8 @@ class DemoPaths:
 
 def prepare_workspace(root: Path) -> DemoPaths:
     """A fresh workspace: refuse one that already holds a store (never clobber runs)."""
-    from opsdctl.cli.init import init_workspace
+    from opsdctl.errors import UserError
+    from opsdctl.cli.commands.init import init_workspace
 
     paths = DemoPaths(root.resolve())
     if paths.db.exists() or paths.config.exists():
@@ -77,6 +138,8 @@ def prepare_workspace(root: Path) -> DemoPaths:
 
 def build_tiny_assets(con, log_path: Path) -> None:
     """Build (once, cached) the tiny model, tokenizer and data in a subprocess."""
+    from opsdctl.errors import UserError
+
     con.print("[bold]1/4[/bold] tiny model, tokenizer and arithmetic data (built once, then cached)...")
     t0 = time.time()
     with open(log_path, "a") as log:
@@ -103,6 +166,8 @@ def queue_demo(cfg, store, con) -> int:
 
 def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
     """Run `opsdctl worker --drain` and show its progress until the queue is drained."""
+    from opsdctl.errors import UserError
+
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -111,7 +176,7 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
         TimeElapsedColumn,
     )
 
-    from opsdctl.cli.status import gather_status
+    from opsdctl.cli.commands.status import gather_status
 
     con.print(f"[bold]3/4[/bold] worker: train -> eval for each chain (log: {paths.worker_log})")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,43 @@
+"""Table cells several commands' views share: a chain state in its colour, the knobs a recipe
+changes, a number or a dash."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+STATE_STYLE = MappingProxyType({
+    "queued": "cyan",
+    "running": "bold yellow",
+    "succeeded": "green",
+    "failed": "red",
+    "cancelled": "magenta",
+    "interrupted": "dark_orange",
+    "skipped": "dim",
+    "stopped-futile": "blue",
+})
+
+
+def state_cell(state: str) -> str:
+    return f"[{STATE_STYLE.get(state, 'white')}]{state}[/]"
+
+
+def changes_text(changes: dict) -> str:
+    from opsdctl.recipes.knobs import format_value
+
+    return ", ".join(f"{k}={format_value(v)}" for k, v in changes.items()) or "(released recipe)"
+
+
+def num(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def eval_words(c) -> str:
+    """', partial eval 15 x 4' / ', eval only of DIR' for the lines of queue and requeue."""
+    from opsdctl.cli.console import escape
+
+    out = ""
+    if c.eval_only:
+        out += f", eval only of {escape(c.checkpoint or '')}"
+    if c.partial:
+        out += f", [yellow]partial eval {c.partial['num_problems']} x {c.partial['k']}[/yellow] (screening only)"
+    return out

@@ -1,0 +1,387 @@
+"""`opsdctl status`: what runs now, what is queued (in run order), what finished, time left.
+
+`gather_status` builds the `--json` document; `render_status` draws the same document with rich.
+JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id", "variant",
+"state", "stage", "score", "reason", "started_at", "finished_at", ...}]}: running chains first,
+then queued ones in run order (each with "stage_settings_differ": the stage settings, e.g.
+"[stages.eval] command", that it froze when queued and opsdctl.toml no longer holds), then
+finished ones, newest first. "planner" (opsdctl.plan.timeline:
+policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.plan.gpus: inventory
+with the processes holding each GPU) complete it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+from opsdctl.cli import args
+from opsdctl.cli.app import App
+from opsdctl.cli.cells import state_cell
+from opsdctl.cli.console import console, escape, print_json
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from opsdctl.config import Config
+    from opsdctl.store.reader import Reader
+
+
+def command(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print the status document as JSON."),
+    recent: int = typer.Option(10, "--recent", "-r", min=0, help="How many finished chains to show.", callback=args.count("--recent")),
+    show_all: bool = typer.Option(False, "--all", "-a", help="Show every finished chain."),
+) -> None:
+    """The running chain (stage, elapsed, progress), the queue in run order, recent results, time left."""
+    app = App.of(ctx)
+    cfg = app.config()
+    doc = gather_status(cfg, app.reader(cfg), None if show_all else recent)
+    if as_json:
+        print_json(doc)
+        return
+    render_status(console(), doc)
+
+
+def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> dict:
+    from opsdctl.client.worker_view import worker_view
+    from opsdctl.daemon import frozen_stages
+    from opsdctl.plan.budget import budget_now, clock_start
+    from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
+    from opsdctl.store.states import State
+    from opsdctl.store.values import iso, utcnow
+
+    started = clock_start(reader) if cfg.budget.kind == "hours" else None
+    now = time.time()
+    budget = budget_now(cfg.budget, started, now)
+    with reader.snapshot() as r:
+        worker = worker_view(r.latest_worker())
+        if budget.error and worker["state"] == "running":  # plan with the deadline that worker keeps
+            kept = r.get_meta(LAST_DEADLINE_KEY)
+            budget = with_kept_deadline(budget, float(kept) if kept else None, now)
+        running = r.chains_in_state(State.RUNNING)
+        queued = r.queued_chains()
+        finished = r.finished_chains(recent)
+        variants = {v.id: v for v in r.all_variants()}
+        chains = [chain_view(r, c, variants[c.variant_id]) for c in running]
+        for c in chains:
+            if worker["state"] != "running":
+                c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
+        for c in queued:
+            view = chain_view(r, c, variants[c.variant_id], with_stages=False)
+            # Frozen when queued: what of opsdctl.toml as it is now this chain will not run.
+            view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
+            chains.append(view)
+        chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
+    from opsdctl.plan.gpus import gpus_status
+    from opsdctl.plan.timeline import planner_status
+
+    planner = planner_status(cfg, reader, budget.usable_seconds, worker_running=worker["state"] == "running")
+    _in_run_order(chains, planner)
+    _running_details(chains, planner)
+    return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
+            "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
+            "export": export_view(cfg, reader, budget), "generated_at": iso(utcnow()), "store": reader.safe_url}
+
+
+def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
+    """One chain of the document; `chain`, `variant`: the reader's records (or model rows)."""
+    from opsdctl.recipes import partial
+    from opsdctl.store.states import State
+    from opsdctl.store.values import iso, seconds_since, utcnow
+
+    score = r.score_of(chain.id) if chain.state not in (State.QUEUED.value,) else None
+    out = {
+        "chain_id": chain.id,
+        "variant": variant.label,
+        "state": chain.state,
+        "stage": chain.stage,
+        "score": round(score.avg_at_k, 4) if score else None,
+        "reason": chain.reason,
+        "started_at": iso(chain.started_at),
+        "finished_at": iso(chain.finished_at),
+        "queued_at": iso(chain.queued_at),
+        "seed": chain.seed,
+        "repeat": chain.repeat,
+        "priority": chain.priority,
+        "requeued_from": chain.requeued_from,
+        "k": score.k if score else None,
+        "n_problems": score.n_problems if score else None,
+        # partial: queued `--partial` (known before it runs) or flagged by its evaluator
+        "partial": partial.run_is_partial(chain, score),
+        "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full protocol
+        "eval_only": bool(chain.eval_only),
+        "checkpoint": chain.checkpoint,
+        "trained_by": chain.trained_by,
+        "score_source": score.source if score else None,
+    }
+    if chain.started_at is not None:
+        end = chain.finished_at or utcnow()
+        out["elapsed_seconds"] = round((end - chain.started_at).total_seconds(), 1)
+    if with_stages and chain.state != State.QUEUED.value:
+        stage_rows = r.stages_of(chain.id)
+        out["stages"] = [stage_view(st) for st in stage_rows]
+        current = next((st for st in reversed(stage_rows) if st.name == chain.stage), None)
+        if current is not None:
+            out["progress"] = current.progress
+            out["log"] = current.log_path
+            if current.state == "running":
+                out["stage_elapsed_seconds"] = round(seconds_since(current.started_at) or 0.0, 1)
+    return out
+
+
+def stage_view(st) -> dict:
+    from opsdctl.store.values import iso
+
+    return {
+        "name": st.name,
+        "state": st.state,
+        "pid": st.pid,
+        "gpus": st.gpus,
+        "started_at": iso(st.started_at),
+        "finished_at": iso(st.finished_at),
+        "seconds": st.seconds,
+        "estimate_seconds": st.estimate_seconds,
+        "exit_code": st.exit_code,
+        "checkpoint": st.checkpoint,
+        "log": st.log_path,
+        "progress": st.progress,
+        "reason": st.reason,
+        "gpu_peak_mib": st.gpu_peak_mib,
+        "gpu_util_pct": st.gpu_util_pct,
+    }
+
+
+def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
+    """[export]: where the worker writes the best recipe.env, whether it has started, and what it
+    wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
+    from opsdctl.config import export_path
+
+    sec = cfg.section("export")
+    if not sec.get("path"):
+        return None
+    from opsdctl.daemon.auto_export import due, last_written
+
+    path = export_path(cfg)
+    active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
+    last = last_written(reader)
+    if last is not None:
+        last = {k: v for k, v in last.items() if k != "key"}
+    return {"path": str(path), "active": active, "when": why, "last": last}
+
+
+def _in_run_order(chains: list[dict], planner: dict) -> None:
+    """Queued chains in the order the worker will try them (the planner's timeline: skips first,
+    as the worker marks them before it starts the next chain)."""
+    from opsdctl.store.states import State
+
+    pos = {e["chain_id"]: i for i, e in enumerate(planner["timeline"]) if e["state"] == "queued"}
+    queued = sorted((c for c in chains if c["state"] == State.QUEUED.value), key=lambda c: pos.get(c["chain_id"], len(pos)))
+    at = [i for i, c in enumerate(chains) if c["state"] == State.QUEUED.value]
+    for i, c in zip(at, queued):
+        chains[i] = c
+
+
+def _running_details(chains: list[dict], planner: dict) -> None:
+    """Running chains get their projected end (from the timeline) and, when their stage has
+    made no progress for 3x its usual interval, `stalled` = {"for_s", "interval_s"}."""
+    from opsdctl.store.values import utcnow
+    from opsdctl.daemon.progress_clock import STORE_LAG_S, stalled
+
+    ends = {e["chain_id"]: e["end_in_s"] for e in planner.get("timeline", []) if e["state"] == "running"}
+    now = utcnow()
+    for c in chains:
+        if c["state"] != "running":
+            continue
+        c["projected_end_in_s"] = ends.get(c["chain_id"])
+        c["stalled"] = stalled(c.get("progress"), now, STORE_LAG_S) if c.get("stage_elapsed_seconds") is not None else None
+
+
+def render_status(con: Console, doc: dict) -> None:
+    from opsdctl.plan.budget import fmt_duration
+
+    from rich.table import Table
+
+    budget = doc["budget"]
+    worker = doc["worker"]
+    con.print(f"[bold]budget[/bold]  {escape(budget['text'])}")
+    if budget.get("hold") and any(c["state"] == "queued" for c in doc["chains"]):
+        con.print(f"[yellow]holding[/yellow]  {escape(budget['hold'])}")
+    wstyle = {"running": "green", "dead": "red"}.get(worker["state"], "dim")
+    con.print(f"[bold]worker[/bold]  [{wstyle}]{escape(worker['text'])}[/]")
+    chains = doc["chains"]
+    running = [c for c in chains if c["state"] == "running"]
+    queued = [c for c in chains if c["state"] == "queued"]
+    finished = [c for c in chains if c["state"] not in ("running", "queued")]
+
+    if running:
+        t = Table(title="running", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "stage", "elapsed", "progress", "ends", "log"):
+            t.add_column(col, no_wrap=col == "ends")
+        for c in running:
+            prog = (c.get("progress") or {}).get("text", "")
+            frac = (c.get("progress") or {}).get("fraction")
+            if frac is not None:
+                prog += f" ({frac:.0%})"
+            prog = escape(prog)
+            if c.get("stalled"):
+                st = c["stalled"]
+                prog += (f" [bold red]stalled: no progress for {fmt_duration(st['for_s'])} "
+                         f"(usually every {fmt_duration(st['interval_s'])})[/]")
+            elapsed = fmt_duration(c.get("stage_elapsed_seconds") or c.get("elapsed_seconds") or 0)
+            t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), c.get("stage") or "-",
+                      elapsed, prog, _in(c.get("projected_end_in_s")), escape(c.get("log") or ""))
+        con.print(t)
+        for c in running:
+            if c.get("note"):
+                con.print(f"[red]chain {c['chain_id']}: {escape(c['note'])}[/red]")
+    else:
+        con.print("[dim]nothing running[/dim]")
+
+    planner = doc.get("planner")
+    if queued and planner:
+        render_queue_timeline(con, queued, planner)
+    elif queued:
+        t = Table(title=f"queued ({len(queued)}, in run order)", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "repeat", "priority", "queued"):
+            t.add_column(col)
+        for c in queued:
+            extra = f" (re-run of {c['requeued_from']})" if c.get("requeued_from") else ""
+            t.add_row(str(c["chain_id"]), _variant_cell(c) + extra, str(c["seed"]), str(c["repeat"]),
+                      str(c["priority"]), _local(c.get("queued_at")))
+        con.print(t)
+    else:
+        con.print("[dim]queue empty[/dim]")
+    render_frozen_settings(con, queued)
+    if planner:
+        render_auto_repeat(con, planner)
+    if doc.get("gpus"):
+        render_gpu_lines(con, doc["gpus"])
+    if doc.get("export"):
+        render_export_line(con, doc["export"])
+
+    if finished:
+        t = Table(title="finished (newest first)", title_justify="left", show_edge=False, pad_edge=False)
+        for col in ("chain", "variant", "seed", "state", "score", "took", "finished", "reason"):
+            t.add_column(col, overflow="fold")
+        for c in finished:
+            took = fmt_duration(c["elapsed_seconds"]) if c.get("elapsed_seconds") is not None else ""
+            t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), state_cell(c["state"]), _score(c),
+                      took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
+        con.print(t)
+
+
+def _local(iso: Optional[str]) -> str:
+    if not iso:
+        return ""
+    t = dt.datetime.fromisoformat(iso).astimezone()
+    today = dt.datetime.now().astimezone().date()
+    return t.strftime("%H:%M:%S") if t.date() == today else t.strftime("%Y-%m-%d %H:%M")
+
+
+def _score(c: dict) -> str:
+    if c.get("score") is None:
+        return ""
+    s = f"{c['score']:.2f}"
+    if c.get("k"):
+        s += f" @{c['k']}"
+    if c.get("partial"):
+        s += " [yellow](partial)[/]"
+    return s
+
+
+def _variant_cell(c: dict) -> str:
+    """The variant, with what the chain evaluates when it is not a full train -> eval chain."""
+    text = escape(c["variant"])
+    if c.get("eval_only"):
+        text += " [dim](eval only)[/dim]"
+    ev = c.get("eval")
+    if ev:
+        text += f" [yellow](partial {ev['num_problems']}x{ev['k']})[/yellow]"
+    return text
+
+
+def _in(seconds) -> str:
+    """'+12m (14:05)': a projected time from now, with the local clock time."""
+    from opsdctl.plan.budget import fmt_duration
+
+    if seconds is None:
+        return "-"
+    at = dt.datetime.now() + dt.timedelta(seconds=seconds)
+    return f"+{fmt_duration(seconds)} ({at:%H:%M})"
+
+
+def render_frozen_settings(con, queued: list[dict]) -> None:
+    """Queued chains that will run stage settings other than opsdctl.toml holds now, grouped."""
+    groups: dict[tuple, list[int]] = {}
+    for c in queued:
+        if c.get("stage_settings_differ"):
+            groups.setdefault(tuple(c["stage_settings_differ"]), []).append(c["chain_id"])
+    for differ, ids in groups.items():
+        which = f"chain{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+        con.print(f"[yellow]{which}: run{'' if len(ids) > 1 else 's'} the stage settings frozen when queued; "
+                  f"opsdctl.toml now has another {escape(', '.join(differ))}[/yellow] (cancel and queue again to take it)")
+
+
+def render_export_line(con: Console, ex: dict) -> None:
+    """[export]: what the worker last wrote to the submission recipe.env, and when; or when it starts."""
+    last = ex.get("last")
+    if last and last.get("path") == ex["path"]:
+        if last.get("verdict"):
+            p = f", P(beat) {last['p_beat']:.3f}" if last.get("p_beat") is not None else ""
+            what = f"{escape(last['leader'])} ({last['verdict']}{p})"
+        else:
+            what = f"{escape(last['leader'])} (the released recipe)"
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])} <- {what} at {_local(last['written_at'])}"
+                  + ("" if ex["active"] else f"; {escape(ex['when'])}"))
+    elif ex["active"]:
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])}: due now ({escape(ex['when'])}); the worker writes it")
+    else:
+        con.print(f"[bold]export[/bold]  {escape(ex['path'])}: nothing written yet; {escape(ex['when'])}")
+
+
+def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> None:
+    """The queue in the planner's order with projected start/end, and what will not fit."""
+    from opsdctl.plan.budget import fmt_duration
+
+    from rich.table import Table
+
+    by_id = {c["chain_id"]: c for c in queued}
+    entries = [e for e in planner.get("timeline", []) if e["state"] == "queued" and e["chain_id"] in by_id]
+    title = (f"queued ({len(queued)}, {planner.get('order', 'queue order')}; policy {planner.get('policy')}"
+             + (", futility on" if planner.get("futility") else "") + ")")
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("chain", "variant", "seed", "starts", "ends", "p50/high", "fits"):
+        t.add_column(col, overflow="fold", no_wrap=col in ("starts", "ends", "p50/high"))
+    for e in entries:
+        c = by_id[e["chain_id"]]
+        why = (e.get("reason") or "").removeprefix("will not fit: ").removesuffix(" at its turn")
+        fits = "[green]yes[/green]" if e["fits"] else f"[red]no[/red]: {escape(why)}"
+        t.add_row(str(e["chain_id"]), _variant_cell(c), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
+                  f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
+    con.print(t)
+
+
+def render_auto_repeat(con: Console, planner: dict) -> None:
+    """Where auto-repeat will insert its chains, and why the worker would idle with budget left."""
+    auto = planner.get("auto_repeat_next")
+    if auto:
+        what = escape(auto["variant"]) if auto.get("variant") else "a chain"
+        con.print(f"[bold]auto-repeat[/bold]  {what} {escape(auto['at'])}: {escape(auto['why'])}")
+    if planner.get("idle"):
+        con.print(f"[yellow]idle[/yellow]  {escape(planner['idle'])}")
+
+
+def render_gpu_lines(con: Console, gpus: dict) -> None:
+    """One line per GPU with its holders; the note when the gate is off for want of NVML."""
+    if gpus.get("note") and gpus.get("devices"):
+        con.print(f"[yellow]gpus[/yellow]    {escape(gpus['note'])}")
+    for g in gpus.get("gpus", []):
+        procs = ", ".join(f"pid {p['pid']} {p['name']} ({p['used_mib']} MiB)" for p in g["processes"]) or "no processes"
+        idx = "-" if g["index_cuda"] is None else str(g["index_cuda"])
+        con.print(f"[bold]gpu {idx}[/bold]   {g['free_mib']}/{g['total_mib']} MiB free; {escape(procs)}")
+    if gpus.get("blocked"):
+        con.print(f"[red]gpus not ready:[/red] {escape(gpus['blocked'])}")

@@ -1,0 +1,66 @@
+"""`opsdctl worker`: run queued chains on the configured GPUs, one worker per store."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from opsdctl.cli.app import App
+from opsdctl.cli.console import console, escape
+
+
+def command(
+    ctx: typer.Context,
+    drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
+    policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
+                                         help="Run order [default: [planner] policy]. adaptive: the chains that settle the "
+                                              "most verdicts in the time left (value of information)."),
+    futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
+                                            help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
+    auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
+                                               help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
+    auto_repeat_first: Optional[bool] = typer.Option(None, "--auto-repeat-first/--user-queue-first",
+                                                     help="adaptive: let auto-repeat chains run before chains you "
+                                                          "queued earlier (default: your queue first)."),
+    try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
+                                                     help="adaptive: first runs of every queued variant before any "
+                                                          "repeat, or (default) let value of information pick."),
+) -> None:
+    """Run queued chains, one at a time, on the configured GPUs (one worker per store).
+
+    Before each chain and stage the planner checks that it fits in the time left (duration
+    estimates from history) and that the GPUs are free (NVML); a chain that cannot finish is
+    skipped with the reason. Ctrl-C (or SIGTERM) stops the running stage's process group and
+    marks its chain interrupted; press it twice to skip the grace period.
+    """
+    import datetime as dt
+
+    app = App.of(ctx)
+    from opsdctl.errors import one_line
+    from opsdctl.daemon.worker import Worker
+
+    cfg = app.config()
+    if policy is not None and policy not in ("fifo", "adaptive"):
+        from opsdctl.errors import UserError
+
+        raise UserError(f"--policy {policy}: must be fifo or adaptive")
+    flags = (policy, futility, auto_repeat, auto_repeat_first, try_every_variant)
+    if any(f is not None for f in flags):
+        from opsdctl.plan.planner import with_overrides
+
+        cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
+                             auto_repeat_first=auto_repeat_first, try_every_variant=try_every_variant)
+    store = app.store(cfg)
+    con = console()
+
+    def report(msg: str) -> None:  # one line each, whatever a stage printed or a name holds
+        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {escape(one_line(msg))}")
+
+    w = Worker(cfg, store, drain=drain, report=report)
+    ran = w.run()
+    report(f"worker exiting: {ran} chain{'s' if ran != 1 else ''} run")
+    if w.stop:  # stopped by a signal: the conventional 128 + signal number
+        import signal
+
+        raise typer.Exit(128 + signal.Signals[w.stop.reason].value)
