@@ -212,7 +212,7 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
     store = open_store(f"sqlite:///{db}")
     assert store.revision() == migrations.HEAD
     after = table_counts(db)
-    assert after == before  # not one row lost or added
+    assert after == {**before, "outbox": 0}  # not one row lost or added; the later tables start empty
     with store.engine.connect() as conn:
         assert migrations.schema_diff(conn) == []  # and the upgraded tables are exactly the models'
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
