@@ -193,60 +193,60 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
 
 def show_doc(store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import (
-        chains_of_variant,
-        find_variant,
-        score_of,
-        snapshot_of,
-        stage_of,
-        stages_of,
-        train_stats_of,
-        trainer_of,
-    )
+    from opsdctl.store.engine import chains_of_variant, find_variant
 
     with store.read() as s:
         v = find_variant(s, ref)
-        runs = []
         chains = chains_of_variant(s, v.id)
-        reader = store.reader()
-        labels = candidate_labels(reader, [c.id for c in chains])
-        trained = training_snapshot_ids(reader, chains)
-        for chain in chains:
-            score = score_of(s, chain.id)
-            ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
-            train = stage_of(s, trainer_of(s, chain.id), "train")  # an eval-only run: its trainer's check
-            runs.append({
-                "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
-                "reason": chain.reason,
-                "score": None if score is None else round(score.avg_at_k, 4),
-                "k": score.k if score else None,
-                "n_problems": score.n_problems if score else None,
-                "partial": partial.run_is_partial(chain, score),
-                "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full
-                "eval_only": bool(chain.eval_only),
-                "checkpoint": chain.checkpoint,
-                "trained_by": chain.trained_by,
-                "candidate": labels.get(chain.id),
-                # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
-                "code": code_view(snapshot_of(s, trained.get(chain.id))),
-                "eval_code": code_view(snapshot_of(s, chain.snapshot_id)) if trained.get(chain.id) != chain.snapshot_id
-                else None,
-                "problems": score.problems if score else None,
-                # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
-                "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
-                        for st in stages_of(s, chain.id) if st.gpu_peak_mib is not None},
-                "recipe_check": _recipe_check(train),
-                "commands_hash": chain.commands_hash,
-                "train": None if ts is None else {
-                    "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
-                    "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
-                    "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
-                    "metrics": ts.metrics or {},  # [stages.train.metrics]: name -> {mean, last, steps}
-                    "curve": ts.curve or [],  # per logged step: loss, kl, frac_clipped, learning_rate, ...
-                },
-            })
+        runs = run_views(store, s, chains)
         return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
                 "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
+
+
+def run_views(store, s, chains) -> list[dict]:
+    """Each chain as `show` lists it: score, per-problem counts, training statistics and curve,
+    the recipe check, the code it trained with. `s`: an open session of `store`."""
+    from opsdctl.store.engine import score_of, snapshot_of, stage_of, stages_of, train_stats_of, trainer_of
+
+    reader = store.reader()
+    labels = candidate_labels(reader, [c.id for c in chains])
+    trained = training_snapshot_ids(reader, chains)
+    runs = []
+    for chain in chains:
+        score = score_of(s, chain.id)
+        ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
+        train = stage_of(s, trainer_of(s, chain.id), "train")  # an eval-only run: its trainer's check
+        runs.append({
+            "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
+            "reason": chain.reason,
+            "score": None if score is None else round(score.avg_at_k, 4),
+            "k": score.k if score else None,
+            "n_problems": score.n_problems if score else None,
+            "partial": partial.run_is_partial(chain, score),
+            "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full
+            "eval_only": bool(chain.eval_only),
+            "checkpoint": chain.checkpoint,
+            "trained_by": chain.trained_by,
+            "candidate": labels.get(chain.id),
+            # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
+            "code": code_view(snapshot_of(s, trained.get(chain.id))),
+            "eval_code": code_view(snapshot_of(s, chain.snapshot_id)) if trained.get(chain.id) != chain.snapshot_id
+            else None,
+            "problems": score.problems if score else None,
+            # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
+            "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
+                    for st in stages_of(s, chain.id) if st.gpu_peak_mib is not None},
+            "recipe_check": _recipe_check(train),
+            "commands_hash": chain.commands_hash,
+            "train": None if ts is None else {
+                "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
+                "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
+                "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
+                "metrics": ts.metrics or {},  # [stages.train.metrics]: name -> {mean, last, steps}
+                "curve": ts.curve or [],  # per logged step: loss, kl, frac_clipped, learning_rate, ...
+            },
+        })
+    return runs
 
 
 def _recipe_check(train) -> Optional[dict]:
