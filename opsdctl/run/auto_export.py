@@ -179,6 +179,7 @@ class AutoExporter:
         now, why = due(self.budget(), self.minutes_before)
         if not now:
             return None
+        from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
         reader = self.store.reader()
@@ -204,6 +205,8 @@ class AutoExporter:
                   "reason": reason, "key": leader.key}
         with self.store.write() as s:
             set_meta(s, EXPORT_KEY, json.dumps(record))
+            outbox.record(s, outbox.EventKind.EXPORT_WRITTEN, f"export:{when}:{leader.key}",  # [notify]
+                          {k: v for k, v in record.items() if k != "key"})
         self.report(f"export: wrote {self.path} <- {leader.name}"
                     + (f" ({leader.verdict}, P(beat) {e['p_beat']:.3f})" if e.get("p_beat") is not None else
                        f" ({leader.verdict})" if leader.verdict else " (the released recipe)") + f"; {reason}")
