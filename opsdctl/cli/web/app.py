@@ -28,6 +28,10 @@ from opsdctl.errors import UserError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 COOKIE = "opsdctl_token"
+# A variant's page lists its latest runs and draws the curves of the latest few (a variant of a
+# long session can have a thousand runs); its ?format=json twin holds every run.
+RUNS_SHOWN = 100
+CURVES_SHOWN = 12
 # What moves when the worker does something: a transition, a score, a running stage's progress.
 CHANGES_SQL = ("SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), "
                "(SELECT count(*) FROM chain), (SELECT group_concat(id || ':' || COALESCE(progress, '')) "
@@ -42,9 +46,9 @@ def fmt_s(seconds) -> str:
     return fmt_duration(max(0.0, float(seconds)))
 
 
-def _jsonable(doc):
-    """The document exactly as `--json` prints it (json.dumps(default=str)), parsed back."""
-    return json.loads(json.dumps(doc, default=str))
+def _json_response(doc) -> Response:
+    """The document as `--json` prints it (json.dumps(default=str)), in one pass."""
+    return Response(json.dumps(doc, default=str), media_type="application/json")
 
 
 class Pages:
@@ -126,7 +130,8 @@ class Pages:
         from opsdctl.cli.listing import recipe_changes
 
         runs = doc["runs"]
-        return {"panels": svg.curve_panels(runs, svg.curve_keys(runs)),
+        drawn = [r for r in runs if (r.get("train") or {}).get("curve")][-CURVES_SHOWN:]
+        return {"panels": svg.curve_panels(drawn, svg.curve_keys(drawn)), "shown": runs[-RUNS_SHOWN:],
                 "changes": recipe_changes(doc.get("hparams") or {}, doc.get("method") or {})}
 
     def chain_view(self, doc: dict) -> dict:
@@ -145,7 +150,7 @@ class Pages:
                 # a variant or chain that is not there is "not found"; a bad query parameter is bad input
                 return PlainTextResponse(str(exc), status_code=404 if request.path_params else 400)
             if request.query_params.get("format") == "json":
-                return JSONResponse(_jsonable(doc))
+                return _json_response(doc)
             ctx = {"doc": doc, **view(doc)}
             body = self.env.get_template(f"{name}.html").render(ctx)
             if request.query_params.get("fragment"):
