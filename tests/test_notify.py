@@ -81,15 +81,18 @@ def test_sigkilled_workers_pending_events_fire_once_after_restart(ws):
             "select state from stage where chain_id = 1 and name = 'train'") == [("running",)],
             timeout=60, what="the first worker delivered an event and hangs in chain 1")
         first.send_signal(signal.SIGSTOP)  # frozen: what happens now stays in the outbox
-        ws.cli("cancel", "2")
+        # a subprocess: should the frozen worker hold the store's write lock, the cancel waits for the kill
+        cancel = ws.popen("cancel", "2")
+        time.sleep(1.0)
         first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
+        first.wait(timeout=60)
+        assert cancel.wait(timeout=120) == 0, cancel.stdout.read()
     finally:
         stop_process(first)
     assert ws.sql("select count(*) from outbox where sent_at is null") == [(1,)]  # chain 2's cancel
     second = ws.popen("worker", "--drain", env={"FAKE_STEPS": "2"})
     try:
-        assert second.wait(timeout=90) == 0, second.stdout.read()
+        assert second.wait(timeout=180) == 0, second.stdout.read()
     finally:
         stop_process(second)
     got = [(e["event"], e["chain_id"]) for e in events(ws)]

@@ -95,6 +95,7 @@ class Notifier:
         self.budget_s = 60.0 * float(sec.get("budget_minutes", 30.0))
         self.every_s = every_s
         self._scored = -1  # scored runs when the verdicts were last looked at
+        self._recorded: set[str] = set()  # keys this notifier has recorded (the store keeps them too)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -113,21 +114,28 @@ class Notifier:
             stall = stalled(st.progress, now, STORE_LAG_S)
             if stall is None:
                 continue
+            key = f"stalled:{st.id}:{st.progress.get('changed_at')}"
+            if key in self._recorded:
+                continue
             with self.store.write() as s:
-                record(s, EventKind.STAGE_STALLED, f"stalled:{st.id}:{st.progress.get('changed_at')}",
-                       {"chain_id": st.chain_id, "stage": st.name, "state": "running", **stall})
+                record(s, EventKind.STAGE_STALLED, key, {"chain_id": st.chain_id, "stage": st.name, "state": "running",
+                                                         **stall})
+            self._recorded.add(key)
 
     def _look_budget(self) -> None:
         view = self.budget()
         left = view.usable_seconds
         if left is None or left > self.budget_s:
             return
+        b = self.cfg.budget
+        # one event per budget: the clock's start (hours) or the configured deadline / file
+        which = self.store.reader().get_meta(CLOCK_KEY) if b.kind == "hours" else str(b.deadline or b.remaining_file)
+        key = f"budget:{b.kind}:{which}"
+        if key in self._recorded:
+            return  # no write lock taken every second for an event already recorded
         with self.store.write() as s:
-            b = self.cfg.budget
-            # one event per budget: the clock's start (hours) or the configured deadline / file
-            which = get_meta(s, CLOCK_KEY) if b.kind == "hours" else str(b.deadline or b.remaining_file)
-            record(s, EventKind.BUDGET_NEARLY_SPENT, f"budget:{b.kind}:{which}",
-                   {"usable_seconds": round(max(left, 0.0), 1), "text": view.text()})
+            record(s, EventKind.BUDGET_NEARLY_SPENT, key, {"usable_seconds": round(max(left, 0.0), 1), "text": view.text()})
+        self._recorded.add(key)
 
     def _look_verdicts(self) -> None:
         reader = self.store.reader()
