@@ -195,3 +195,12 @@ def test_serve_never_creates_or_upgrades_a_store(tmp_path):
     out = ws.run("serve", "--port", str(free_port()), check=False, timeout=60)
     assert out.returncode == 2 and "serve never writes the store" in out.stderr
     assert store_dump(ws.db) == before
+
+
+def test_a_database_password_is_never_shown(tmp_path):
+    ws = Workspace(tmp_path)
+    ws.write_config(default_config().replace('db = "sqlite:///runs.db"',
+                                             'db = "postgresql://lab:s3cretpw@127.0.0.1:1/runs?connect_timeout=2"'))
+    out = ws.run("serve", "--port", str(free_port()), check=False, timeout=60)
+    assert out.returncode == 2 and "postgresql://lab:***@127.0.0.1:1/runs" in out.stderr, out.stderr
+    assert "s3cretpw" not in out.stdout + out.stderr

@@ -46,8 +46,15 @@ def read_only_store(cfg: Config):
     path = sqlite_file(cfg.db)
     if path is not None and not os.path.isfile(path):
         raise UserError(f"db = {cfg.db}: no store there yet; queue a chain first (opsdctl queue ...), then serve it")
+    from sqlalchemy.exc import OperationalError
+
+    from opsdctl.store.engine import db_error_text
+
     store = Store(cfg.db)
-    revision = store.revision()
+    try:
+        revision = store.revision()
+    except OperationalError as exc:  # a server that is down: one line, the URL without its password
+        raise UserError(f"store {store.safe_url()}: {store.redact(db_error_text(exc))}") from None
     if revision != HEAD:
         raise UserError(f"{store.safe_url()}: schema revision {revision or 'none'}, this opsdctl reads {HEAD}; "
                         "run `opsdctl status` once to bring it up to date (serve never writes the store)")
