@@ -207,6 +207,8 @@ def run_views(store, s, chains) -> list[dict]:
     """Each chain as `show` lists it: score, per-problem counts, training statistics and curve,
     the recipe check, the code it trained with. `s`: an open session of `store`. The rows are read
     a table at a time (a variant of a 10,000-chain store has a thousand runs)."""
+    from sqlalchemy import select
+
     from opsdctl.store.models import CodeSnapshot, Score, Stage, TrainStats
 
     reader = store.reader()
@@ -215,13 +217,16 @@ def run_views(store, s, chains) -> list[dict]:
     # an eval-only run shows its trainer's training and recipe check
     trainer = {c.id: c.trained_by if c.eval_only and c.trained_by else c.id for c in chains}
     ids = sorted({c.id for c in chains} | set(trainer.values()))
-    scores = {x.chain_id: x for x in _where_in(s, Score, Score.chain_id, ids)}
-    stats = {x.chain_id: x for x in _where_in(s, TrainStats, TrainStats.chain_id, ids)}
+    scores = {x.chain_id: x for x in _where_in(s, select(Score), Score.chain_id, ids)}
+    stats = {x.chain_id: x for x in _where_in(s, select(TrainStats), TrainStats.chain_id, ids)}
     stages: dict[int, list] = {}
-    for st in sorted(_where_in(s, Stage, Stage.chain_id, ids), key=lambda st: st.id):
+    # only the stage columns shown: a stage's progress, pids and command are not decoded
+    stage_cols = select(Stage.id, Stage.chain_id, Stage.name, Stage.state, Stage.gpu, Stage.gpu_peak_mib,
+                        Stage.gpu_util_pct, Stage.recipe_check)
+    for st in sorted(_where_in(s, stage_cols, Stage.chain_id, ids, rows=True), key=lambda st: st.id):
         stages.setdefault(st.chain_id, []).append(st)
     snap_ids = sorted({i for c in chains for i in (trained.get(c.id), c.snapshot_id) if i is not None})
-    snaps = {x.id: x for x in _where_in(s, CodeSnapshot, CodeSnapshot.id, snap_ids)}
+    snaps = {x.id: x for x in _where_in(s, select(CodeSnapshot), CodeSnapshot.id, snap_ids)}
     runs = []
     for chain in chains:
         score = scores.get(chain.id)
@@ -260,13 +265,13 @@ def run_views(store, s, chains) -> list[dict]:
     return runs
 
 
-def _where_in(s, model, column, values: list, chunk: int = 900) -> list:
-    """Rows of `model` whose `column` is in `values`, a chunk at a time (SQLite's parameter limit)."""
-    from sqlalchemy import select
-
+def _where_in(s, stmt, column, values: list, rows: bool = False, chunk: int = 900) -> list:
+    """What `stmt` selects where `column` is in `values` (ORM objects, or plain rows with `rows`),
+    a chunk at a time (SQLite's parameter limit)."""
     out = []
     for i in range(0, len(values), chunk):
-        out += s.scalars(select(model).where(column.in_(values[i:i + chunk]))).all()
+        got = s.execute(stmt.where(column.in_(values[i:i + chunk])))
+        out += got.all() if rows else got.scalars().all()
     return out
 
 
