@@ -13,7 +13,6 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -86,9 +85,9 @@ def site(tmp_path_factory):
     shutil.copytree(REPO / "recipes", root / "recipes")
     ws = Workspace(root)
     ws.write_config(default_config(budget="hours = 6"))
-    ws.cli("queue", "baseline", "-n", "3")
+    ws.cli("queue", "baseline", "-n", "2")
     ws.cli("queue", "token-clip", "-n", "2")
-    ws.run("worker", "--drain", env={"FAKE_STEPS": "6"}, timeout=180)
+    ws.run("worker", "--drain", env={"FAKE_STEPS": "3"}, timeout=180)
     ws.cli("queue", "cosine")  # waits for the live-update test's worker
     proc, base = start_server(ws, env={"OPSDCTL_SERVE_TOKEN": TOKEN})
     from selenium import webdriver
