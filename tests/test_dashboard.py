@@ -33,7 +33,8 @@ if not (CHROMIUM and DRIVER and selenium):
                 "for selenium) to run the dashboard's browser tests", allow_module_level=True)
 
 TOKEN = "t0ken-for-the-dashboard-tests"
-PAGES = {"session": "/", "compare": "/compare", "variant": "/variant/token-clip", "chain": "/chain/1"}
+PAGES = {"session": "/", "compare": "/compare", "variant": "/variant/token-clip", "chain": "/chain/1",
+         "escaped": "/variant/xss"}
 
 
 def free_port() -> int:
@@ -89,6 +90,11 @@ def site(tmp_path_factory):
     ws.cli("queue", "token-clip", "-n", "2")
     ws.run("worker", "--drain", env={"FAKE_STEPS": "3"}, timeout=180)
     ws.cli("queue", "cosine")  # waits for the live-update test's worker
+    # text from the store is escaped: a description that would run script if it were not
+    ws.recipe("xss", 'name = "xss"\nextends = "baseline"\n'
+                     'description = "<img src=/nope onerror=\\"document.title=\'owned\'\\"><script>document.title=\'owned\'</script>"\n')
+    ws.cli("queue", "xss")
+    ws.cli("cancel", "6")
     proc, base = start_server(ws, env={"OPSDCTL_SERVE_TOKEN": TOKEN})
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -119,7 +125,7 @@ def test_every_page_renders_without_console_errors(site):
     for name, path in PAGES.items():
         browser.get(base + path)
         assert browser.title.startswith("opsdctl · "), browser.page_source[:500]
-        assert browser.find_element("id", "live").text.strip()
+        assert browser.find_element("id", "live").text.strip() and "owned" not in browser.title
         assert console_errors(browser) == [], name
         assert browser.save_screenshot(str(tmp / f"{name}.png"))
         assert (tmp / f"{name}.png").stat().st_size > 5000

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,7 +39,7 @@ CHANGES_SQL = ("SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM s
 
 
 def fmt_s(seconds) -> str:
-    if seconds is None:
+    if seconds is None or isinstance(seconds, Undefined):
         return "-"
     from opsdctl.plan.budget import fmt_duration
 
@@ -58,6 +58,8 @@ class Pages:
         self.cfg, self.store, self.reader, self.token = cfg, store, reader, token
         self.env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
         self.env.globals.update(fmt_s=fmt_s, strip=svg.problem_strip)
+        # a key a document leaves out (a chain that never started has no elapsed time) reads as none
+        self.env.tests["none"] = lambda value: value is None or isinstance(value, Undefined)
 
     # documents: the CLI's own builders -------------------------------------------------------
 
