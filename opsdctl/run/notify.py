@@ -46,7 +46,8 @@ STDERR_TAIL = 400  # bytes of a failing hook's stderr kept for the log line
 class Event:
     """One outbox row, with what its receivers need to read it without the store."""
 
-    event_id: str
+    row_id: int  # the outbox row
+    event_id: str  # the same on a re-send: "<key>-<row id>"
     kind: str
     chain_id: Optional[int]
     variant: str
@@ -168,10 +169,12 @@ class Notifier:
             rows = [self._event(s, row) for row in pending(s)]
         fired = 0
         for event in rows:
-            error = self._deliver(event)
-            fired += error != "skipped"
+            error = None
+            if self._wanted(event):
+                error = self._deliver(event)
+                fired += 1
             with self.store.write() as s:
-                mark_sent(s, int(event.event_id.rsplit("-", 1)[-1]), None if error == "skipped" else error)
+                mark_sent(s, event.row_id, error)
         return fired
 
     def _event(self, s, row: Outbox) -> Event:
@@ -187,13 +190,16 @@ class Notifier:
 
                     sc = score_of(s, chain_id)
                     p["score"] = None if sc is None else round(sc.avg_at_k, 4)
-        return Event(f"{row.key}-{row.id}", row.kind, chain_id, variant, state, describe(row.kind, p, variant), p)
+        return Event(row.id, f"{row.key}-{row.id}", row.kind, chain_id, variant, state,
+                     describe(row.kind, p, variant), p)
+
+    def _wanted(self, event: Event) -> bool:
+        """A hook is configured and the event is one of [notify] events (all by default)."""
+        hooked = bool(self.command or self.webhook or self.webhook_env)
+        return hooked and (self.events is None or event.kind in self.events)
 
     def _deliver(self, event: Event) -> Optional[str]:
         """Run the hooks for one event; None when they worked, else what went wrong (logged)."""
-        if (not self.command and not self.webhook and not self.webhook_env) or (
-                self.events is not None and event.kind not in self.events):
-            return "skipped"
         errors = []
         if self.command:
             errors.append(self._run_command(event))
