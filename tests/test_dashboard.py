@@ -185,6 +185,12 @@ def test_token_and_loopback_rules(site):
     assert out.returncode == 2 and "not a loopback address" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     out = ws.run("serve", "--token", "short", check=False, timeout=60)
     assert out.returncode == 2 and "too guessable" in out.stderr
+    plain, url = start_server(ws)  # no token: loopback only, and only loopback names (no DNS rebinding)
+    try:
+        assert get(url + "/?format=json")[0] == 200
+        assert get(url + "/?format=json", {"Host": "attacker.example"})[0] == 400
+    finally:
+        stop_process(plain)
 
 
 def test_serve_never_creates_or_upgrades_a_store(tmp_path):

@@ -32,6 +32,7 @@ COOKIE = "opsdctl_token"
 # long session can have a thousand runs); its ?format=json twin holds every run.
 RUNS_SHOWN = 100
 CURVES_SHOWN = 12
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 # What moves when the worker does something: a transition, a score, a running stage's progress.
 CHANGES_SQL = ("SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), "
                "(SELECT count(*) FROM chain), (SELECT group_concat(id || ':' || COALESCE(progress, '')) "
@@ -211,4 +212,10 @@ def make_app(cfg, store, reader: Callable[[], object], token: Optional[str] = No
         Route("/chain/{chain_id:int}", p.page("chain", lambda d: f"chain {d['chain_id']}", p.chain_doc, p.chain_view)),
         Route("/changes", p.changes),
     ])
-    return _token_guard(app, token) if token else app
+    if token:
+        return _token_guard(app, token)
+    # Without a token the server is on loopback: refuse other Host names, so a web page that
+    # rebinds its own name to 127.0.0.1 cannot read the dashboard from the user's browser.
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    return TrustedHostMiddleware(app, allowed_hosts=LOOPBACK_HOSTS)
