@@ -15,7 +15,7 @@ class _Store:
 
 
 def _render(name: str, doc: dict) -> str:
-    p = Pages(None, _Store(), None, None)
+    p = Pages(None, _Store(), None)
     return p.env.get_template(f"{name}.html").render(doc=doc, **getattr(p, f"{name}_view")(doc))
 
 

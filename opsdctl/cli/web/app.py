@@ -33,10 +33,10 @@ COOKIE = "opsdctl_token"
 RUNS_SHOWN = 100
 CURVES_SHOWN = 12
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
-# What moves when the worker does something: a transition, a score, a running stage's progress.
-CHANGES_SQL = ("SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), "
-               "(SELECT count(*) FROM chain), (SELECT group_concat(id || ':' || COALESCE(progress, '')) "
-               "FROM stage WHERE state = 'running')")
+# What moves when the worker does something: a transition, a score, a chain, a running stage's
+# progress (plain SQL that SQLite and PostgreSQL both read).
+CHANGES_SQL = "SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), (SELECT count(*) FROM chain)"
+RUNNING_SQL = "SELECT id, progress FROM stage WHERE state = 'running' ORDER BY id"
 
 
 def fmt_s(seconds) -> str:
@@ -55,8 +55,8 @@ def _json_response(doc) -> Response:
 class Pages:
     """`cfg`, a read-only Store, and `reader()`: a fresh light reader per request."""
 
-    def __init__(self, cfg, store, reader: Callable[[], object], token: Optional[str]):
-        self.cfg, self.store, self.reader, self.token = cfg, store, reader, token
+    def __init__(self, cfg, store, reader: Callable[[], object]):
+        self.cfg, self.store, self.reader = cfg, store, reader
         self.env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
         self.env.globals.update(fmt_s=fmt_s, strip=svg.problem_strip)
         # a key a document leaves out (a chain that never started has no elapsed time) reads as none
@@ -170,7 +170,7 @@ class Pages:
         def version():
             reader = self.reader()
             try:
-                return "|".join(str(x) for x in reader.tuples(CHANGES_SQL)[0])
+                return json.dumps([list(reader.tuples(CHANGES_SQL)[0]), reader.tuples(RUNNING_SQL)], default=str)
             finally:
                 reader.close()
 
@@ -204,7 +204,7 @@ def _token_guard(app, token: str):
 
 
 def make_app(cfg, store, reader: Callable[[], object], token: Optional[str] = None):
-    p = Pages(cfg, store, reader, token)
+    p = Pages(cfg, store, reader)
     app = Starlette(routes=[
         Route("/", p.page("session", lambda d: "session", p.session_doc, p.session_view)),
         Route("/compare", p.page("compare", lambda d: "compare", p.compare_doc, p.compare_view)),
