@@ -48,8 +48,8 @@ def fmt_s(seconds) -> str:
 
 
 def _json_response(doc) -> Response:
-    """The document as `--json` prints it (json.dumps(default=str)), in one pass."""
-    return Response(json.dumps(doc, default=str), media_type="application/json")
+    """The document `--json` prints (json.dumps(default=str)), without its indentation, in one pass."""
+    return Response(json.dumps(doc, default=str, separators=(",", ":")), media_type="application/json")
 
 
 class Pages:
