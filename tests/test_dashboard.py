@@ -156,6 +156,10 @@ def test_every_json_twin_is_the_clis_json(site):
         if name == "compare":  # the budget's clock moves between the two reads
             page["budget"].pop("minutes_left", None), want["budget"].pop("minutes_left", None)
         assert code == 200 and page == want, name
+    shown = ws.run("chain", "1", "--lines", "2").stdout  # the same document, as the terminal shows it
+    chain = json.loads(ws.run("chain", "1", "--json").stdout)
+    assert shown.startswith("chain 1 baseline seed 0: succeeded") and f"score {chain['score']:.2f}" in shown
+    assert chain["log_tail"]["lines"][-1] in shown  # the log's last line ends both
     code, text = get(base + "/?format=json", auth)
     page, want = json.loads(text), json.loads(ws.run("status", "--json").stdout)
     assert sorted(page) == sorted(want)
