@@ -194,3 +194,16 @@ def test_bad_notify_settings_are_one_line_errors(ws):
         out = ws.cli("status", check=False)
         assert out.returncode == 2 and words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
         assert "abc123" not in out.stderr
+
+
+def test_a_hook_never_sees_the_stores_credentials_or_the_webhook_url(ws, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", "s3cret-pw")
+    monkeypatch.setenv("OPSDCTL_TEST_WEBHOOK", "http://127.0.0.1:9/hooks/secret-path")
+    monkeypatch.setenv("OPSDCTL_TEST_KEPT", "kept")
+    n, store, said = _notifier(ws, 'command = "env > env.txt"\nwebhook_env = "OPSDCTL_TEST_WEBHOOK"\ntimeout_seconds = 2\n')
+    _event(store, "e1")
+    n.drain()
+    env = (ws.root / "env.txt").read_text()
+    assert "OPSDCTL_TEST_KEPT=kept" in env
+    assert "s3cret-pw" not in env and "secret-path" not in env
+

@@ -33,6 +33,7 @@ from typing import Callable, Optional
 from opsdctl.config import Config
 from opsdctl.plan.budget import CLOCK_KEY, BudgetView, fmt_duration
 from opsdctl.run.progress_clock import STORE_LAG_S, stalled
+from opsdctl.store import credentials
 from opsdctl.store.engine import Store, get_meta, running_stages, set_meta
 from opsdctl.store.models import Chain, Outbox, Variant, utcnow
 from opsdctl.store.outbox import EventKind, mark_sent, pending, record
@@ -221,8 +222,9 @@ class Notifier:
         # stdout is dropped and stderr goes to a file: a chatty hook can neither block nor bloat us
         with tempfile.TemporaryFile() as err:
             try:
-                proc = subprocess.Popen(cmd, shell=True, cwd=self.cfg.base_dir, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+                proc = subprocess.Popen(cmd, shell=True, cwd=self.cfg.base_dir, env=self._hook_env(),
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                        start_new_session=True)
             except OSError as exc:
                 return f"command did not start: {exc}"
             try:
@@ -239,6 +241,13 @@ class Notifier:
             err.seek(max(0, err.seek(0, 2) - STDERR_TAIL))
             tail = err.read().decode("utf-8", errors="replace").strip().replace("\n", " | ")
             return f"command exited {code}" + (f": {tail}" if tail else "")
+
+    def _hook_env(self) -> dict[str, str]:
+        """The worker's environment without the store's credentials (as a stage's) or the webhook's
+        URL: a hook is a command like a stage's, and may be someone else's script."""
+        env = credentials.scrub_env(os.environ, self.cfg.db)
+        env.pop(self.webhook_env or "", None)
+        return env
 
     def _post(self, url: str, event: Event) -> Optional[str]:
         # `text` for Slack / Mattermost / Rocket.Chat, `content` for Discord; the rest for scripts
