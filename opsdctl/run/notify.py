@@ -144,6 +144,7 @@ class Notifier:
         scored = int(reader.value("SELECT count(*) FROM score") or 0)
         if scored == self._scored:
             return  # verdicts move only with new scores
+        self._scored = scored  # set first: a report that fails is said once per new score, not every second
         from opsdctl.plan.report import compare_doc
 
         report = compare_doc(self.cfg, reader, None, None)
@@ -160,7 +161,6 @@ class Notifier:
                     record(s, EventKind.VERDICT_CHANGED, f"verdict:{name}:{e['n']}:{e['verdict']}",
                            {"candidate": name, "verdict": e["verdict"], "was": was, "n": e["n"]})
             set_meta(s, VERDICTS_KEY, json.dumps({**seen, **now}, sort_keys=True))  # a candidate not shown now keeps its memory
-        self._scored = scored
 
     # delivering ------------------------------------------------------------------------------
 
