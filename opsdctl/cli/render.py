@@ -128,11 +128,13 @@ def render_export_line(con: Console, ex: dict) -> None:
     """[export]: what the worker last wrote to the submission recipe.env, and when; or when it starts."""
     last = ex.get("last")
     if last and last.get("path") == ex["path"]:
-        if last.get("verdict"):
-            p = f", P(beat) {last['p_beat']:.3f}" if last.get("p_beat") is not None else ""
-            what = f"{escape(last['leader'])} ({last['verdict']}{p})"
+        f = last.get("forecast") or {}
+        fc = (f"forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" if f.get("mean") is not None
+              else "no forecast")
+        if last.get("variant"):
+            what = f"{escape(last['leader'])} ({fc}" + (f", {last['verdict']}" if last.get("verdict") else "") + ")"
         else:
-            what = f"{escape(last['leader'])} (the released recipe)"
+            what = f"{escape(last['leader'])} (the released recipe, {fc})"
         con.print(f"[bold]export[/bold]  {escape(ex['path'])} <- {what} at {_local(last['written_at'])}"
                   + ("" if ex["active"] else f"; {escape(ex['when'])}"))
     elif ex["active"]:

@@ -31,19 +31,24 @@ Rules:
 
 JSON (points; variances in points^2):
   baseline: name, source ("runs" | "runs+reference" | "reference" | null), n (local runs, or
-            the reference's n), n_local, mean, sd, se_mean, mean_ci_low/high, runs, chain_ids,
+            the reference's n), n_local, mean, sd, se_mean, mean_ci_low/high, runs, chain_ids, code,
             reference, offset_sd, reference_check {diff, se, ci_low, ci_high, p, significant},
             local_runs_would_buy [{runs, se_mean}]
   noise:    s, nu, nu_local, s_local, tau2, v_eval, s0, nu0 (as used), prior_check {chi2, p,
             level, kept, checked}, eval_dominates, runs_with_counts, runs_without_counts, note, advice
   bonferroni: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
             growth, c};  design: [{effect, power, runs_per_arm, chains, minutes, fits}];
+  forecast_model: official_runs, spread (tau, points, posterior mean), spread_sd, spread_prior, train_var,
+            eval_var, reference, arms, interval   (null without a noise estimate)
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
             needs_baseline_runs, runs_needed_both_arms, minutes_needed, fits, partial, se_mean,
             mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k, n_problems,
             runs, chain_ids, note   (partial entries: se, se_eval, label; no tests)
+  forecast (every entry, the baseline's too): {mean, low80, high80, p_above_reference, p_best}: the
+            predictive distribution of the official 5-run mean (opsdctl.stats.forecast; all null for
+            partial entries, entries without runs, and without a noise estimate)
 Every value in the report is a plain JSON type; no NaN (null instead).
 """
 
@@ -54,7 +59,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import inference, sequential
+from opsdctl.stats import forecast, inference, sequential
 
 PARTIAL_LABEL = "partial: screening only"
 
@@ -188,6 +193,45 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
         return None, None
     need = chains * chain_minutes
     return _f(need), (None if minutes_left is None else bool(need <= minutes_left))
+
+
+FORECAST_KEYS = ("mean", "low80", "high80", "p_above_reference", "p_best")
+NO_FORECAST = dict.fromkeys(FORECAST_KEYS)
+
+
+def forecast_noise(s2: float | None, v_eval: float | None) -> forecast.NoiseParts | None:
+    """The run-to-run variance s^2 split into its training part and one full eval's sampling part
+    (no counts: all of it counts as training)."""
+    if s2 is None:
+        return None
+    ev = float(v_eval) if v_eval is not None else 0.0
+    return forecast.NoiseParts(max(0.0, float(s2) - ev), ev)
+
+
+def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v_of: dict[int, float],
+                       noise: forecast.NoiseParts | None, reference: Reference | None) -> forecast.Posterior | None:
+    """The forecast's joint posterior over the baseline and every candidate with full runs that is
+    a recipe (the base model and outside checkpoints are no idea of the family, and cannot be
+    submitted). `full`: full runs by candidate key; `v_of`: each run's V_r by id()."""
+    if noise is None:
+        return None
+
+    def arm(name: str, rs: list[RunRecord]) -> forecast.ArmRuns:
+        return forecast.ArmRuns(name, tuple(r.score for r in rs), tuple(v_of.get(id(r)) for r in rs))
+
+    cands = [arm(k, rs) for k, rs in full.items() if k != baseline and rs and rs[0].kind == "recipe"]
+    ref = None if reference is None else forecast.PublishedRef(
+        float(reference.mean), float(reference.sd), int(reference.n),
+        float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)))
+    return forecast.posterior(arm(baseline or "baseline", full.get(baseline, []) if baseline else []), cands,
+                              noise, ref)
+
+
+def _forecast_json(post: forecast.Posterior | None) -> dict[str, dict]:
+    """{arm name: the `forecast` dict of compare --json} (points, plain floats)."""
+    if post is None:
+        return {}
+    return {name: {k: _f(v) for k, v in f.to_json().items()} for name, f in zip(post.names, post.forecasts())}
 
 
 def build_report(
@@ -457,6 +501,7 @@ def build_report(
         "mean_ci_high": _f(None if b_half is None else b_mean + b_half),
         "runs": [_f(y) for y in b_scores],
         "chain_ids": [r.chain_id for r in base_runs],
+        "code": base_runs[-1].code if base_runs else None,
         "reference": None if reference is None else {
             "mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior,
             "offset_sd": _f(offset_sd)},
@@ -466,6 +511,18 @@ def build_report(
             "ci_high": _f(ref_check.ci_high), "p": _f(ref_check.p), "significant": ref_check.significant},
         "local_runs_would_buy": would_buy,
     }
+
+    # -- the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
+    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval), reference)
+    fj = _forecast_json(post)
+    base["forecast"] = fj.get(baseline or "baseline", dict(NO_FORECAST)) if b_source is not None else dict(NO_FORECAST)
+    for e in entries:
+        e["forecast"] = dict(NO_FORECAST) if e.get("partial") else fj.get(e["name"], dict(NO_FORECAST))
+    forecast_model = None if post is None else {
+        "official_runs": post.official_runs, "spread": _f(post.spread), "spread_sd": _f(post.spread_sd),
+        "spread_prior": forecast.DEFAULT_SPREAD, "train_var": _f(post.noise.train_var),
+        "eval_var": _f(post.noise.eval_var), "reference": _f(post.reference_mean),
+        "arms": list(post.names), "interval": forecast.INTERVAL}
 
     # -- design figure: runs per arm for a new candidate (and the baseline topped up) to detect 2 and 3
     # points with 80% power at the verdict's level (its look, the family with it)
@@ -495,6 +552,7 @@ def build_report(
                       "min_local_dof": inference.MIN_LOCAL_DOF},
         },
         "design": design,
+        "forecast_model": forecast_model,
         "budget": {"chain_minutes": _f(chain_minutes), "minutes_left": _f(minutes_left)},
         "full_k": full_k,
         "full_n": full_n,
@@ -538,6 +596,13 @@ def _next_cell(e: dict, with_time: bool = False) -> str:
     return text
 
 
+def _forecast_cells(f: dict | None) -> list[str]:
+    """'56.10 [54.02, 58.18]' and P(best), or dashes."""
+    if not f or f.get("mean") is None:
+        return ["-", "-"]
+    return [f"{f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]", f"{f['p_best']:.2f}"]
+
+
 def render_compare(report: dict, console) -> None:
     """Print the report: the table (baseline on top, candidates by P(beat)), then the
     Bonferroni note, the noise line, the runs-needed and design advice, and partial runs apart."""
@@ -563,19 +628,21 @@ def render_compare(report: dict, console) -> None:
     cols = [
         ("variant", "left"), ("runs", "right"), ("mean", "right"), ("sd", "right"), ("delta", "right"),
         ("95% CI of delta", "center"), ("P(beat)", "right"), ("verdict", "left"), ("next", "left"),
+        ("forecast [80%]", "center"), ("P(best)", "right"),
     ] + ([("by-problem SE", "right")] if paired else [])
     for col, justify in cols:
         t.add_column(col, justify=justify)
-    blank = ["-"] * (len(cols) - 4)
+    blank = ["-"] * (len(cols) - 6)
     bname = escape(b["name"] or ("reference" if b["source"] == "reference" else ""))
     bname = bname if bname == "baseline" else f"{bname} (baseline)".strip()
     if b["source"] == "reference" and b["name"]:
         bname += " (reference)"
-    t.add_row(bname, str(b["n"]), _pt(b["mean"]), _pt(b["sd"]), *blank, style="bold")
+    t.add_row(bname, str(b["n"]), _pt(b["mean"]), _pt(b["sd"]), *blank[:5], *_forecast_cells(b.get("forecast")),
+              *blank[5:], style="bold")
     t.add_section()
     for e in full:
         if e["n"] == 0:
-            t.add_row(escape(e["name"]), "0", *["-"] * 6, "no runs", *(["-"] if paired else []))
+            t.add_row(escape(e["name"]), "0", *["-"] * 6, "no runs", "-", "-", *(["-"] if paired else []))
             continue
         ci = "-" if e["ci_low"] is None else f"[{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
         v = e["verdict"] or "-"
@@ -584,12 +651,19 @@ def render_compare(report: dict, console) -> None:
             "-" if e["p_beat"] is None else f"{e['p_beat']:.3f}",
             f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
             _next_cell(e),
+            *_forecast_cells(e.get("forecast")),
         ]
         if paired:
             row.append("-" if e.get("paired_se") is None else f"±{e['paired_se']:.2f}")
         t.add_row(*row)
     console.print(t)
 
+    fm = report.get("forecast_model")
+    if fm:
+        console.print(
+            f"Forecast (the bet): each arm's official {fm['official_runs']}-run mean, from the local runs, the published "
+            f"reference and the family's spread (tau ~ {fm['spread']:.1f} points; prior centre {fm['spread_prior']:g}); "
+            "P(best) = chance it is the highest official mean. The verdicts below are the claim.")
     bon = report["bonferroni"]
     if bon["m"]:
         lk = bon["looks"]
