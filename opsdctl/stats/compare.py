@@ -11,13 +11,16 @@ Rules:
   ("partial: screening only") with their mean and their own, wider SE
   sqrt((tau^2 + mean V_r) / n) (training noise plus their eval-sampling noise).
 - Noise: one s^2 pooled over the full runs of every variant in `runs` (whatever is shown),
-  with the reference's sd as prior (s0 = sd, nu0 = n - 1) unless `prior = false`, and only while
-  the local scatter does not reject it (inference.prior_check: one-sided chi-square at 0.10).
+  with the reference's sd as prior (s0 = sd, nu0 = n - 1) unless `prior = false`, weighted by
+  how well the local scatter agrees with it (inference.prior_check: weight min(1, p / 0.5) of a
+  one-sided F test; smooth, no drop at one look).
 - Baseline: the published mean is one more measurement of the user's baseline, with a setup
   offset of sd `offset_sd` (default 1.0 point). Without local baseline runs it stands in with
-  variance s^2/n_ref + offset_sd^2; with local runs it is tested against them
-  (inference.reference_check) and, unless significantly different, combined with them by
-  precision; when it differs, only the local runs count.
+  variance s^2/n_ref + offset_sd^2; with local runs it is combined with them by precision, the
+  offset sd widened to the difference they show (inference.offset_sd_seen), so the published
+  mean fades smoothly as the evidence of an offset grows.
+- Forecast (the bet, opsdctl.stats.forecast): every arm's official 5-run mean, shrunk across the
+  family; the verdicts stay the claim.
 - Family: verdicts are Bonferroni-corrected over the m candidates of the family: every
   candidate with a run in `runs` (or those of the `family` variants given, plus the candidates
   shown). A candidate is a run's key (knobs x code tree, opsdctl.stats.candidates): a variant
@@ -209,10 +212,12 @@ def forecast_noise(s2: float | None, v_eval: float | None) -> forecast.NoisePart
 
 
 def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v_of: dict[int, float],
-                       noise: forecast.NoiseParts | None, reference: Reference | None) -> forecast.Posterior | None:
+                       noise: forecast.NoiseParts | None, reference: Reference | None,
+                       offset_sd: float | None = None) -> forecast.Posterior | None:
     """The forecast's joint posterior over the baseline and every candidate with full runs that is
     a recipe (the base model and outside checkpoints are no idea of the family, and cannot be
-    submitted). `full`: full runs by candidate key; `v_of`: each run's V_r by id()."""
+    submitted). `full`: full runs by candidate key; `v_of`: each run's V_r by id(); `offset_sd`: the
+    setup offset's sd in use (default: the reference's)."""
     if noise is None:
         return None
 
@@ -222,7 +227,7 @@ def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v
     cands = [arm(k, rs) for k, rs in full.items() if k != baseline and rs and rs[0].kind == "recipe"]
     ref = None if reference is None else forecast.PublishedRef(
         float(reference.mean), float(reference.sd), int(reference.n),
-        float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)))
+        float(offset_sd if offset_sd is not None else getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)))
     return forecast.posterior(arm(baseline or "baseline", full.get(baseline, []) if baseline else []), cands,
                               noise, ref)
 
@@ -280,15 +285,14 @@ def build_report(
     ss_local, nu_local = inference.within_ss([[r.score for r in rs] for rs in full.values()])
     s0, nu0 = (None, 0) if reference is None else inference.prior_from_reference(reference.sd, reference.n, reference.prior)
     check = inference.prior_check(ss_local, nu_local, s0, nu0)
-    nu0_used = nu0 if check.kept else 0
-    nu = nu0_used + nu_local
-    s2 = ((nu0_used * s0**2 if nu0_used else 0.0) + ss_local) / nu if nu > 0 else None
+    nu0_used = check.weight * nu0 if s0 is not None else 0.0
+    s2, nu = inference.pooled_with_weight(ss_local, nu_local, s0, nu0, check.weight)
     s = math.sqrt(s2) if s2 is not None else None
-    if s0 is not None and not check.kept:
+    if s0 is not None and check.weight < 1.0:
         notes.append(
-            f"prior dropped: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than the "
-            f"published sd {s0:.2f} allows (chi2 = {check.chi2:.1f}, p = {check.p:.3f} < "
-            f"{inference.PRIOR_CHECK_LEVEL:g}); the noise is the local runs' alone")
+            f"prior down-weighted: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than "
+            f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
+            f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
 
     pooled_runs = [r for rs in full.values() for r in rs]
     v_runs = [v_of[id(r)] for r in pooled_runs if id(r) in v_of]
@@ -309,10 +313,10 @@ def build_report(
         "tau2": _f(split.tau2),
         "v_eval": _f(split.v_eval),
         "s0": _f(s0),
-        "nu0": nu0_used,
+        "nu0": _f(nu0_used),
         "prior_check": None if s0 is None else {
-            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_CHECK_LEVEL, "kept": check.kept,
-            "checked": check.p is not None},
+            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_FULL_AT, "kept": check.kept,
+            "weight": _f(check.weight), "checked": check.p is not None},
         "eval_dominates": split.eval_dominates,
         "runs_with_counts": len(v_runs),
         "runs_without_counts": n_no_counts,
@@ -329,9 +333,12 @@ def build_report(
     ref_check = None
     if reference is not None and n_local and s is not None and nu > 0:
         ref_check = inference.reference_check(local_mean, n_local, float(reference.mean), int(reference.n), s, nu)
-    use_ref = reference is not None and (n_local == 0 or (ref_check is not None and not ref_check.significant))
+    use_ref = reference is not None and (n_local == 0 or ref_check is not None)
     if reference is not None and n_local and s is None:
         use_ref = False  # nothing to weigh the two with: the local runs alone
+    cfg_offset_sd = offset_sd
+    if ref_check is not None:  # the offset the local baseline shows widens the published mean's offset sd
+        offset_sd = float(inference.offset_sd_seen(ref_check.diff, ref_check.se**2, offset_sd))
     if n_local and use_ref:
         b_source = "runs+reference"
     elif n_local:
@@ -353,18 +360,13 @@ def build_report(
         b_var = inference.baseline_var(s2, n_local, ref_n, offset_sd, use_ref)
     if ref_check is not None:
         rc = ref_check
-        if rc.significant:
-            notes.append(
-                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
-                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
-                f"{rc.ci_high:+.2f}], p = {rc.p:.3f} < {inference.OFFSET_TEST_LEVEL:g}: your setup differs, "
-                "so the published mean is no longer used")
-        else:
-            notes.append(
-                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
-                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
-                f"{rc.ci_high:+.2f}], p = {rc.p:.2f}: combined with the local runs by precision "
-                f"(setup offset sd {offset_sd:g})")
+        widened = (f", widened from {cfg_offset_sd:g} to fit the difference seen" if offset_sd > cfg_offset_sd + 1e-9
+                   else "")
+        notes.append(
+            f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
+            f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
+            f"{rc.ci_high:+.2f}], p = {rc.p:.3f}: combined with the local runs by precision "
+            f"(setup offset sd {offset_sd:.2f}{widened})")
     would_buy = []
     if b_source == "reference" and s2 is not None:
         for extra in (1, 2):
@@ -504,7 +506,7 @@ def build_report(
         "code": base_runs[-1].code if base_runs else None,
         "reference": None if reference is None else {
             "mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior,
-            "offset_sd": _f(offset_sd)},
+            "offset_sd": _f(cfg_offset_sd)},
         "offset_sd": _f(offset_sd) if use_ref else None,
         "reference_check": None if ref_check is None else {
             "diff": _f(ref_check.diff), "se": _f(ref_check.se), "ci_low": _f(ref_check.ci_low),
@@ -513,7 +515,7 @@ def build_report(
     }
 
     # -- the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
-    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval), reference)
+    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval), reference, offset_sd)
     fj = _forecast_json(post)
     base["forecast"] = fj.get(baseline or "baseline", dict(NO_FORECAST)) if b_source is not None else dict(NO_FORECAST)
     for e in entries:
@@ -618,7 +620,7 @@ def render_compare(report: dict, console) -> None:
     elif b["source"] == "runs+reference":
         ref = b["reference"]
         title = (f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store, "
-                 f"combined with the published {ref['mean']:.2f}; setup offset sd {ref['offset_sd']:g})")
+                 f"combined with the published {ref['mean']:.2f}; setup offset sd {b['offset_sd']:.3g})")
     elif b["source"] == "reference":
         title = f"Against the published reference {b['mean']:.2f} (n = {b['n']}; no store runs of the baseline)"
     else:
@@ -681,14 +683,15 @@ def render_compare(report: dict, console) -> None:
     else:
         pc = nz.get("prior_check") or {}
         if nz["nu0"]:
-            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']} dof from the reference, " + (
-                f"kept: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}" if pc.get("checked")
+            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']:.3g} dof from the reference, " + (
+                f"weight {pc['weight']:.0%}: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}"
+                if pc.get("checked")
                 else "not yet checked: no repeated runs")
         elif nz.get("s0") is not None:
-            prior = "prior dropped (see the note)"
+            prior = "prior weight 0 (see the note)"
         else:
             prior = "no prior"
-        line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']}; {prior})."
+        line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']:.3g}; {prior})."
         if nz["v_eval"] is not None:
             line += (
                 f" Split: training tau^2 = {nz['tau2']:.2f} vs eval sampling mean V_r = {nz['v_eval']:.2f} "
