@@ -442,7 +442,7 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
         if q.variant in n_queued and q.variant not in seen:
             seen.add(q.variant)
             arms.append(_Arm(q.variant, 0, 0.0, min(chains, n_queued[q.variant] + extra)))
-    rule = b.get("se_mean") is not None and "nu_local" in nz  # compare's verdict rule (issue 16)
+    rule = b.get("se_mean") is not None and "nu_local" in nz  # compare's verdict rule
     # the baseline's runs count when compare combines local runs with the published mean
     base_queued = sum(1 for q in queued if q.variant == baseline)
     base_cap = (base_queued + (extra if baseline_known else 0)) if rule and baseline else 0
