@@ -164,3 +164,24 @@ def test_spread_is_learned_from_a_large_family():
 
 def test_nothing_to_forecast_from():
     assert fc.posterior(fc.ArmRuns("b"), [fc.ArmRuns("c")], NOISE, None) is None
+
+
+def test_compare_gives_every_entry_exactly_the_forecast_keys():
+    from opsdctl.config import Reference
+    from opsdctl.stats.compare import RunRecord, build_report
+
+    runs = [RunRecord("baseline", i, y, 12, 30, None, None, False) for i, y in enumerate((54.0, 55.5, 53.5))]
+    runs += [RunRecord("a", 10 + i, y, 12, 30, None, None, False) for i, y in enumerate((57.0, 58.5))]
+    runs += [RunRecord("b", 20, 52.0, 12, 30, None, None, False), RunRecord("a", 30, 60.0, 4, 15, None, None, True)]
+    rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5),
+                       variants=["baseline", "a", "b", "ghost"])
+    keys = {"mean", "low80", "high80", "p_above_reference", "p_best"}
+    entries = [rep["baseline"], *rep["variants"]]
+    assert {e["name"] for e in rep["variants"]} == {"a", "b", "ghost"} and any(e.get("partial") for e in entries)
+    assert all(set(e["forecast"]) == keys for e in entries)
+    full = [e for e in entries if e.get("n") and not e.get("partial")]
+    assert all(e["forecast"]["mean"] is not None for e in full)
+    assert sum(e["forecast"]["p_best"] for e in full) == pytest.approx(1.0, abs=1e-9)  # a, b, baseline: all arms
+    a = next(e for e in full if e["name"] == "a")
+    assert a["forecast"]["low80"] < a["forecast"]["mean"] < a["forecast"]["high80"]
+    assert a["forecast"]["mean"] < a["mean"]  # shrunk toward the family: the winner's curse
