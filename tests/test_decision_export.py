@@ -35,11 +35,6 @@ def test_export_leader_names_its_forecast_and_its_code(ws, tmp_path):
     assert f"forecast of the official 5-run mean: hot {f['mean']:.2f}, 80% interval [{f['low80']:.2f}, " \
            f"{f['high80']:.2f}]" in head
     assert "the method lives in code" in head and f"@{hot['code']}" in head
-    # status shows the same bet
-    bet = ws.status()["bet"]
-    assert bet["leader"] == "hot" and bet["forecast"] == f and bet["baseline_forecast"] == doc["baseline"]["forecast"]
-    assert f"bet hot: forecast official mean {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in \
-        " ".join(ws.cli("status").stdout.split())
     chain = hot["chain_ids"][-1]
     assert f"`opsdctl code {chain} --to DIR`" in head
     # and that way back works: the edited code comes out
@@ -56,7 +51,6 @@ def test_export_leader_argument_errors(ws):
 
 
 def test_export_leader_with_nothing_scored_is_the_released_recipe(ws):
-    assert ws.status()["bet"] is None
     r = ws.cli("export-recipe", "--leader")
     assert knobs.parse_recipe_env(r.stdout, "recipe.env") == {}
     assert "the baseline's empty recipe" in r.stdout

@@ -110,8 +110,6 @@ def render_status(con: Console, doc: dict) -> None:
         con.print("[dim]queue empty[/dim]")
     if doc.get("gpus"):
         render_gpu_lines(con, doc["gpus"])
-    if doc.get("bet"):
-        render_bet_line(con, doc["bet"])
     if doc.get("export"):
         render_export_line(con, doc["export"])
 
@@ -124,21 +122,6 @@ def render_status(con: Console, doc: dict) -> None:
             t.add_row(str(c["chain_id"]), _variant_cell(c), str(c["seed"]), _state(c["state"]), _score(c),
                       took, _local(c.get("finished_at")), escape(c.get("reason") or ""))
         con.print(t)
-
-
-def _forecast_words(f: Optional[dict]) -> str:
-    if not f or f.get("mean") is None:
-        return "no forecast"
-    return f"{f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]"
-
-
-def render_bet_line(con: Console, bet: dict) -> None:
-    """The submission now: the leader's forecast official mean (80% interval) and the baseline's."""
-    f = bet.get("forecast") or {}
-    what = escape(bet["leader"]) + ("" if bet.get("variant") else " (the released recipe)")
-    extra = f", P(best) {f['p_best']:.2f}" if f.get("p_best") is not None else ""
-    con.print(f"[bold]bet[/bold]  {what}: forecast official mean {_forecast_words(f)}{extra}"
-              + ("" if not bet.get("variant") else f"; baseline {_forecast_words(bet.get('baseline_forecast'))}"))
 
 
 def render_export_line(con: Console, ex: dict) -> None:

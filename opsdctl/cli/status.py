@@ -111,28 +111,13 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, reader, budget), "bet": bet_view(cfg, reader),
-            "generated_at": iso(utcnow()), "store": reader.safe_url}
-
-
-def bet_view(cfg: Config, reader: Reader) -> Optional[dict]:
-    """What would be submitted now (the export rule: the highest forecast official mean, or the
-    baseline) with its forecast and the baseline's; None before anything is scored."""
-    from opsdctl.plan.report import compare_doc
-    from opsdctl.run.auto_export import pick_leader
-
-    report = compare_doc(cfg, reader, None, None)
-    if not any(e.get("n") for e in report.get("variants", [])) and not (report.get("baseline") or {}).get("n_local"):
-        return None
-    kinds = {v.label: v.kind for v in reader.all_variants()}
-    lead = pick_leader(report, lambda label: kinds.get(label) == "recipe")
-    return {"leader": lead.name, "variant": lead.variant, "rule": lead.rule, "forecast": lead.forecast,
-            "baseline_forecast": (report.get("baseline") or {}).get("forecast")}
+            "export": export_view(cfg, reader, budget), "generated_at": iso(utcnow()), "store": reader.safe_url}
 
 
 def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     """[export]: where the worker writes the best recipe.env, whether it has started, and what it
-    wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
+    wrote last (leader, its forecast, verdict, when); None when [export] path is unset. (status shows
+    the bet through this record: computing a forecast here would import scipy, which status must not.)"""
     sec = cfg.section("export")
     if not sec.get("path"):
         return None
