@@ -131,6 +131,16 @@ def test_not_written_before_its_time(ws):
     st = ws.status()["export"]
     assert st["active"] is False and st["last"] is None and st["when"].startswith("starts 10 min before the deadline")
     assert "nothing written yet; starts 10 min before the deadline" in ws.cli("status").stdout
+    # before it is due, the worker keeps the bet current for status (the file is not touched)
+    ws.cli("queue", "hot", "--repeats", "2")
+    ws.cli("queue", "baseline", "--repeats", "1")
+    ws.run("worker", "--drain")
+    bet = ws.status()["export"]["bet"]
+    doc = ws.cli_json("compare")
+    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(doc).forecast}
+    f = bet["forecast"]
+    assert f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in ws.cli("status").stdout
+    assert not (ws.root / "submission").exists()
 
 
 def test_written_while_a_chain_runs_when_the_time_comes(ws):

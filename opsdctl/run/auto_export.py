@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -39,6 +41,8 @@ from opsdctl.recipes import knobs
 # last_written through here and must not import SQLAlchemy)
 
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
+BET_KEY = "bet"  # Meta: JSON of the current bet, refreshed before the export is due (status shows it)
+BET_EVERY_S = 30.0  # how often the bet is refreshed before the export is due
 RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
 RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
 
@@ -173,6 +177,15 @@ def due(view: BudgetView, minutes_before: float) -> tuple[bool, str]:
     return False, f"starts {minutes_before:g} min before the deadline (in {fmt_duration(left - minutes_before * 60)})"
 
 
+def current_bet(reader) -> Optional[dict]:
+    """The bet the worker computed last before the export was due: {leader, variant, forecast}."""
+    text = reader.get_meta(BET_KEY)
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+
+
 def last_written(reader) -> Optional[dict]:
     """What the exporter wrote last; `reader`: opsdctl.store.reader (`Store.reader()`)."""
     text = reader.get_meta(EXPORT_KEY)
@@ -194,21 +207,29 @@ class AutoExporter:
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._bet_at = -math.inf
 
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
         from opsdctl.plan.report import compare_doc
 
-        now, why = due(self.budget(), self.minutes_before)
-        if not now:
-            return None
         from opsdctl.store.engine import set_meta
 
+        now, why = due(self.budget(), self.minutes_before)
+        if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
+            return None
         reader = self.store.reader()
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
+        if not now:  # not yet time to write the file: keep the bet current for `status`
+            self._bet_at = time.monotonic()
+            bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast})
+            if reader.get_meta(BET_KEY) != bet:  # written only when it changed
+                with self.store.write() as s:
+                    set_meta(s, BET_KEY, bet)
+            return None
         last = last_written(reader)
         if last and last.get("key") == leader.key and last.get("path") == str(self.path) and self.path.is_file():
             return None
@@ -258,6 +279,7 @@ class AutoExporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self._bet_at = -math.inf  # the last chain's score counts for the bet too
         self._safe_check()
 
 
