@@ -42,7 +42,8 @@ JSON (points; variances in points^2):
   bonferroni: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
             growth, c};  design: [{effect, power, runs_per_arm, chains, minutes, fits}];
   forecast_model: official_runs, spread (tau, points, posterior mean), spread_sd, spread_prior, train_var,
-            eval_var, reference, arms, interval   (null without a noise estimate)
+            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
+            (null without a noise estimate)
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
@@ -524,6 +525,7 @@ def build_report(
         "official_runs": post.official_runs, "spread": _f(post.spread), "spread_sd": _f(post.spread_sd),
         "spread_prior": forecast.DEFAULT_SPREAD, "train_var": _f(post.noise.train_var),
         "eval_var": _f(post.noise.eval_var), "reference": _f(post.reference_mean),
+        "offset_sd": _f(offset_sd) if reference is not None else None,
         "arms": list(post.names), "interval": forecast.INTERVAL}
 
     # -- design figure: runs per arm for a new candidate (and the baseline topped up) to detect 2 and 3
