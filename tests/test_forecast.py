@@ -185,3 +185,13 @@ def test_compare_gives_every_entry_exactly_the_forecast_keys():
     a = next(e for e in full if e["name"] == "a")
     assert a["forecast"]["low80"] < a["forecast"]["mean"] < a["forecast"]["high80"]
     assert a["forecast"]["mean"] < a["mean"]  # shrunk toward the family: the winner's curse
+
+
+def test_forecast_noise_is_sigma_squared_posterior_mean():
+    from opsdctl.stats.compare import forecast_noise
+
+    n = forecast_noise(2.0, 0.5, nu=10)
+    assert n.run_var == pytest.approx(2.0 * 10 / 8) and n.eval_var == 0.5  # E[sigma^2] on 10 dof
+    assert forecast_noise(2.0, 0.5, nu=4).run_var == pytest.approx(4.0)  # capped at twice s^2 ...
+    assert forecast_noise(2.0, 0.5, nu=4.0001).run_var == pytest.approx(4.0, rel=1e-3)  # ... continuously
+    assert forecast_noise(2.0, None, nu=30).eval_var == 0.0 and forecast_noise(None, 0.5) is None

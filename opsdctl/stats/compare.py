@@ -203,13 +203,17 @@ FORECAST_KEYS = ("mean", "low80", "high80", "p_above_reference", "p_best")
 NO_FORECAST = dict.fromkeys(FORECAST_KEYS)
 
 
-def forecast_noise(s2: float | None, v_eval: float | None) -> forecast.NoiseParts | None:
-    """The run-to-run variance s^2 split into its training part and one full eval's sampling part
-    (no counts: all of it counts as training)."""
+def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
+    """The run-to-run variance for the forecast, split into its training part and one full eval's
+    sampling part (no counts: all of it counts as training). Not s^2 itself but its posterior mean
+    s^2 nu / (nu - 2) (sigma^2 scaled-inverse-chi^2 on the pooled nu dof; factor 2 at nu <= 4): s^2
+    plugged in ignores that it is itself an estimate, and the 80% intervals covered 78% in
+    benchmarks/forecast_model.py."""
     if s2 is None:
         return None
     ev = float(v_eval) if v_eval is not None else 0.0
-    return forecast.NoiseParts(max(0.0, float(s2) - ev), ev)
+    f = nu / (nu - 2.0) if nu is not None and nu > 4 else 2.0
+    return forecast.NoiseParts(max(0.0, float(s2) * f - ev), ev)
 
 
 def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v_of: dict[int, float],
@@ -226,8 +230,10 @@ def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v
         return forecast.ArmRuns(name, tuple(r.score for r in rs), tuple(v_of.get(id(r)) for r in rs))
 
     cands = [arm(k, rs) for k, rs in full.items() if k != baseline and rs and rs[0].kind == "recipe"]
+    # the published mean's own sampling noise: n_ref runs of the same run-to-run noise (as the verdicts
+    # take it: s^2 / n_ref), not the published sd, which a store with more noise has outgrown
     ref = None if reference is None else forecast.PublishedRef(
-        float(reference.mean), float(reference.sd), int(reference.n),
+        float(reference.mean), math.sqrt(noise.run_var), int(reference.n),
         float(offset_sd if offset_sd is not None else getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)))
     return forecast.posterior(arm(baseline or "baseline", full.get(baseline, []) if baseline else []), cands,
                               noise, ref)
@@ -516,7 +522,7 @@ def build_report(
     }
 
     # -- the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
-    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval), reference, offset_sd)
+    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval, nu), reference, offset_sd)
     fj = _forecast_json(post)
     base["forecast"] = fj.get(baseline or "baseline", dict(NO_FORECAST)) if b_source is not None else dict(NO_FORECAST)
     for e in entries:
