@@ -212,7 +212,7 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
     store = open_store(f"sqlite:///{db}")
     assert store.revision() == migrations.HEAD
     after = table_counts(db)
-    assert after == before  # not one row lost or added
+    assert after == {**before, "outbox": 0}  # not one row lost or added; the later tables start empty
     with store.engine.connect() as conn:
         assert migrations.schema_diff(conn) == []  # and the upgraded tables are exactly the models'
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
@@ -295,3 +295,31 @@ def test_concurrent_first_opens_migrate_once(tmp_path):
     assert con.execute("select count(*) from alembic_version").fetchone() == (1,)
     con.close()
     assert table_counts(old)["chain"] == 3
+
+
+def test_outbox_revision_upgrades_a_store_of_the_previous_revision(tmp_path):
+    """0008 adds the outbox to a store at 0007 without touching its rows; a chain's end then records its event."""
+    from alembic import command
+    from sqlmodel import Session
+
+    from opsdctl.store.states import State, transition
+
+    db = tmp_path / "runs.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(migrations.alembic_config(conn), "0007_chain_stage_spec")
+    with Session(engine) as s:  # the 0007 tables are the models' tables less the outbox
+        s.add(Variant(id=1, name="baseline", version=1, hash="h"))
+        s.add(Chain(id=1, variant_id=1, seed=0, repeat=0, seq=1, state="running", profile="tiny"))
+        s.commit()
+    engine.dispose()
+    store = open_store(f"sqlite:///{db}")
+    assert store.revision() == migrations.HEAD
+    with store.read() as s:
+        assert s.get(Chain, 1).state == "running" and s.get(Variant, 1).name == "baseline"
+    with store.write() as s:
+        assert transition(s, 1, State.RUNNING, State.FAILED, reason="exit 3")
+        assert not transition(s, 1, State.RUNNING, State.FAILED)  # lost race: no second event
+    con = sqlite3.connect(db)
+    assert con.execute("select key, kind from outbox").fetchall() == [("chain:1:failed", "chain.failed")]
+    con.close()

@@ -31,12 +31,12 @@ def steady(doc):
 
 
 def documents(cfg, reader) -> tuple[dict, dict, dict]:
+    from opsdctl.cli.commands.compare import compare_report
     from opsdctl.cli.commands.status import gather_status
-    from opsdctl.plan.durations import chain_minutes
     from opsdctl.plan.report import compare_doc
 
     status = gather_status(cfg, reader, None)
-    compare = compare_doc(cfg, reader, None, None, chain_minutes=chain_minutes(cfg, reader))
+    compare = compare_report(cfg, reader)  # what `compare --json` prints
     some = compare_doc(cfg, reader, ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01", pool_code=True)
     return steady(status), steady(compare), steady(some)
 

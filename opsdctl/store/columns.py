@@ -14,6 +14,7 @@ JSON_COLUMNS = {
     "stage": ("progress", "pids", "gpu", "recipe_check"),
     "score": ("problems",),
     "train_stats": ("curve", "metrics"),
+    "outbox": ("payload",),
 }
 DATETIME_COLUMNS = {
     "variant": ("created_at",),
@@ -23,6 +24,7 @@ DATETIME_COLUMNS = {
     "score": ("created_at",),
     "worker_run": ("started_at", "heartbeat_at", "stopped_at"),
     "transition": ("at",),
+    "outbox": ("created_at", "sent_at"),
 }
 BOOL_COLUMNS = {
     "code_snapshot": ("dirty",),

@@ -16,10 +16,10 @@ def command(
     """Time left, from [budget] remaining_file, deadline or hours, minus the margin."""
     import time
 
-    app = App.of(ctx)
     from opsdctl.plan.budget import CLOCK_KEY, budget_now, clock_start
     from opsdctl.store.engine import set_meta
 
+    app = App.of(ctx)
     cfg = app.config()
     store = app.store(cfg)
     if restart_clock:

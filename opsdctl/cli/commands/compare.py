@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import typer
 
@@ -39,14 +39,9 @@ def command(
     a variant on one code state (code tree and stage commands): runs on edited code are another
     candidate.
     """
-    from opsdctl.plan.durations import chain_minutes
-    from opsdctl.plan.report import compare_doc
-
     app = App.of(ctx)
     cfg = app.config()
-    reader = app.reader(cfg)
-    report = compare_doc(cfg, reader, variants, baseline, chain_minutes=chain_minutes(cfg, reader), pool_code=pool_code,
-                         family=family)
+    report = compare_report(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code)
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
 
@@ -61,6 +56,17 @@ def command(
     render_training(con, report.get("training", []))
     if plot is not None:
         con.print(f"plot: {escape(str(plot))}")
+
+
+def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
+                   family: Optional[str] = None, pool_code: bool = False) -> dict:
+    """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
+    baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
+    from opsdctl.plan.durations import chain_minutes
+    from opsdctl.plan.report import compare_doc
+
+    return compare_doc(cfg, reader, variants, baseline, chain_minutes=chain_minutes(cfg, reader), pool_code=pool_code,
+                       family=family)
 
 
 def render_training(con: Console, rows: list[dict]) -> None:

@@ -37,8 +37,7 @@ def command(
     from opsdctl.cli.commands.status import gather_status, render_status
     from opsdctl.config import load_config
     from opsdctl.fsutil import atomic_write_text
-    from opsdctl.plan.durations import chain_minutes
-    from opsdctl.plan.report import compare_doc
+    from opsdctl.cli.commands.compare import compare_report
     from opsdctl.recipes.export import export_recipe
     from opsdctl.stats.compare import render_compare
     from opsdctl.stats.plots import plot_compare
@@ -56,7 +55,7 @@ def command(
     con.print("[bold]4/4[/bold] results\n")
     reader = store.reader()
     render_status(con, gather_status(cfg, reader, None))
-    report = compare_doc(cfg, reader, None, None, chain_minutes=chain_minutes(cfg, reader))
+    report = compare_report(cfg, reader)
     con.print()
     render_compare(report, con)
     plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
@@ -209,10 +208,9 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
 
 
 def best_variant(report: dict) -> str | None:
-    """The candidate most likely to beat the baseline (or the baseline, if none has full runs)."""
-    full = [v for v in report["variants"] if not v.get("partial") and v.get("n")]
-    ranked = sorted(full, key=lambda v: (v.get("p_beat") is None, -(v.get("p_beat") or 0.0),
-                                         -(v.get("delta") or 0.0)))
-    if ranked and (ranked[0].get("delta") or 0.0) > 0:
-        return ranked[0]["name"]
-    return report["baseline"].get("name")
+    """What the submission rule picks (opsdctl.daemon.auto_export.pick_leader, as export-recipe --leader):
+    the candidate with the highest forecast official mean, or the baseline when none is above it."""
+    from opsdctl.daemon.auto_export import pick_leader
+
+    lead = pick_leader(report)
+    return lead.variant or report["baseline"].get("name")

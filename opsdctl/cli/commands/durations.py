@@ -33,9 +33,9 @@ def command(
 
 
 def render_durations(con: Console, doc: dict) -> None:
-    from opsdctl.plan.budget import fmt_duration
-
     from rich.table import Table
+
+    from opsdctl.plan.budget import fmt_duration
 
     t = Table(title="stage duration estimates", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("cost key", "n", "median", "high", "min", "max", "source"):

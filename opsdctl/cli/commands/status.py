@@ -157,20 +157,22 @@ def stage_view(st) -> dict:
 
 def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     """[export]: where the worker writes the best recipe.env, whether it has started, and what it
-    wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
+    wrote last (leader, its forecast, verdict, when), and the bet the worker keeps current before
+    then; None when [export] path is unset. (status shows the worker's figures: computing a forecast
+    here would import scipy, which status must not.)"""
     from opsdctl.config import export_path
+    from opsdctl.daemon.auto_export import current_bet, due, last_written
 
     sec = cfg.section("export")
     if not sec.get("path"):
         return None
-    from opsdctl.daemon.auto_export import due, last_written
-
     path = export_path(cfg)
     active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
     last = last_written(reader)
     if last is not None:
         last = {k: v for k, v in last.items() if k != "key"}
-    return {"path": str(path), "active": active, "when": why, "last": last}
+    # the bet the worker keeps current before the file is due: {leader, variant, forecast}
+    return {"path": str(path), "active": active, "when": why, "last": last, "bet": current_bet(reader)}
 
 
 def _in_run_order(chains: list[dict], planner: dict) -> None:
@@ -201,9 +203,9 @@ def _running_details(chains: list[dict], planner: dict) -> None:
 
 
 def render_status(con: Console, doc: dict) -> None:
-    from opsdctl.plan.budget import fmt_duration
-
     from rich.table import Table
+
+    from opsdctl.plan.budget import fmt_duration
 
     budget = doc["budget"]
     worker = doc["worker"]
@@ -330,24 +332,35 @@ def render_export_line(con: Console, ex: dict) -> None:
     """[export]: what the worker last wrote to the submission recipe.env, and when; or when it starts."""
     last = ex.get("last")
     if last and last.get("path") == ex["path"]:
-        if last.get("verdict"):
-            p = f", P(beat) {last['p_beat']:.3f}" if last.get("p_beat") is not None else ""
-            what = f"{escape(last['leader'])} ({last['verdict']}{p})"
+        fc = _forecast_words(last.get("forecast"))
+        if last.get("variant"):
+            what = f"{escape(last['leader'])} ({fc}" + (f", {last['verdict']}" if last.get("verdict") else "") + ")"
         else:
-            what = f"{escape(last['leader'])} (the released recipe)"
+            what = f"{escape(last['leader'])} (the released recipe, {fc})"
         con.print(f"[bold]export[/bold]  {escape(ex['path'])} <- {what} at {_local(last['written_at'])}"
                   + ("" if ex["active"] else f"; {escape(ex['when'])}"))
     elif ex["active"]:
         con.print(f"[bold]export[/bold]  {escape(ex['path'])}: due now ({escape(ex['when'])}); the worker writes it")
     else:
         con.print(f"[bold]export[/bold]  {escape(ex['path'])}: nothing written yet; {escape(ex['when'])}")
+    bet = ex.get("bet")
+    if bet and not (last and last.get("path") == ex["path"]):
+        what = escape(bet["leader"]) + ("" if bet.get("variant") else " (the released recipe)")
+        con.print(f"[bold]bet[/bold]  {what}: {_forecast_words(bet.get('forecast'))}")
+
+
+def _forecast_words(f) -> str:
+    """'forecast 56.10 [54.02, 58.18]' (the official 5-run mean and its 80% interval)."""
+    if not f or f.get("mean") is None:
+        return "no forecast"
+    return f"forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]"
 
 
 def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> None:
     """The queue in the planner's order with projected start/end, and what will not fit."""
-    from opsdctl.plan.budget import fmt_duration
-
     from rich.table import Table
+
+    from opsdctl.plan.budget import fmt_duration
 
     by_id = {c["chain_id"]: c for c in queued}
     entries = [e for e in planner.get("timeline", []) if e["state"] == "queued" and e["chain_id"] in by_id]

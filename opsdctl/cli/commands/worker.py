@@ -36,10 +36,10 @@ def command(
     """
     import datetime as dt
 
-    app = App.of(ctx)
     from opsdctl.errors import one_line
     from opsdctl.daemon.worker import Worker
 
+    app = App.of(ctx)
     cfg = app.config()
     if policy is not None and policy not in ("fifo", "adaptive"):
         from opsdctl.errors import UserError
