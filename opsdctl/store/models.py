@@ -11,7 +11,7 @@ Transition  every chain state change, with its reason: the audit trail.
 Meta     small key/value facts (budget clock start).
 
 The schema is versioned by Alembic (opsdctl/store/migrations/): a change here needs a new revision
-there (`python -m opsdctl.store.migrations revision -m ...`); tests/test_store_migrations.py checks.
+there (`python -m opsdctl.store.migrations revision -m ...`); tests/integration/test_store_migrations.py checks.
 
 No `from __future__ import annotations` here: SQLModel reads the annotations at class creation.
 """
