@@ -23,7 +23,7 @@ import numpy as np
 from opsdctl.stats import inference
 
 BETTER, WORSE, UNDECIDED = 1, -1, 0
-PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (domain.md)
+PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (DEVELOPERS.md)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Every bad recipe and config case (design.md) exits 2 with one line on stderr, naming the
+"""Every bad recipe and config case exits 2 with one line on stderr, naming the
 file and the key, and leaves the store byte-identical.
 
 A few cases go through the real console script in a subprocess; the rest call the same

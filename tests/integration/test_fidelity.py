@@ -209,7 +209,7 @@ def test_student_prompt_is_the_released_one(tok):
     f"Problem: {problem}\\n\\nPlease reason step by step, and put your final answer within \\\\boxed{{}}."
     (data_collator.py:52), one user message (:53) through the chat template (:56-58). The public
     file passes no enable_thinking there; the workspace version the scorer re-trains with passes
-    the thinking flags, both false in the baseline (domain.md; the next tests), so: thinking off."""
+    the thinking flags, both false in the baseline (the scorer's log; the next tests), so: thinking off."""
     from trainer import prompting
 
     hp, m = released()
@@ -238,7 +238,7 @@ def test_teacher_prompt_is_the_released_one(tok):
 
 
 def test_thinking_flags_are_both_off_in_the_baseline(tok):
-    """domain.md: the scorer prints `[modes] teacher_thinking=False student_thinking=False` for an
+    """The scorer prints `[modes] teacher_thinking=False student_thinking=False` for an
     empty recipe.env; recipes/baseline.toml is the release exactly."""
     from opsdctl.recipes import knobs
     from opsdctl.recipes.load import load_recipe
@@ -441,7 +441,7 @@ def test_reason_first_has_the_released_layout_and_budget(make, tok):
 
 def test_trace_context_reads_COT_Reason_and_never_falls_back(tmp_path, tok):
     """The released dataset (siyanzhao/Openthoughts_math_30k_opsd, opsd_train.py:244) holds its long trace in
-    `COT_Reason` (domain.md); teacher_context = trace or both must be built from it, or refused."""
+    `COT_Reason` (the dataset's trace column); teacher_context = trace or both must be built from it, or refused."""
     import json
 
     from opsdctl.errors import UserError

@@ -10,20 +10,10 @@ import os
 import subprocess
 
 import pytest
+from support.gpus import gpu_file, set_gpu
 
 from opsdctl.plan.gpus import FakeProbe
-from opsdctl.run.gpu_sampler import GpuSampler, sampler_for_stage
-
-
-def _gpu_file(path, foreign_pid=None, base_used=0):
-    gpus = [{"uuid": f"GPU-fake-{i}", "total_mib": 81559, "base_used_mib": base_used if i == 0 else 0,
-             "util_pct": 0, "processes": []} for i in range(2)]
-    if foreign_pid is not None:  # someone else's process on the stage's GPU, and on the other one
-        gpus[0]["processes"].append({"pid": foreign_pid, "used_mib": 20000, "name": "sleep"})
-        gpus[1]["processes"].append({"pid": foreign_pid, "used_mib": 50000, "name": "sleep"})
-        gpus[1]["util_pct"] = 100
-    path.write_text(json.dumps({"gpus": gpus}))
-    return path
+from opsdctl.run.gpu_sampler import GpuSampler
 
 
 @pytest.fixture
@@ -34,46 +24,18 @@ def foreign():
     p.wait()
 
 
-def _set(path, gpu, **kw):
-    doc = json.loads(path.read_text())
-    doc["gpus"][gpu].update(kw)
-    path.write_text(json.dumps(doc))
-
-
 def test_sampler_counts_only_the_stage_processes_on_its_gpus(tmp_path, foreign):
-    f = _gpu_file(tmp_path / "gpus.json", foreign)
+    f = gpu_file(tmp_path / "gpus.json", foreign)
     me = os.getpid()
     s = GpuSampler(FakeProbe(f, inherited=None, use_env=False), [0], lambda: {me}, 0.1)
     assert s.sample()  # the baseline: nothing of ours yet
     for mib, util in ((4000, 50), (9000, 90), (2000, 70)):
-        _set(f, 0, processes=[{"pid": foreign, "used_mib": 20000}, {"pid": me, "used_mib": mib}], util_pct=util)
+        set_gpu(f, 0, processes=[{"pid": foreign, "used_mib": 20000}, {"pid": me, "used_mib": mib}], util_pct=util)
         s.sample()
     u = s.usage()
     assert u.peak_mib == 9000 and u.attribution == "processes" and u.samples == 4
     assert u.util_pct == pytest.approx((0 + 50 + 90 + 70) / 4)  # GPU 1's 100% is not the stage's
     assert u.per_gpu == [{"gpu": 0, "peak_mib": 9000.0, "util_pct": u.util_pct}]
-
-
-def test_sampler_falls_back_to_device_memory_minus_the_start(tmp_path):
-    f = _gpu_file(tmp_path / "gpus.json", base_used=5000)
-    s = GpuSampler(FakeProbe(f, inherited=None, use_env=False), [0, 1], lambda: {os.getpid()}, 0.1)
-    s.sample()
-    _set(f, 0, base_used_mib=5000 + 3000)  # NVML lists no process (a container): only the device grows
-    _set(f, 1, base_used_mib=1200)
-    s.sample()
-    u = s.usage()
-    assert u.attribution == "device" and u.peak_mib == 3000 and [g["peak_mib"] for g in u.per_gpu] == [3000, 1200]
-
-
-def test_no_sampler_without_gpus_or_nvml(tmp_path):
-    f = _gpu_file(tmp_path / "gpus.json")
-    probe = FakeProbe(f, inherited=None, use_env=False)
-    assert sampler_for_stage([], set, 1.0, probe) is None  # no GPUs granted
-    assert sampler_for_stage([0], set, 0.0, probe) is None  # [gpus] sample_seconds = 0
-    f.write_text(json.dumps({"unavailable": "no NVIDIA driver"}))
-    assert sampler_for_stage([0], set, 1.0, probe) is None  # a CPU machine
-    gone = GpuSampler(probe, [0], set, 0.1).start()
-    assert gone.stop() is None  # every sample failed: no figure, no error
 
 
 def _workspace(ws, f, extra_env):
@@ -84,7 +46,7 @@ def _workspace(ws, f, extra_env):
 
 
 def test_worker_records_each_stage_gpu_peak_and_utilisation(ws, tmp_path, foreign):
-    f = _gpu_file(tmp_path / "gpus.json", foreign)
+    f = gpu_file(tmp_path / "gpus.json", foreign)
     _workspace(ws, f, {"FAKE_GPU_MIB": "3000", "FAKE_EVAL_GPU_MIB": "700", "FAKE_GPU_UTIL": "80",
                        "FAKE_STEPS": "4", "FAKE_STEP_SECONDS": "0.4", "FAKE_EVAL_SECONDS": "0.2",
                        "FAKE_NO_FILES": "1"})  # a user's script: it reports no memory of its own
@@ -108,7 +70,7 @@ def test_worker_records_each_stage_gpu_peak_and_utilisation(ws, tmp_path, foreig
 
 
 def test_device_attribution_when_nvml_lists_no_process(ws, tmp_path):
-    f = _gpu_file(tmp_path / "gpus.json", base_used=5000)  # 5 GB held before the stage started
+    f = gpu_file(tmp_path / "gpus.json", base_used=5000)  # 5 GB held before the stage started
     _workspace(ws, f, {"FAKE_GPU_MIB": "2000", "FAKE_GPU_AS": "device", "FAKE_STEP_SECONDS": "0.4"})
     ws.cli("queue", "baseline")
     ws.run("worker", "--drain")

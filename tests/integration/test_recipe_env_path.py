@@ -52,7 +52,7 @@ def config(*, recipe_env_path: bool = True, snapshot: bool = True, train: str = 
 
 
 def workspace(ws, *, git_repo: bool = True, **kw):
-    """The domain.md workspace: scripts, submission/recipe.env, a .gitignore listing opsdctl's files."""
+    """A research workspace: scripts, submission/recipe.env, a .gitignore listing opsdctl's files."""
     for name in ("train_capped.sh", "dev_eval.sh"):
         shutil.copy(STAGES / name, ws.root / name)
     (ws.root / "submission").mkdir()

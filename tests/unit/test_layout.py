@@ -230,6 +230,15 @@ def test_no_source_cites_an_issue_tracker():
     assert not hits, "say why instead:\n" + "\n".join(hits)
 
 
+# files a clone does not have: the steering notes live outside the repository
+OUTSIDE = re.compile(r"\.\./shared/|\b(?:domain|design)\.md\b")
+
+
+def test_nothing_points_to_notes_outside_the_repository():
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in text_files() for m in OUTSIDE.finditer(p.read_text(errors="replace"))]
+    assert not hits, "restate what is needed instead:\n" + "\n".join(hits)
+
+
 # --- the README and the documents it links ---------------------------------------------------------
 
 README_MAX_LINES = 200
@@ -270,10 +279,12 @@ def test_the_checkers_find_what_they_look_for(tmp_path):
     cites = [w + n for w, n in (("issue", " 12"), ("Issue", " #3"), ("issues", " 3"))]  # never typed whole here
     assert TRACKER.findall(f"see {cites[0]}, {cites[1]} and {cites[2]}, 16") == cites
     assert not TRACKER.findall("an issue with the 12 runs")
+    notes = "../" + "shared/x.md, " + "domain" + ".md"  # never typed whole here
+    assert [m.group(0) for m in OUTSIDE.finditer(notes)] == ["../" + "shared/", "domain" + ".md"]
     f = tmp_path / "x.py"
     f.write_text("def f():\n    import torch.nn\n    from vllm import LLM\n")
     assert heavy_imports(f) == {"torch", "vllm"}
-    assert local_links_of("[a](docs/x.md#y) [b](https://e.org/z) [c](../shared/d.md)", tmp_path) == ["docs/x.md", "../shared/d.md"]
+    assert local_links_of("[a](docs/x.md#y) [b](https://e.org/z) [c](../other/d.md)", tmp_path) == ["docs/x.md", "../other/d.md"]
 
 
 def local_links_of(text: str, tmp_path: Path) -> list[str]:
