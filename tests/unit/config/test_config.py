@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 
 from opsdctl.config import config_from_dict, load_config, starter_config
-from opsdctl.plan import budget
-from opsdctl.run import stages
 
 
 # --- config -------------------------------------------------------------------------------
