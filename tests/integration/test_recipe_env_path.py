@@ -202,7 +202,7 @@ def test_stage_commands_are_frozen_per_chain(ws):
     assert ws.sql("select commands_hash from chain where id = 3")[0][0] == h1
 
 
-def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
+def test_the_documented_example_is_the_config_these_tests_run(tmp_path):
     """docs/configuration.md "Driving your own scripts": its config loads, and its stage settings are exactly
     the ones the tests above drive the stand-in scripts with."""
     import re
