@@ -1,9 +1,10 @@
-"""`[export]`'s pure parts: the leader rule on a compare report, and when a write is due."""
+"""`[export]`'s pure parts: the leader rule on a compare report, when a write is due, and the evidence
+the header gives."""
 
 from __future__ import annotations
 
 from opsdctl.plan.budget import BudgetView
-from opsdctl.run.auto_export import due, pick_leader
+from opsdctl.run.auto_export import Leader, _evidence, due, pick_leader
 
 
 def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False):
@@ -39,3 +40,15 @@ def test_when_it_is_due():
     assert due(view(599.0), 10)[0] and due(view(599.0), 10)[1] == "9m59s before the deadline"
     assert due(view(-5.0), 10)[0]  # past the deadline: still write
     assert due(BudgetView("none", None, 0.0, None), 10) == (True, "no deadline known")
+
+
+def test_auto_export_header_names_local_runs_combined_with_the_published_mean():
+    report = {"baseline": {"name": "baseline", "mean": 54.9, "n": 7, "n_local": 7, "source": "runs+reference",
+                           "reference": {"mean": 54.22, "offset_sd": 1.0}},
+              "variants": []}
+    leader = Leader("baseline", None, None, None, "rule")
+    line = _evidence(report, leader)[0]
+    assert "7 runs in the store, combined with the published mean 54.22" in line
+    assert "the published reference, n = 7" not in line
+    report["baseline"].update(source="reference", n=5, n_local=0)
+    assert "the published reference, n = 5" in _evidence(report, leader)[0]
