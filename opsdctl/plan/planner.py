@@ -2,7 +2,9 @@
 
 PlannerGate answers the worker's five questions with:
   order     -> policy.plan over the queue and the compare report (fifo | adaptive), and with
-               --auto-repeat possibly one extra chain it queues itself;
+               --auto-repeat, once the user's queued chains have run (or before them with
+               auto_repeat_first), one extra chain it queues itself; status calls the same
+               method with dry_run (nothing queued) to show the order the worker follows;
   admit     -> the policy's skips, then admission.admit_chain on the duration estimates;
   grant     -> admission re-checks (the whole chain before train, the eval before eval), then
                the GPU check (gpus.check_gpus: devices exist, >= min_free_mib free), waiting up
@@ -25,6 +27,7 @@ from opsdctl.plan import admission, policy
 from opsdctl.plan.durations import Estimator, Sample
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.gate import (
+    AUTO_REPEAT_REASON,
     ChainInfo,
     Grant,
     Skip,
@@ -33,10 +36,10 @@ from opsdctl.plan.gate import (
     Wait,
     chain_info,
 )
-from opsdctl.plan.timeline import PLAN_KEY, load_plan, planner_status  # noqa: F401  (status reads them there)
 from opsdctl.store.states import State
 
 RELEASE_POLL_S = 0.25
+PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,8 @@ class PlannerSettings:
     policy: str = policy.FIFO
     futility: bool = False
     auto_repeat: bool = False
-    auto_repeat_max: int = 6
+    auto_repeat_max: Optional[int] = None  # a cap only when the user sets one
+    auto_repeat_first: bool = False  # opt-in: auto-repeat chains may run before the user's queued ones
     try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no value of information
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
@@ -104,14 +108,22 @@ class PlannerGate:
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
         self._probe_warned = False
+        self.auto_next: Optional[tuple[str, str]] = None  # (variant, why) auto-repeat queues at this order
+        self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
+        self._noted: Optional[str] = None
 
     # --- facts -> a compare report and estimates ------------------------------------------
 
-    def refresh(self) -> None:
-        from opsdctl.stats.compare import build_report
+    def refresh(self, report: bool = True) -> None:
+        """Estimates from history and (`report`) the compare report over the scored runs; the
+        fifo order needs no report, so the worker and status skip the statistics then."""
+        if report:
+            from opsdctl.stats.compare import build_report
 
-        runs = self.facts.runs()
-        self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+            runs = self.facts.runs()
+            self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+        else:
+            self.report_doc = {"variants": [], "baseline": None}
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
@@ -122,8 +134,13 @@ class PlannerGate:
 
     # --- order ----------------------------------------------------------------------------
 
-    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
-        self.refresh()
+    def order(self, queued: Sequence[ChainInfo], dry_run: bool = False) -> list[ChainInfo]:
+        """The queued chains in the order to try them (skips first: admit marks them), and with
+        --auto-repeat the chain the worker queues itself, placed after every chain the user queued
+        (before them only with [planner] auto_repeat_first). `dry_run` (status): the same decision,
+        nothing queued, saved or counted; `self.auto_next` says what auto-repeat would queue."""
+        s = self.settings
+        self.refresh(report=s.policy != policy.FIFO)
         usable = self.usable()
         ests = [self.chain_estimate(c) for c in queued]
         chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
@@ -132,43 +149,69 @@ class PlannerGate:
         base = self.facts.baseline_label()
         if base and (self.report_doc["baseline"] or {}).get("source") in ("runs", "runs+reference"):
             known.append(base)
-        can_extra = self.settings.auto_repeat and self.extra_queued < self.settings.auto_repeat_max
+        capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
         candidates = getattr(self.facts, "candidates", None)
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
-        p = policy.plan(
-            [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued],
-            self.report_doc,
-            policy=self.settings.policy,
-            baseline=base,
-            usable_s=usable,
-            chain_s=chain_s,
-            chain_median_s=chain_median_s,
-            dropped=self.facts.dropped(),
-            auto_repeat=can_extra,
-            known_variants=known,
-            voi=not self.settings.try_every_variant,
-        )
-        self.plan = p
+        items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
+
+        def plan(auto_repeat: bool) -> policy.Plan:
+            return policy.plan(items, self.report_doc, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
+                               chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
+                               known_variants=known, voi=not s.try_every_variant)
+
+        # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
+        # wait, the policy allocates among those alone.
         by_id = {c.chain_id: c for c in queued}
-        ordered = [by_id[i] for i in p.skips] + [by_id[i] for i in p.order]
-        if p.extra is not None:
-            info = self.facts.queue_repeat(p.extra, p.extra_why)
-            if info is not None:
+        users_wait = any(not c.auto for c in queued) and not s.auto_repeat_first
+        p = plan(s.auto_repeat and not capped and not users_wait)
+        if users_wait and s.auto_repeat and not capped and all(by_id[i].auto for i in p.order):
+            p = plan(True)  # the user's chains are all skipped (worse, futile): they wait for nothing
+        self.plan = p
+        runnable = [by_id[i] for i in p.order]
+        users = [c for c in runnable if not c.auto]
+        ordered = [by_id[i] for i in p.skips] + users + [c for c in runnable if c.auto]
+        self.auto_next, self.idle_note = None, None
+        if s.auto_repeat and not runnable:
+            if capped:
+                if plan(True).extra is not None:
+                    left = f"; {usable / 60:.0f} min left unused" if usable is not None else ""
+                    self.idle_note = f"auto-repeat cap {s.auto_repeat_max} reached{left}: raise [planner] auto_repeat_max"
+            elif p.extra is not None:
+                self.auto_next = (p.extra, p.extra_why)
+            elif s.policy != policy.FIFO and (usable is None or usable >= chain_s):
+                self.idle_note = "auto-repeat: no repeat has value in the time left (compare's Next: has nothing that fits)"
+        elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
+            self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
+        if dry_run:
+            return ordered
+        if self.idle_note is not None and self.idle_note != self._noted:
+            self.report(self.idle_note)
+        self._noted = self.idle_note
+        if self.auto_next is not None:
+            variant, why = self.auto_next
+            info = self.facts.queue_repeat(variant, why)
+            if info is None:
+                self.idle_note = f"auto-repeat picked {variant} but cannot queue it (nothing of it to train)"
+            else:
                 self.extra_queued += 1
-                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({p.extra_why})")
-                if p.extra_first:  # the value-of-information pick: before the queued chains
-                    ordered.insert(len(p.skips), info)
-                    p.order.insert(0, info.chain_id)
-                else:
-                    ordered.append(info)
-                    p.order.append(info.chain_id)
+                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({why})")
+                at = len(p.skips) if users and s.auto_repeat_first else len(ordered)
+                ordered.insert(at, info)
+                p.order.insert(at - len(p.skips), info.chain_id)
         self._save_plan(p)
         return ordered
 
+    def idle_reason(self) -> Optional[str]:
+        """Why the worker idles with budget left, when the planner is the reason (a cap the user set)."""
+        return self.idle_note
+
     def _save_plan(self, p: policy.Plan) -> None:
-        doc = {"policy": self.settings.policy, "futility": self.settings.futility,
-               "auto_repeat": self.settings.auto_repeat, **p.to_json()}
+        s = self.settings
+        doc = {"policy": s.policy, "futility": s.futility, "auto_repeat": s.auto_repeat,
+               "auto_repeat_max": s.auto_repeat_max, "auto_repeat_first": s.auto_repeat_first,
+               "try_every_variant": s.try_every_variant, "auto_queued": self.extra_queued,
+               "idle": self.idle_note, **p.to_json()}
         text = json.dumps(doc, sort_keys=True)
         if text != self._last_saved:
             self._last_saved = text
@@ -293,48 +336,47 @@ class PlannerGate:
 
 
 class StoreFacts:
-    def __init__(self, cfg, store):
+    """The store as Facts: reads through `reader` (the worker's store.reader(), or status's own
+    reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
+
+    def __init__(self, cfg, store=None, reader=None):
         self.cfg = cfg
         self.store = store
+        self.reader = reader if reader is not None else store.reader()
 
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
 
-        return run_records(self.store.reader(), baseline=self.baseline_label())
+        return run_records(self.reader, baseline=self.baseline_label())
 
     def candidates(self, chain_ids) -> dict[int, str]:
         from opsdctl.stats.scores import candidate_labels
 
-        return candidate_labels(self.store.reader(), chain_ids, self.baseline_label())
+        return candidate_labels(self.reader, chain_ids, self.baseline_label())
 
     def samples(self) -> list[Sample]:
         from opsdctl.plan.durations import history
 
-        return history(self.store.reader())
+        return history(self.reader)
 
     def baseline_label(self) -> Optional[str]:
-        from opsdctl.store.engine import variants_named
-
         base = self.cfg.baseline_variant
         if not base or "@" in base:
             return base
-        with self.store.read() as s:
-            versions = variants_named(s, base)
+        versions = self.reader.variants_named(base)
         return versions[-1].label if versions else base
 
     def dropped(self) -> dict[str, str]:
-        from sqlalchemy import select
+        from opsdctl.store.values import variant_label
 
-        from opsdctl.store.models import Chain, Variant, variant_label
-
-        stmt = (select(Chain.id, Chain.reason, Variant.name, Variant.version)
-                .join(Variant, Variant.id == Chain.variant_id)
-                .where(Chain.state == State.STOPPED_FUTILE.value).order_by(Chain.id))
+        rows = self.reader.tuples(
+            "SELECT chain.id, chain.reason, variant.name, variant.version FROM chain "
+            "JOIN variant ON variant.id = chain.variant_id WHERE chain.state = :state ORDER BY chain.id",
+            state=State.STOPPED_FUTILE.value)
         out: dict[str, str] = {}
-        with self.store.read() as s:
-            for cid, reason, name, version in s.execute(stmt):
-                out.setdefault(variant_label(name, version),
-                               f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
+        for cid, reason, name, version in rows:
+            out.setdefault(variant_label(name, version),
+                           f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
         return out
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
@@ -352,7 +394,7 @@ class StoreFacts:
             vid, kind = v.id, v.kind
             ids = list(s.scalars(select(Chain.id).where(Chain.variant_id == vid, Chain.eval_only.is_(False))
                                  .order_by(Chain.id.desc())))
-        labels = candidate_labels(self.store.reader(), ids, self.baseline_label())
+        labels = candidate_labels(self.reader, ids, self.baseline_label())
         last_id = next((i for i in ids if labels.get(i) == variant), None)
         if kind != "recipe" or last_id is None:  # the base model or an outside checkpoint: nothing to train
             return None
@@ -368,7 +410,7 @@ class StoreFacts:
             chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
                           state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
                           code_dir=last.code_dir, stage_spec=last.stage_spec, commands_hash=last.commands_hash,
-                          queued_at=utcnow(), reason=f"auto-repeat: {why}")
+                          queued_at=utcnow(), reason=f"{AUTO_REPEAT_REASON}{why}")
             s.add(chain)
             s.flush()
             return chain_info(chain, v)
@@ -378,6 +420,14 @@ class StoreFacts:
 
         with self.store.write() as s:
             set_meta(s, PLAN_KEY, json.dumps(doc))
+
+
+def load_plan(reader) -> Optional[dict]:
+    text = reader.get_meta(PLAN_KEY)
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
 
 
 # --- from the config ----------------------------------------------------------------------
@@ -391,7 +441,8 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         policy=pl.get("policy") or policy.FIFO,
         futility=bool(pl.get("futility")),
         auto_repeat=bool(pl.get("auto_repeat")),
-        auto_repeat_max=int(pl.get("auto_repeat_max") or 6),
+        auto_repeat_max=None if pl.get("auto_repeat_max") is None else int(pl["auto_repeat_max"]),
+        auto_repeat_first=bool(pl.get("auto_repeat_first")),
         try_every_variant=bool(pl.get("try_every_variant")),
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
@@ -406,11 +457,13 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
 
 
 def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional[bool] = None,
-                   auto_repeat: Optional[bool] = None, try_every_variant: Optional[bool] = None):
-    """The config with `worker --policy/--futility/--auto-repeat/--try-every-variant` applied to [planner]."""
+                   auto_repeat: Optional[bool] = None, auto_repeat_first: Optional[bool] = None,
+                   try_every_variant: Optional[bool] = None):
+    """The config with `worker --policy/--futility/--auto-repeat/--auto-repeat-first/--try-every-variant`
+    applied to [planner]."""
     sec = dict(cfg.section("planner"))
     for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat),
-                       ("try_every_variant", try_every_variant)):
+                       ("auto_repeat_first", auto_repeat_first), ("try_every_variant", try_every_variant)):
         if value is not None:
             sec[key] = value
     return replace(cfg, sections={**cfg.sections, "planner": sec})

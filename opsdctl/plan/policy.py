@@ -7,10 +7,13 @@ What the adaptive policy may do on its own (and nothing else):
 1. re-order the queued chains;
 2. skip queued chains, each with a reason, in exactly two cases: the variant's verdict is
    already `worse`, or one of its evaluations was stopped as futile;
-3. with --auto-repeat only: queue ONE extra chain at a time (a fresh seed of an existing
+3. with --auto-repeat only: propose ONE extra chain at a time (a fresh seed of an existing
    variant, same code snapshot) when no queued chain can settle anything, for the candidate
-   (or the baseline) that the rules below rank first and whose runs fit in the time left;
-   at most [planner] auto_repeat_max (6) such chains per worker run.
+   (or the baseline) that the rules below rank first and whose runs fit in the time left,
+   never one worth nothing (a value-of-information pick below EXTRA_MIN_GAIN expected verdicts
+   falls back to compare's own `Next:` rule: runs_needed that fit). The gate queues it only
+   once the user's queued chains have run (before them with [planner] auto_repeat_first), up to
+   [planner] auto_repeat_max when the user sets one.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 
@@ -47,7 +50,7 @@ the allocation tries, so trying one more idea is weighed against the bar it rais
 queued baseline chains (plus --auto-repeat's) may go to the baseline, whose runs shrink var_b for
 every candidate at once, and a plan that wants them runs a baseline chain first):
 a new idea's first run if the allocation tries any, else the repeat that most raises its chance to
-settle (with --auto-repeat queued and run first: Plan.extra_first). The tiers order the rest, and
+settle (with --auto-repeat, Plan.extra_first: the extra chain is that pick). The tiers order the rest, and
 decide alone when there is no budget, no noise estimate, or baseline runs. So a queued idea may
 never get its first run when the chains are worth more on the leaders; [planner] try_every_variant
 (worker --try-every-variant) turns value of information off for users who want every idea tried. Plan.full_eval names the
@@ -188,7 +191,7 @@ def plan(
         pick = _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
                          baseline_known=baseline in set(known_variants))
     if pick is not None:
-        variant, why, full = pick
+        variant, why, full, _gain = pick
         first = next((t for t in slots if t[1].variant == variant), None)
         if first is not None:
             slots.remove(first)
@@ -199,10 +202,11 @@ def plan(
     out = Plan([s.chain_id for s in ordered], skips, slots=ordered)
     if pick is not None:
         out.full_eval = [pick[0]] if pick[2] else []
-        if not any(s.tier == "v" for s in ordered):
+        if not any(s.tier == "v" for s in ordered) and pick[3] >= EXTRA_MIN_GAIN:
             out.extra, out.extra_why, out.extra_first = pick[0], pick[1], True
-        return out
-    if auto_repeat and not any(s.tier in ("0", "1", "2a", "2b", "2c") for s in ordered):
+            return out
+    if auto_repeat and not any(s.tier in ("v", "0", "1", "2a", "2b", "2c") for s in ordered):
+        # compare's own `Next:` rule: a repeat whose runs_needed fit (never a zero-value chain)
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
                                                set(known_variants), noise_known)
     return out
@@ -272,6 +276,7 @@ def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise
 PRIOR_EFFECT_SD = 2.0  # points: a queued idea's true effect ~ N(0, 2^2) before its first run
 VOI_MAX_CHAINS = 12  # plan at most this many chains ahead
 VOI_MIN_GAIN = 1e-3
+EXTRA_MIN_GAIN = 0.01  # a chain the worker queues itself must add at least this many expected verdicts
 FUTILITY_SAVES = 0.35  # of a chain: a stop at k = 4 of 12 saves 2/3 of the eval's sampling (~58% of a chain)  # below this expected gain, fall back to the tier order
 
 
@@ -411,8 +416,8 @@ def _best_with_baseline(voi: _Voi, arms, chains: int, base_cap: int, ref_n, offs
 
 
 def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
-              baseline_known: bool = False) -> Optional[tuple[str, str, bool]]:
-    """(variant, why, full) of the next chain by value of information, or None (fall back to the
+              baseline_known: bool = False) -> Optional[tuple[str, str, bool, float]]:
+    """(variant, why, full, gain) of the next chain by value of information, or None (fall back to the
     tiers): the allocation of the chains that fit with the most verdicts expected to settle by the
     end; from it, a new idea's first run if it tries any (queue order), else the repeat whose runs
     raise its chance to settle the most. full: a repeat run to settle `worse` (delta < 0), whose
@@ -461,7 +466,7 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
         if best - now < VOI_MIN_GAIN:
             return None
         return baseline, (f"{chains} chain(s) fit; best plan {plan_txt}: {best:.2f} verdicts expected to settle "
-                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True
+                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True, best - now
     voi = _with_baseline_runs(voi, 0, None, 0.0, False)
     k = sum(1 for a, r in zip(arms, alloc) if a.n == 0 and r > 0)
     m, nu = voi.m + k, voi.nu + chains - k
@@ -475,7 +480,7 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
     if new:
         if best - now < VOI_MIN_GAIN:
             return None
-        return new[0][0].name, f"{head}; first run of a new idea", not stop_pays
+        return new[0][0].name, f"{head}; first run of a new idea", not stop_pays, best - now
     gain = [(voi.p_settle(a, r, m, nu) - voi.p_settle(a, 0, m, nu), a) for a, r in zip(arms, alloc) if r]
     g, a = max(gain, key=lambda t: t[0]) if gain else (0.0, None)
     if g < VOI_MIN_GAIN:
@@ -485,5 +490,6 @@ def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
         if not open_:
             return None
         a = max(open_, key=lambda x: x.delta)
-        return a.name, f"{head}; no new idea (m would rise for every verdict): a repeat of {a.name}", a.delta < 0 or not stop_pays
-    return a.name, f"{head}; a repeat of {a.name} raises its chance to settle by {g:.2f}", a.delta < 0 or not stop_pays
+        return (a.name, f"{head}; no new idea (m would rise for every verdict): a repeat of {a.name}",
+                a.delta < 0 or not stop_pays, g)
+    return a.name, f"{head}; a repeat of {a.name} raises its chance to settle by {g:.2f}", a.delta < 0 or not stop_pays, g

@@ -84,8 +84,10 @@ def test_winner_drop_rate_is_at_most_five_percent():
 
 def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_stop_buys_nothing():
     """PlannerGate with the adaptive policy: the value-of-information pick queued by --auto-repeat
-    goes before the queued chains, and an evaluation whose stop could not buy another chain before
+    goes before the queued chains only with the opt-in, and an evaluation whose stop could not buy another chain before
     the deadline is not watched by futility (its score is worth more than the minutes)."""
+    from dataclasses import replace
+
     from opsdctl.config import Reference
     from opsdctl.plan.gate import ChainInfo, Grant
     from opsdctl.plan.planner import PlannerGate, PlannerSettings
@@ -116,7 +118,11 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
 
     settings = PlannerSettings(policy="adaptive", futility=True, auto_repeat=True, baseline="baseline",
                                reference=Reference(54.22, 1.48, 5))
+    # by default the user's queued chain goes first and auto-repeat queues nothing ahead of it
     gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
+    assert [c.chain_id for c in gate.order([info(5, "new")])] == [5] and gate.extra_queued == 0
+    # the opt-in ([planner] auto_repeat_first): the value-of-information pick runs first
+    gate = PlannerGate(replace(settings, auto_repeat_first=True), Facts(), budget_left=lambda: 140 * 60.0)
     order = gate.order([info(5, "new")])
     assert [c.chain_id for c in order][0] == 9 and order[0].variant == "a"
     assert gate.plan.extra_first and gate.plan.full_eval == ["a"]
