@@ -15,11 +15,7 @@ import sys
 import textwrap
 import time
 
-import pytest
 from conftest import STAGES, clean_env, default_config, opsdctl_argv, wait_for
-
-from opsdctl.run import stage_json
-from opsdctl.run.results import ResultError, parse_result_json, summarize_log, trainer_bar
 
 NESTED_EVAL = textwrap.dedent("""\
     import os, sys, time
@@ -34,15 +30,6 @@ NESTED_EVAL = textwrap.dedent("""\
 
 def _one_line(text: str) -> bool:
     return "\n" not in text.strip()
-
-
-def test_nesting_is_refused_without_recursion():
-    for doc in ("[" * 200000 + "]" * 200000, '{"a":' * 5000 + "1" + "}" * 5000, "[" * 40 + "]" * 40):
-        with pytest.raises(stage_json.StageJsonError, match="nested deeper than"):
-            stage_json.loads(doc, "result.json")
-        with pytest.raises(ResultError, match="nested deeper than"):
-            parse_result_json(doc)
-    assert stage_json.loads("[" * 30 + "]" * 30, "x") is not None  # within the bound
 
 
 def test_a_nested_result_json_fails_its_chain_in_one_line(ws):
@@ -107,14 +94,6 @@ def test_a_huge_log_is_read_in_bounded_windows(ws):
     maxrss_mib = int(res.stdout.rsplit("maxrss_kib", 1)[1].split()[0]) / 1024
     assert maxrss_mib < 300, f"the worker peaked at {maxrss_mib:.0f} MiB for a 160 MiB log"
     assert took < 90, f"{took:.0f}s"
-
-
-def test_log_parsers_are_linear_on_long_lines():
-    line = "x" * 200000 + ": 5%| 1/2 ["
-    t0 = time.monotonic()
-    assert trainer_bar(line) is None  # not a bar: too long to be one
-    summarize_log((line + "\n") * 20)
-    assert time.monotonic() - t0 < 2.0
 
 
 KILL_AT_RELEASE = textwrap.dedent("""\
