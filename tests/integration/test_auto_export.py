@@ -1,6 +1,7 @@
-"""`[export]`: the worker writes the current best variant's recipe.env before the budget runs out,
-again whenever the leader changes, with a header giving the verdict and its evidence; `status`
-shows what was last written and when. A real worker on real subprocess stages and a real store."""
+"""`[export]`: the worker writes the current best variant's recipe.env before
+the budget runs out, again whenever the leader changes, with a header giving the verdict and its
+evidence; `status` shows what was last written and when. The leader rule is a pure function of
+the compare report; the rest runs a real worker on real subprocess stages and a real store."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert "export: wrote" in first.stdout and "<- baseline (the released recipe)" in first.stdout
     text = target.read_text()
     assert knobs.parse_recipe_env(text, "recipe.env") == {}  # the empty recipe: the released one
-    assert "no candidate is `better`" in _header(text) and "before the deadline" in _header(text)
+    assert "no candidate's forecast official mean is above the baseline's" in _header(text)
+    assert "before the deadline" in _header(text) and "forecast of the official 5-run mean: baseline " in _header(text)
     st = ws.status()["export"]
     assert st["path"] == str(target) and st["active"] and st["last"]["leader"] == "baseline"
     written_at = st["last"]["written_at"]
@@ -54,7 +56,11 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert f"leader: hot, verdict better, P(beat baseline) {last['p_beat']:.3f}" in head
     assert "the leader changed" in head or "new runs behind the evidence" in head
     assert "evidence: 3 runs, mean" in head and "vs baseline " in head and "runs in the store)" in head and "95% CI [" in head
-    assert "the highest P(beat) among `better`" in head
+    assert "the highest forecast official mean, above the baseline's" in head
+    f = last["forecast"]
+    assert f"forecast of the official 5-run mean: hot {f['mean']:.2f}, 80% interval [{f['low80']:.2f}" in head
+    assert "the baseline's forecast: " in head
+    assert "code: the live code dir (snapshot_code = false)" in head
     assert "clip_mode" in head and "cannot travel in recipe.env" in head  # the method knob is named
     assert "opsdctl export-recipe: variant hot" in head  # export-recipe's own header follows ours
     # the compare report agrees with what was written
@@ -62,7 +68,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert pick_leader(doc).name == "hot"
     st = ws.status()["export"]["last"]
     assert st["leader"] == "hot" and st["verdict"] == "better" and st["written_at"] >= written_at
-    assert f"<- hot (better, P(beat) {last['p_beat']:.3f}) at" in ws.cli("status").stdout
+    assert f"<- hot (forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], better) at" in ws.cli("status").stdout
 
     # nothing changed: a worker start leaves the file alone
     mtime = target.stat().st_mtime_ns
@@ -80,6 +86,16 @@ def test_not_written_before_its_time(ws):
     st = ws.status()["export"]
     assert st["active"] is False and st["last"] is None and st["when"].startswith("starts 10 min before the deadline")
     assert "nothing written yet; starts 10 min before the deadline" in ws.cli("status").stdout
+    # before it is due, the worker keeps the bet current for status (the file is not touched)
+    ws.cli("queue", "hot", "--repeats", "2")
+    ws.cli("queue", "baseline", "--repeats", "1")
+    ws.run("worker", "--drain")
+    bet = ws.status()["export"]["bet"]
+    doc = ws.cli_json("compare")
+    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(doc).forecast}
+    f = bet["forecast"]
+    assert f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in ws.cli("status").stdout
+    assert not (ws.root / "submission").exists()
 
 
 def test_written_while_a_chain_runs_when_the_time_comes(ws):

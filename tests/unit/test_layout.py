@@ -162,7 +162,8 @@ TESTS = ROOT / "tests"
 # tests/unit/<wing>/: the control plane's wings (config.py is one) and the workload packages
 UNIT_WINGS = {"cli", "run", "plan", "stats", "config", "recipes", "store", "trainer", "eval", "opsdkit"}
 # what starts a process or needs a built model: integration tests, never unit ones
-NOT_IN_UNIT = {"subprocess", "ws", "Workspace", "opsdctl_argv", "tiny_assets", "untrained_tiny_model", "Worker"}
+NOT_IN_UNIT = {"subprocess", "Workspace", "opsdctl_argv", "Worker"}  # imported or called
+FIXTURES_NOT_IN_UNIT = {"ws", "tiny_assets", "untrained_tiny_model"}  # requested as a fixture
 
 
 def test_test_files_live_in_unit_wings_or_integration():
@@ -185,11 +186,12 @@ def test_every_test_folder_is_a_package_named_for_a_wing():
 
 
 def names_used(path: Path) -> set[str]:
+    """Names a test module reads or imports, and the fixtures it requests (a local `ws` is no fixture)."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Name):
+        if isinstance(node, ast.Name) and node.id in NOT_IN_UNIT:
             out.add(node.id)
-        elif isinstance(node, ast.arg):
+        elif isinstance(node, ast.arg) and node.arg in FIXTURES_NOT_IN_UNIT:
             out.add(node.arg)
         elif isinstance(node, ast.Import):
             out.update(a.name.split(".")[0] for a in node.names)
@@ -199,7 +201,8 @@ def names_used(path: Path) -> set[str]:
 
 
 def test_unit_tests_start_no_process_and_build_no_model():
-    found = {str(p.relative_to(TESTS)): sorted(names_used(p) & NOT_IN_UNIT) for p in sorted((TESTS / "unit").rglob("*.py"))}
+    banned = NOT_IN_UNIT | FIXTURES_NOT_IN_UNIT
+    found = {str(p.relative_to(TESTS)): sorted(names_used(p) & banned) for p in sorted((TESTS / "unit").rglob("*.py"))}
     assert not {k: v for k, v in found.items() if v}, "these belong in tests/integration/"
 
 
@@ -284,6 +287,10 @@ def test_the_checkers_find_what_they_look_for(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("def f():\n    import torch.nn\n    from vllm import LLM\n")
     assert heavy_imports(f) == {"torch", "vllm"}
+    f.write_text("import subprocess\ndef test_a(ws):\n    pass\n")
+    assert names_used(f) == {"subprocess", "ws"}
+    f.write_text("def test_b():\n    ws = [1]\n    return ws\n")  # a local named ws is no fixture
+    assert names_used(f) == set()
     assert local_links_of("[a](docs/x.md#y) [b](https://e.org/z) [c](../other/d.md)", tmp_path) == ["docs/x.md", "../other/d.md"]
 
 
