@@ -600,6 +600,32 @@ def compare(
         con.print(f"plot: {_escape(str(plot))}")
 
 
+@app.command()
+def advise(as_json: bool = typer.Option(False, "--json", help="Print the ranked actions as JSON.")) -> None:
+    """The next actions, ranked by how much each is expected to raise the submission's official score.
+
+    The submission is the arm of highest forecast mean (the baseline included); an action's gain
+    is its value of information (the knowledge gradient, in points), priced at the learned
+    durations and checked against the time left. `stop` (gain 0) ranks above whatever is not
+    worth its minutes.
+    """
+    from opsdctl.plan.report import advice_for, compare_doc
+
+    cfg = _config()
+    reader = _reader(cfg)
+    report = compare_doc(cfg, reader, None, None, chain_minutes=_chain_minutes(cfg, reader))
+    ranked = advice_for(cfg, reader, report)
+    if as_json:
+        _print_json([a.to_json() for a in ranked])
+        return
+    con = _console()
+    if not ranked:
+        con.print("No advice yet: no noise estimate (repeat a variant, or give [baseline] reference = {mean, sd, n}).")
+        return
+    for i, a in enumerate(ranked, start=1):
+        con.print(f"{i:>2}. {_escape(a.text())}")
+
+
 def _chain_minutes(cfg, reader) -> Optional[float]:
     """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
     the planner's high-quantile estimate from the store's history (the figure admission uses),

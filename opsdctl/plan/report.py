@@ -108,3 +108,21 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
     report["pool_code"] = pool_code
     report["training"] = training_rows(reader, report)  # compare's training columns
     return report
+
+
+def advice_for(cfg, reader, report: dict) -> list:
+    """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
+    learned durations, the usable time left, and the queued ideas not yet run (queue order)."""
+    from opsdctl.plan import advise
+    from opsdctl.plan.durations import estimator_for
+
+    hparams = {}
+    if cfg.baseline_variant:
+        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
+        hparams = dict(versions[-1].hparams) if versions else {}
+    costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams)
+    budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
+    tried = {e["name"] for e in report["variants"] if e.get("n")} | {report["baseline"].get("name")}
+    labels = {v.id: v.label for v in reader.all_variants()}
+    ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
+    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)))

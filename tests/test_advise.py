@@ -1,0 +1,105 @@
+"""`opsdctl advise`: the belief's gains against a direct simulation of the observation, the
+ranking's rules, and the command over a real store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opsdctl.plan import advise
+from opsdctl.stats import belief as bl
+
+
+def _belief(runs=((3, 54.0), (2, 55.5), (2, 53.0), (1, 55.0)), v_eval=0.8):
+    arms = ["baseline", "a", "b", "c"][: len(runs)]
+    return bl.posterior(arms, list(runs), 1.48**2, 1.48**2 - v_eval, v_eval, 54.22, 1.48**2 / 5, 1.0,
+                        (0.0, 2.0, "default"))
+
+
+def _simulated_gain(b: bl.Belief, arm: int, noise: float, draws: int, rng) -> tuple[float, float]:
+    """Draw the observation from today's predictive, redo the posterior with it, take the best mean."""
+    h = b._run(arm)
+    mu, cov = b.mean, b.cov
+    y = h @ mu + rng.standard_normal(draws) * np.sqrt(h @ cov @ h + noise)
+    k = cov @ h / (h @ cov @ h + noise)
+    post = mu[None, :] + (y - h @ mu)[:, None] * k[None, :]
+    best = (post @ b._m().T).max(axis=1)
+    return float(best.mean() - b.official_mean().max()), float(best.std() / np.sqrt(draws))
+
+
+@pytest.mark.parametrize("arm", [0, 1, 2, 3])
+def test_gain_of_a_run_matches_a_direct_simulation(arm):
+    b = _belief()
+    rng = np.random.default_rng(arm)
+    got, se = _simulated_gain(b, arm, b.s2, 400_000, rng)
+    assert b.gain_run(arm) == pytest.approx(got, abs=4 * se + 1e-9)
+
+
+def test_reeval_is_worth_less_than_a_repeat_and_new_idea_is_worth_something():
+    b = _belief()
+    for i in range(len(b.arms)):
+        assert 0.0 <= b.gain_run(i, b.reeval_noise()) < b.gain_run(i)
+    assert b.gain_new() > 0.0
+    assert b.gain_new(b.screen_noise(60 / 240)) < b.gain_new()
+
+
+def test_gain_new_matches_a_direct_simulation():
+    b = _belief()
+    rng = np.random.default_rng(7)
+    d = rng.normal(b.family_mean, b.family_sd, 400_000)
+    # the fresh idea's run: its posterior effect mean given the belief over B + o
+    h = b._run(0)
+    bo_mean, bo_var = h @ b.mean, h @ b.cov @ h
+    y = bo_mean + d + rng.standard_normal(d.size) * np.sqrt(bo_var + b.s2)
+    # joint update of (B, o, D_1.., D_new) with the one observation
+    k = len(b.arms)
+    mean = np.append(b.mean, b.family_mean)
+    cov = np.zeros((k + 2, k + 2))
+    cov[:k + 1, :k + 1] = b.cov
+    cov[-1, -1] = b.family_sd**2
+    hh = np.append(h, 1.0)
+    gain = cov @ hh / (hh @ cov @ hh + b.s2)
+    post = mean[None, :] + (y - hh @ mean)[:, None] * gain[None, :]
+    off = post[:, [0]] + np.concatenate([np.zeros((d.size, 1)), post[:, 2:]], axis=1)
+    best = off.max(axis=1)
+    sim = best.mean() - b.official_mean().max()
+    assert b.gain_new() == pytest.approx(sim, abs=4 * best.std() / np.sqrt(d.size))
+
+
+def test_ranking_puts_stop_after_what_is_worth_it_and_before_what_does_not_fit():
+    b = _belief()
+    costs = advise.Costs(chain_s=3600.0, eval_s=600.0, screen_s=2400.0)
+    ranked = advise.rank(b, costs, usable_s=2 * 3600.0, new_ideas=["d"], full_samples=240)
+    acts = [a.action for a in ranked]
+    assert acts.count(advise.Action.STOP) == 1
+    stop = acts.index(advise.Action.STOP)
+    head, tail = ranked[:stop], ranked[stop + 1:]
+    assert head and all(a.fits and a.gain >= advise.MIN_GAIN for a in head)
+    assert [a.rate for a in head] == sorted((a.rate for a in head), reverse=True)
+    assert all(not a.fits or a.gain < advise.MIN_GAIN for a in tail)
+    new = next(a for a in ranked if a.action == advise.Action.NEW)
+    assert new.variant == "d" and new.minutes == 60.0
+    # no time left: nothing fits, stop comes first
+    late = advise.rank(b, costs, usable_s=300.0)
+    assert late[0].action == advise.Action.STOP and not any(a.fits for a in late[1:])
+
+
+def test_a_clear_leader_leaves_little_to_learn():
+    far = _belief(runs=((6, 54.0), (6, 60.0), (6, 50.0)))
+    close = _belief(runs=((6, 54.0), (6, 55.0), (6, 54.8)))
+    assert far.gain_run(2) < 1e-3 < close.gain_run(2)
+
+
+def test_advise_json_over_a_real_store(ws):
+    ws.cli("queue", "baseline", "token-clip", "--repeats", "2", "--seed", "3")
+    ws.run("worker", "--drain")
+    ws.cli("queue", "cosine")
+    got = ws.cli_json("advise", "--json")
+    assert got and all(set(a) == {"action", "variant", "minutes", "fits", "gain"} for a in got)
+    kinds = {a["action"] for a in got}
+    assert {"repeat", "baseline", "new", "stop"} <= kinds <= {"repeat", "baseline", "re-eval", "screen", "new", "stop"}
+    assert next(a for a in got if a["action"] == "new")["variant"] == "cosine"
+    assert next(a for a in got if a["action"] == "stop")["gain"] == 0.0
+    assert all(a["gain"] >= 0.0 and a["minutes"] >= 0.0 for a in got)
+    text = ws.cli("advise").stdout
+    assert "stop: submit the best forecast now" in text
