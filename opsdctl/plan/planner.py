@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol, Sequence
 
-from opsdctl.plan import admission, policy
+from opsdctl.plan import admission, advise, policy
 from opsdctl.plan.durations import Estimator, Sample
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.gate import (
@@ -46,7 +46,7 @@ class PlannerSettings:
     futility: bool = False
     auto_repeat: bool = False
     auto_repeat_max: int = 6
-    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no value of information
+    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no `advise` ranking
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
@@ -137,8 +137,16 @@ class PlannerGate:
         # queued chains as the compare report names them: their candidate (variant x code tree)
         candidates = getattr(self.facts, "candidates", None)
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
+        items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
+        advice = None
+        if self.settings.policy == policy.ADAPTIVE and not self.settings.try_every_variant:
+            tried = set(known)
+            costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
+                     advise.Costs(chain_s, self.settings.defaults["eval"], chain_s))
+            advice = advise.from_report(self.report_doc, costs, usable,
+                                        list(dict.fromkeys(q.variant for q in items if q.variant not in tried)))
         p = policy.plan(
-            [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued],
+            items,
             self.report_doc,
             policy=self.settings.policy,
             baseline=base,
@@ -149,6 +157,7 @@ class PlannerGate:
             auto_repeat=can_extra,
             known_variants=known,
             voi=not self.settings.try_every_variant,
+            advice=advice,
         )
         self.plan = p
         by_id = {c.chain_id: c for c in queued}
@@ -158,7 +167,7 @@ class PlannerGate:
             if info is not None:
                 self.extra_queued += 1
                 self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({p.extra_why})")
-                if p.extra_first:  # the value-of-information pick: before the queued chains
+                if p.extra_first:  # the ranking's pick: before the queued chains
                     ordered.insert(len(p.skips), info)
                     p.order.insert(0, info.chain_id)
                 else:
