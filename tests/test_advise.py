@@ -103,6 +103,13 @@ def test_advise_json_over_a_real_store(ws):
     assert all(a["gain"] >= 0.0 and a["minutes"] >= 0.0 for a in got)
     text = ws.cli("advise").stdout
     assert "stop: submit the best forecast now" in text
+    # compare's Next: line is this ranking, never another rule
+    report = ws.cli_json("compare")
+    assert [{k: a[k] for k in got[0]} for a in report["advice"]] == got
+    out = " ".join(ws.cli("compare").stdout.split())
+    first = report["advice"][0]
+    assert "Next (`opsdctl advise`" in out
+    assert (first["text"].split(":")[0] if first["action"] != "stop" else "stop: nothing left is worth") in out
 
 
 def test_the_adaptive_policy_takes_the_first_action_the_worker_can_take():

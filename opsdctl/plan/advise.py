@@ -17,9 +17,9 @@ from typing import Optional, Sequence
 
 from opsdctl.plan import admission
 from opsdctl.stats.belief import Belief
+from opsdctl.stats.screen import SCREEN
 
 MIN_GAIN = 0.01  # points: below this an action is not worth its minutes
-SCREEN = (15, 4)  # problems x samples of a screen (`queue --partial 15x4`)
 
 
 class Action(str, enum.Enum):

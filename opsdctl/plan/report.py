@@ -107,6 +107,7 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
     report["notes"] = [*notes, *report.get("notes", [])]
     report["pool_code"] = pool_code
     report["training"] = training_rows(reader, report)  # compare's training columns
+    report["advice"] = [{**a.to_json(), "text": a.text()} for a in advice_for(cfg, reader, report)]
     return report
 
 

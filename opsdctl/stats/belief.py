@@ -28,8 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from opsdctl.stats.knowledge_gradient import knowledge_gradient, update_direction
-
-DEFAULT_FAMILY_SD = 2.0  # points: an idea's effect before its first run, for small families
+from opsdctl.stats.screen import DEFAULT_FAMILY_SD, screen_se
 FAMILY_MIN = 4  # candidates with runs before the family's spread is estimated from them
 FLAT_SD = 100.0  # points: the baseline's official mean without a published reference
 
@@ -110,7 +109,7 @@ class Belief:
         candidate's training noise plus both partials' eval sampling (share: partial / full samples)."""
         if not self.v_eval or sample_share <= 0:
             return None
-        return self.tau2 + 2.0 * self.v_eval / sample_share
+        return screen_se(self.tau2, self.v_eval, sample_share) ** 2
 
 
 def family_prior(deltas: Sequence[float], ses: Sequence[float]) -> tuple[float, float, str]:
