@@ -663,6 +663,26 @@ def diff(
 
 
 @app.command()
+def code(
+    chain: int = typer.Argument(..., metavar="CHAIN", callback=args.chain_ids),
+    to: Path = typer.Option(..., "--to", metavar="DIR", help="A new or empty directory to write the code into."),
+    as_json: bool = typer.Option(False, "--json", help='Print {"chain_id", "trained_by", "kind", "tree", "commit", "files", "dest"}.'),
+) -> None:
+    """Write out the code a chain's checkpoint was trained with (its code snapshot, git or copy), so
+    a winner whose method lives in code can be restored into the workspace before submitting."""
+    from opsdctl.run.code_export import write_code
+
+    cfg = _config()
+    done = write_code(_store(cfg), cfg.runs_dir, chain, to)
+    if as_json:
+        _print_json(done.to_json())
+        return
+    via = f" (trained by chain {done.trained_by})" if done.trained_by != done.chain_id else ""
+    _console().print(f"wrote {done.files} files of chain {done.chain_id}'s code{via}, {done.kind} tree "
+                     f"{done.tree[:12]}, to {_escape(done.dest)}")
+
+
+@app.command()
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print the inventory as JSON.")) -> None:
     """The GPUs (NVML), their free memory and the processes holding them (pid, name, MiB).
 
