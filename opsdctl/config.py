@@ -273,7 +273,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
         "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
         "auto_repeat": Key(_bool, False, "adaptive: let the worker queue the repeat `advise` ranks first itself"),
-        "auto_repeat_max": Key(_int(lo=0, hi=10_000), 6, "at most this many auto-repeat chains per worker run"),
+        "auto_repeat_max": Key(_int(lo=0, hi=10_000), None, "at most this many auto-repeat chains per worker run "
+                               "[default: no cap: the worker queues while a repeat has value and fits]"),
+        "auto_repeat_first": Key(_bool, False, "auto-repeat chains may run before chains you queued earlier "
+                                 "(off: your queue first)"),
         "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
                                  "(off: the `advise` ranking may leave an idea untried when a repeat is worth more)"),
         "train_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "train duration before any history [default: the profile's]"),
@@ -670,6 +673,8 @@ release_wait_minutes = 3          # after a stage, wait this long for its own GP
 policy = "fifo"                   # or "adaptive": first runs of new variants, then the repeats that settle verdicts
 futility = false                  # stop an evaluation early at k = 4 or 8 of 12 when it cannot beat the baseline
 auto_repeat = false               # adaptive: the worker may queue extra repeats of undecided candidates
+                                  #   (after the chains you queued; auto_repeat_first = true: before them)
+# auto_repeat_max = 6             # cap the chains auto-repeat queues per worker run [default: no cap]
 try_every_variant = false         # adaptive: first runs of every queued variant before any repeat (off: an idea
                                   #   may stay untried when its runs would settle more on the leaders)
 # train_minutes = 19              # durations before any history [default: the profile's]

@@ -182,6 +182,10 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
 
     settings = PlannerSettings(policy="adaptive", futility=True, auto_repeat=True, baseline="baseline",
                                reference=Reference(54.22, 1.48, 5))
+    # by default the user's queued chain goes first and auto-repeat queues nothing ahead of it
+    gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
+    assert [c.chain_id for c in gate.order([info(5, "new")])] == [5] and gate.extra_queued == 0
+    # with nothing of the user's queued, auto-repeat queues the ranking's pick and runs it first
     gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
     order = gate.order([])
     assert [c.chain_id for c in order][0] == 9 and order[0].variant == "a"

@@ -217,6 +217,9 @@ def worker(
                                             help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
     auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
                                                help="adaptive: queue the repeat `opsdctl advise` ranks first when no queued chain is."),
+    auto_repeat_first: Optional[bool] = typer.Option(None, "--auto-repeat-first/--user-queue-first",
+                                                     help="adaptive: let auto-repeat chains run before chains you "
+                                                          "queued earlier (default: your queue first)."),
     try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
                                                      help="adaptive: first runs of every queued variant before any "
                                                           "repeat, or (default) let `opsdctl advise`'s ranking pick."),
@@ -237,11 +240,12 @@ def worker(
         from opsdctl.errors import UserError
 
         raise UserError(f"--policy {policy}: must be fifo or adaptive")
-    if policy is not None or futility is not None or auto_repeat is not None or try_every_variant is not None:
+    flags = (policy, futility, auto_repeat, auto_repeat_first, try_every_variant)
+    if any(f is not None for f in flags):
         from opsdctl.plan.planner import with_overrides
 
         cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
-                             try_every_variant=try_every_variant)
+                             auto_repeat_first=auto_repeat_first, try_every_variant=try_every_variant)
     store = _store(cfg)
     con = _console()
 

@@ -28,6 +28,9 @@ from opsdctl.errors import UserError
 from opsdctl.store.states import State
 
 
+AUTO_REPEAT_REASON = "auto-repeat: "  # how a chain the worker queued itself says so (Chain.reason)
+
+
 @dataclass(frozen=True)
 class ChainInfo:
     """What a policy may look at: one chain, its recipe, its history so far."""
@@ -48,6 +51,7 @@ class ChainInfo:
     eval_problems: Optional[int] = None  # a partial evaluation's problems x samples (None: full)
     eval_k: Optional[int] = None
     eval_only: bool = False  # no train stage
+    auto: bool = False  # queued by the worker's auto-repeat, not by the user
 
     @property
     def partial(self) -> bool:
@@ -73,6 +77,7 @@ def chain_info(chain, variant) -> ChainInfo:
         eval_problems=chain.eval_problems,
         eval_k=chain.eval_k,
         eval_only=bool(chain.eval_only),
+        auto=(chain.reason or "").startswith(AUTO_REPEAT_REASON),
     )
 
 

@@ -25,6 +25,7 @@ from opsdctl.plan import admission, advise, policy
 from opsdctl.plan.durations import Estimator, Sample
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.gate import (
+    AUTO_REPEAT_REASON,
     ChainInfo,
     Gate,
     Grant,
@@ -45,7 +46,8 @@ class PlannerSettings:
     policy: str = policy.FIFO
     futility: bool = False
     auto_repeat: bool = False
-    auto_repeat_max: int = 6
+    auto_repeat_max: Optional[int] = None  # a cap only when the user sets one
+    auto_repeat_first: bool = False  # opt-in: auto-repeat chains may run before the user's queued ones
     try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no `advise` ranking
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
@@ -105,6 +107,9 @@ class PlannerGate:
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
         self._probe_warned = False
+        self.auto_next: Optional[tuple[str, str]] = None  # (variant, why) auto-repeat queues at this order
+        self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
+        self._noted: Optional[str] = None
 
     # --- facts -> a compare report and estimates ------------------------------------------
 
@@ -123,7 +128,11 @@ class PlannerGate:
 
     # --- order ----------------------------------------------------------------------------
 
-    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
+    def order(self, queued: Sequence[ChainInfo], dry_run: bool = False) -> list[ChainInfo]:
+        """The queued chains in the order to try them (skips first: admit marks them), and with
+        --auto-repeat the chain the worker queues itself, placed after every chain the user queued
+        (before them only with [planner] auto_repeat_first). `dry_run` (status): the same decision,
+        nothing queued, saved or counted; `self.auto_next` says what auto-repeat would queue."""
         self.refresh()
         usable = self.usable()
         ests = [self.chain_estimate(c) for c in queued]
@@ -133,52 +142,72 @@ class PlannerGate:
         base = self.facts.baseline_label()
         if base and (self.report_doc["baseline"] or {}).get("source") in ("runs", "runs+reference"):
             known.append(base)
-        can_extra = self.settings.auto_repeat and self.extra_queued < self.settings.auto_repeat_max
+        s = self.settings
+        capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
         candidates = getattr(self.facts, "candidates", None)
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice = None
-        if self.settings.policy == policy.ADAPTIVE and not self.settings.try_every_variant:
-            tried = set(known)
+        if s.policy == policy.ADAPTIVE and not s.try_every_variant:
             costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
-                     advise.Costs(chain_s, self.settings.defaults["eval"], chain_s))
+                     advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.report_doc, costs, usable,
-                                        list(dict.fromkeys(q.variant for q in items if q.variant not in tried)))
-        p = policy.plan(
-            items,
-            self.report_doc,
-            policy=self.settings.policy,
-            baseline=base,
-            usable_s=usable,
-            chain_s=chain_s,
-            chain_median_s=chain_median_s,
-            dropped=self.facts.dropped(),
-            auto_repeat=can_extra,
-            known_variants=known,
-            voi=not self.settings.try_every_variant,
-            advice=advice,
-        )
+                                        list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
+
+        def plan(auto_repeat: bool) -> policy.Plan:
+            return policy.plan(items, self.report_doc, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
+                               chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
+                               known_variants=known, voi=not s.try_every_variant, advice=advice)
+
+        # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
+        # wait, the policy allocates among those alone.
+        users_wait = any(not c.auto for c in queued) and not s.auto_repeat_first
+        p = plan(s.auto_repeat and not capped and not users_wait)
         self.plan = p
         by_id = {c.chain_id: c for c in queued}
-        ordered = [by_id[i] for i in p.skips] + [by_id[i] for i in p.order]
-        if p.extra is not None:
-            info = self.facts.queue_repeat(p.extra, p.extra_why)
-            if info is not None:
+        runnable = [by_id[i] for i in p.order]
+        users = [c for c in runnable if not c.auto]
+        ordered = [by_id[i] for i in p.skips] + users + [c for c in runnable if c.auto]
+        self.auto_next, self.idle_note = None, None
+        if s.auto_repeat and not runnable:
+            if capped:
+                if plan(True).extra is not None:
+                    left = f"; {usable / 60:.0f} min left unused" if usable is not None else ""
+                    self.idle_note = f"auto-repeat cap {s.auto_repeat_max} reached{left}: raise [planner] auto_repeat_max"
+            elif p.extra is not None:
+                self.auto_next = (p.extra, p.extra_why)
+        elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
+            self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
+        if dry_run:
+            return ordered
+        if self.idle_note is not None and self.idle_note != self._noted:
+            self.report(self.idle_note)
+        self._noted = self.idle_note
+        if self.auto_next is not None:
+            variant, why = self.auto_next
+            info = self.facts.queue_repeat(variant, why)
+            if info is None:
+                self.idle_note = f"auto-repeat picked {variant} but cannot queue it (nothing of it to train)"
+            else:
                 self.extra_queued += 1
-                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({p.extra_why})")
-                if p.extra_first:  # the ranking's pick: before the queued chains
-                    ordered.insert(len(p.skips), info)
-                    p.order.insert(0, info.chain_id)
-                else:
-                    ordered.append(info)
-                    p.order.append(info.chain_id)
+                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({why})")
+                at = len(p.skips) if users and s.auto_repeat_first else len(ordered)
+                ordered.insert(at, info)
+                p.order.insert(at - len(p.skips), info.chain_id)
         self._save_plan(p)
         return ordered
 
+    def idle_reason(self) -> Optional[str]:
+        """Why the worker idles with budget left, when the planner is the reason (a cap the user set)."""
+        return self.idle_note
+
     def _save_plan(self, p: policy.Plan) -> None:
-        doc = {"policy": self.settings.policy, "futility": self.settings.futility,
-               "auto_repeat": self.settings.auto_repeat, **p.to_json()}
+        s = self.settings
+        doc = {"policy": s.policy, "futility": s.futility, "auto_repeat": s.auto_repeat,
+               "auto_repeat_max": s.auto_repeat_max, "auto_repeat_first": s.auto_repeat_first,
+               "try_every_variant": s.try_every_variant, "auto_queued": self.extra_queued,
+               "idle": self.idle_note, **p.to_json()}
         text = json.dumps(doc, sort_keys=True)
         if text != self._last_saved:
             self._last_saved = text
@@ -378,7 +407,7 @@ class StoreFacts:
             chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
                           state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
                           code_dir=last.code_dir, stage_spec=last.stage_spec, commands_hash=last.commands_hash,
-                          queued_at=utcnow(), reason=f"auto-repeat: {why}")
+                          queued_at=utcnow(), reason=f"{AUTO_REPEAT_REASON}{why}")
             s.add(chain)
             s.flush()
             return chain_info(chain, v)
@@ -401,7 +430,8 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         policy=pl.get("policy") or policy.FIFO,
         futility=bool(pl.get("futility")),
         auto_repeat=bool(pl.get("auto_repeat")),
-        auto_repeat_max=int(pl.get("auto_repeat_max") or 6),
+        auto_repeat_max=None if pl.get("auto_repeat_max") is None else int(pl["auto_repeat_max"]),
+        auto_repeat_first=bool(pl.get("auto_repeat_first")),
         try_every_variant=bool(pl.get("try_every_variant")),
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
@@ -416,11 +446,13 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
 
 
 def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional[bool] = None,
-                   auto_repeat: Optional[bool] = None, try_every_variant: Optional[bool] = None):
-    """The config with `worker --policy/--futility/--auto-repeat/--try-every-variant` applied to [planner]."""
+                   auto_repeat: Optional[bool] = None, auto_repeat_first: Optional[bool] = None,
+                   try_every_variant: Optional[bool] = None):
+    """The config with `worker --policy/--futility/--auto-repeat/--auto-repeat-first/--try-every-variant`
+    applied to [planner]."""
     sec = dict(cfg.section("planner"))
     for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat),
-                       ("try_every_variant", try_every_variant)):
+                       ("auto_repeat_first", auto_repeat_first), ("try_every_variant", try_every_variant)):
         if value is not None:
             sec[key] = value
     return replace(cfg, sections={**cfg.sections, "planner": sec})

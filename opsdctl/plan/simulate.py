@@ -39,8 +39,10 @@ import numpy as np
 
 from opsdctl.config import Reference
 from opsdctl.plan.durations import Sample, cost_key
-from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop
+from opsdctl.plan.gate import AUTO_REPEAT_REASON, ChainInfo, Grant, Stop
+from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
+from opsdctl.store.states import State
 from opsdctl.stats import inference
 from opsdctl.stats.compare import RunRecord, build_report
 
@@ -68,6 +70,8 @@ POLICIES = {
     "fifo-by-hand x2": ("hand", 2, None),
     "planner fifo": ("planner", 2, dict(policy="fifo")),
     "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
+    "adaptive, x1 queue": ("planner", 1, dict(policy="adaptive", auto_repeat=True)),
+    "adaptive, auto-repeat first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, auto_repeat_first=True)),
     "adaptive + futility": ("planner", 2, dict(policy="adaptive", auto_repeat=True, futility=True)),
     "adaptive, every variant first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, try_every_variant=True)),
 }
@@ -99,15 +103,18 @@ class World:
     logits: np.ndarray  # base per-problem logits (mean rate BASE_MEAN/100)
     tau2: float  # training variance, points^2
     v_eval: float  # eval-sampling variance of one run, points^2
+    train_min: tuple = TRAIN_MIN  # a train stage's duration ~ U(lo, hi) minutes
+    eval_min: tuple = EVAL_MIN
 
     @classmethod
-    def make(cls) -> "World":
+    def make(cls, sigma: float = SIGMA, train_min: tuple = TRAIN_MIN, eval_min: tuple = EVAL_MIN) -> "World":
+        """`sigma`: a run's total sd, points (training + eval sampling)."""
         from scipy.stats import beta
 
         q = (np.arange(N_PROBLEMS) + 0.5) / N_PROBLEMS
         p = _shift_to_mean(_logit(beta.ppf(q, *BETA_AB)), BASE_MEAN / 100.0)
         v = float(1e4 / N_PROBLEMS**2 * np.sum(p * (1 - p)) / K)
-        return cls(_logit(p), max(0.0, SIGMA**2 - v), v)
+        return cls(_logit(p), max(0.0, sigma**2 - v), v, tuple(train_min), tuple(eval_min))
 
     def run(self, rng: np.random.Generator, effect: float) -> np.ndarray:
         """One run's samples: problems x K booleans (cumulative counts give the looks)."""
@@ -158,7 +165,13 @@ class SessionResult:
     answered_correct: int = 0
     chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
     estimate_overruns: int = 0  # stages that took longer than the estimate admission used
+    baseline_chains: int = 0  # chains started of the baseline (user-queued and auto-repeat)
+    idle_while_fits_s: float = 0.0  # GPUs idle at the end while compare's Next: run fitted
+    idle_note: Optional[str] = None  # the worker's idle reason at the end (a cap), if any
+    run_order: list = field(default_factory=list)  # chain ids, in the order they started
     verdicts: dict = field(default_factory=dict)
+    chains: list = field(default_factory=list)  # the session's SimChains at the end (state, auto, scores)
+    report: Optional[dict] = None  # compare's final report
 
 
 class Session:
@@ -203,7 +216,7 @@ class Session:
         vid = 0 if c.variant == BASELINE else int(c.variant[1:])
         return ChainInfo(chain_id=c.chain_id, variant=c.variant, variant_id=vid, variant_name=c.variant,
                          version=1, hash=c.variant, seed=c.seed, repeat=c.repeat, priority=0, profile=PROFILE,
-                         hparams=dict(HPARAMS), method={})
+                         hparams=dict(HPARAMS), method={}, auto=c.auto)
 
     def usable(self) -> float:
         return self.budget_s - self.t - MARGIN_MIN * 60.0
@@ -276,12 +289,14 @@ def run_hand(s: Session, res: SessionResult) -> None:
         c = s.queued()[0]
         c.state = "running"
         res.started += 1
-        tr = s.draw(TRAIN_MIN)
+        res.baseline_chains += int(c.variant == BASELINE)
+        res.run_order.append(c.chain_id)
+        tr = s.draw(s.world.train_min)
         if not _run_stage(s, res, tr):
             c.state, res.cut = "cut", res.cut + 1
             break
         s.t = min(s.budget_s, s.t + STAGE_GAP_S)
-        ev = s.draw(EVAL_MIN)
+        ev = s.draw(s.world.eval_min)
         if not _run_stage(s, res, ev):
             c.state, res.cut = "cut", res.cut + 1
             break
@@ -292,47 +307,86 @@ def run_hand(s: Session, res: SessionResult) -> None:
         s.t = min(s.budget_s, s.t + STAGE_GAP_S)
 
 
-def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> None:
-    """The worker's loop over a PlannerGate (order, admit, grant, released, on_progress)."""
-    gate = PlannerGate(settings, _Facts(s), budget_left=s.usable, clock=lambda: s.t, sleep=lambda x: None)
-    requeued = False
-    while True:
-        if not s.queued() and not requeued:
-            s.queue_round()  # the user keeps the GPUs busy: another round of the same queue
-            requeued = True
-        picked = None
-        for info in gate.order([s.info(c) for c in s.queued()]):
-            chain = s.chains[info.chain_id - 1]
-            d = gate.admit(info)
-            if isinstance(d, Skip):
-                chain.state, chain.reason = "skipped", d.reason
-                is_policy = gate.plan is not None and info.chain_id in gate.plan.skips
-                res.skipped_policy += int(is_policy)
-                res.skipped_admission += int(not is_policy)
-                continue
-            assert isinstance(d, Start)
-            picked = (info, chain)
-            break
-        if picked is None:
-            if s.queued() or requeued:
-                break  # nothing admissible (or a fresh round had nothing to run): the GPUs go idle
-            continue
-        requeued = False
-        info, c = picked
+class _Clock:
+    """The fake clock: the session's simulated seconds; sleeping advances it."""
+
+    def __init__(self, s: Session):
+        self.s = s
+
+    def now(self) -> float:
+        return self.s.t
+
+    def sleep(self, seconds: float) -> None:
+        self.s.t = min(self.s.budget_s, self.s.t + max(0.0, seconds))
+
+
+class _Queue:
+    """The loop's queue over the session's chains (in queue order, as the store lists them)."""
+
+    def __init__(self, s: Session, res: SessionResult, gate: PlannerGate):
+        self.s, self.res, self.gate = s, res, gate
+
+    def queued(self) -> list[ChainInfo]:
+        return [self.s.info(c) for c in self.s.queued()]
+
+    def skip(self, chain_id: int, reason: str) -> bool:
+        c = self.s.chains[chain_id - 1]
+        if c.state != "queued":
+            return False
+        c.state, c.reason = "skipped", reason
+        is_policy = self.gate.plan is not None and chain_id in self.gate.plan.skips
+        self.res.skipped_policy += int(is_policy)
+        self.res.skipped_admission += int(not is_policy)
+        return True
+
+    def claim(self, chain_id: int) -> bool:
+        c = self.s.chains[chain_id - 1]
+        if c.state != "queued":
+            return False
         c.state = "running"
+        return True
+
+
+class _Executor:
+    """The fake executor: runs a claimed chain to its end inside start(), as the local one does,
+    asking the gate what the local executor asks it (grant before each stage, released after,
+    on_progress at every look), with drawn durations and scores instead of processes."""
+
+    def __init__(self, s: Session, res: SessionResult, gate: PlannerGate):
+        self.s, self.res, self.gate = s, res, gate
+        self._ended: list[tuple[int, State]] = []
+
+    def has_room(self) -> bool:
+        return True
+
+    def busy(self) -> int:
+        return 0
+
+    def poll(self) -> list[tuple[int, State]]:
+        out, self._ended = self._ended, []
+        return out
+
+    def start(self, chain_id: int) -> None:
+        self._ended.append((chain_id, self._run(self.s.chains[chain_id - 1])))
+
+    def _run(self, c: SimChain) -> State:
+        s, res, gate = self.s, self.res, self.gate
+        info = s.info(c)
         res.started += 1
         res.auto_repeats += int(c.auto)
+        res.baseline_chains += int(c.variant == BASELINE)
+        res.run_order.append(c.chain_id)
         g = gate.grant(info, "train")
         if not isinstance(g, Grant):
             c.state, c.reason = "skipped", g.reason
             res.skipped_admission += 1
-            continue
-        tr = s.draw(TRAIN_MIN)
+            return State.SKIPPED
+        tr = s.draw(s.world.train_min)
         res.estimate_overruns += int(g.estimate_seconds is not None and tr > g.estimate_seconds)
         admitted_high = sum(e.high_s for e in gate.chain_estimate(info))
         if not _run_stage(s, res, tr):
             c.state, res.cut = "cut", res.cut + 1
-            break
+            return State.INTERRUPTED
         s._samples.append(Sample("train", cost_key("train", PROFILE, HPARAMS), tr, g.estimate_seconds, c.chain_id))
         gate.released(info, "train", [])
         s.t += STAGE_GAP_S
@@ -340,8 +394,8 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
         if not isinstance(g, Grant):
             c.state, c.reason = "skipped", g.reason
             res.eval_skipped += 1
-            continue
-        ev = s.draw(EVAL_MIN)
+            return State.SKIPPED
+        ev = s.draw(s.world.eval_min)
         res.estimate_overruns += int(g.estimate_seconds is not None and ev > g.estimate_seconds)
         samples = s.world.run(s.rng, s.effects[c.variant] + s.offset)
         stop: Optional[Stop] = None
@@ -356,26 +410,60 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
                 break
         if not _run_stage(s, res, at):
             c.state, res.cut = "cut", res.cut + 1
-            break
+            return State.INTERRUPTED
         res.chain_overruns += int(tr + STAGE_GAP_S + at > admitted_high)
         gate.released(info, "eval", [])
+        s.t += STAGE_GAP_S
         if stop is not None:
             c.state, c.reason = "stopped-futile", stop.reason
             res.futility_stops += 1
             res.futility_dropped_winners += int(s.effects[c.variant] > 0)
-        else:
-            s._samples.append(Sample("eval", cost_key("eval", PROFILE, HPARAMS), ev, g.estimate_seconds, c.chain_id))
-            s.record(c, samples)
-            c.state = "succeeded"
-            res.succeeded += 1
-            res.useful_s += tr + ev
-        s.t += STAGE_GAP_S
+            return State.STOPPED_FUTILE
+        s._samples.append(Sample("eval", cost_key("eval", PROFILE, HPARAMS), ev, g.estimate_seconds, c.chain_id))
+        s.record(c, samples)
+        c.state = "succeeded"
+        res.succeeded += 1
+        res.useful_s += tr + ev
+        return State.SUCCEEDED
+
+
+def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> None:
+    """The worker's own loop (opsdctl.plan.loop.WorkerLoop) over the planner's gate, with the
+    session as its queue, a fake executor and a fake clock. The user keeps the GPUs busy: when
+    the worker drains the queue, they queue another round of it and start it again, until a
+    round starts nothing."""
+    gate = PlannerGate(settings, _Facts(s), budget_left=s.usable, clock=lambda: s.t, sleep=lambda x: None)
+    loop = WorkerLoop(gate, _Queue(s, res, gate), _Executor(s, res, gate), _Clock(s),
+                      options=LoopOptions(drain=True, poll_s=settings.poll_s))
+    while True:
+        before = len(loop.started)
+        loop.run()
+        if len(loop.started) == before or s.t >= s.budget_s:
+            break
+        s.queue_round()
+    res.idle_while_fits_s = _idle_while_action_fits(s, gate)
+    res.idle_note = gate.idle_reason()
+
+
+def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
+    """Seconds the GPUs sat idle at the end while compare's `Next:` proposed a run that fits
+    (its runs_needed chains within the time left) and at least one chain still fit."""
+    usable = s.usable()
+    ests = gate.estimator.of_chain(s.info(s.chains[0]))
+    if usable < sum(e.high_s for e in ests):
+        return 0.0
+    med = sum(e.median_s for e in ests)
+    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE, chain_minutes=med / 60.0,
+                       minutes_left=usable / 60.0)
+    fits = any(e.get("fits") for e in rep["variants"] if e.get("n") and not e.get("partial"))
+    return usable if fits else 0.0
 
 
 def judge(s: Session, res: SessionResult) -> None:
     """Final verdicts of the compare report against the true effects. A variant dropped as futile
     (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
+    res.report = rep
     for e in rep["variants"]:
         if e.get("partial") or not e.get("n"):
             continue
@@ -399,7 +487,13 @@ def judge(s: Session, res: SessionResult) -> None:
 
 
 def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: Sequence[float] = DEFAULT_EFFECTS,
-                     world: Optional[World] = None, offset: float = 0.0) -> SessionResult:
+                     world: Optional[World] = None, offset: float = 0.0,
+                     settings: Optional[PlannerSettings] = None) -> SessionResult:
+    """One session: `policy_name` from POLICIES (its user queue and planner settings); `settings`
+    replaces the planner settings (another benchmark's own policy). `effects`: true effects of
+    the candidates, points; `offset`: the local setup's offset from the published mean (every
+    run); `world`: the benchmark's noise and the stage durations (World.make). The result holds
+    the figures, the chains in run order (`run_order`, `chains`) and compare's final `report`."""
     kind, repeats, overrides = POLICIES[policy_name]
     world = world or World.make()
     s = Session(world, effects, seed, hours, repeats, offset)
@@ -407,10 +501,11 @@ def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: S
     if kind == "hand":
         run_hand(s, res)
     else:
-        settings = PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
-                                   defaults_s=(("train", 19 * 60.0), ("eval", 27 * 60.0)), **overrides)
+        settings = settings or PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
+                                               defaults_s=(("train", 19 * 60.0), ("eval", 27 * 60.0)), **overrides)
         run_planner(s, res, settings)
     judge(s, res)
+    res.chains = list(s.chains)
     return res
 
 
@@ -445,6 +540,8 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "futility_stops": ms(lambda r: r.futility_stops),
         "futility_dropped_winners": sum(r.futility_dropped_winners for r in results),
         "auto_repeats": ms(lambda r: r.auto_repeats),
+        "baseline_share": ms(lambda r: r.baseline_chains / r.started if r.started else 0.0),
+        "idle_min_while_action_fits": ms(lambda r: r.idle_while_fits_s / 60.0),
         "estimate_overruns": sum(r.estimate_overruns for r in results),
         "chain_overruns": sum(r.chain_overruns for r in results),
         "variants_tried": ms(lambda r: r.tried),

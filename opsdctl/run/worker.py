@@ -6,8 +6,8 @@ worker run, start the budget clock (hours budgets), then recover: every chain st
 ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupted` and
 re-queued as a fresh chain pointing at it.
 
-Loop: ask the gate for the run order, admit the first chain it starts, claim it with a guarded
-`queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
+Loop (opsdctl/plan/loop.py, the one loop; the simulator runs it too): ask the gate for the run
+order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
 its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
 the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
 running stage's process group and mark its chain `interrupted` (not re-queued: the user stopped
@@ -27,7 +27,8 @@ from typing import Callable, Optional
 from opsdctl.config import Config
 from opsdctl.plan.budget import CLOCK_KEY, budget_now
 from opsdctl.plan.budget_keeper import BudgetKeeper, forget_deadline, hold_reason
-from opsdctl.plan.gate import Gate, Skip, Start, Wait, chain_info
+from opsdctl.plan.gate import ChainInfo, Gate, chain_info
+from opsdctl.plan.loop import LoopOptions, WallClock, WorkerLoop
 from opsdctl.plan.planner import make_gate
 from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import procs, recipe_file
@@ -48,8 +49,6 @@ from opsdctl.store.locks import WorkerBusy, worker_lock, worker_lock_path  # noq
 from opsdctl.store.models import Chain, Stage, Variant, WorkerRun, utcnow
 from opsdctl.store.states import StageState, State, transition
 
-IDLE_LOG_S = 60.0
-BUSY_POLL_S = 0.5  # while chains run elsewhere (executor = "ray"): how often to look again
 
 
 # --- recovery -----------------------------------------------------------------------------
@@ -141,7 +140,6 @@ class Worker:
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
         self.keeper: Optional[BudgetKeeper] = None  # set at start-up, once the hours clock is known
-        self._holding: Optional[str] = None
 
     def _budget_view(self):
         return self.keeper.view() if self.keeper is not None else budget_now(self.cfg.budget, self.clock_start)
@@ -242,99 +240,36 @@ class Worker:
             row.heartbeat_at = utcnow()
 
     def _loop(self, executor) -> int:
-        """Start chains while the executor has room (the local one: one at a time, each run to
-        its end inside start()); collect the ones that ended; drain or idle as asked."""
-        ran = 0
-        last_idle_note = 0.0
-        idle_since: Optional[float] = None
-        while True:
-            for chain_id, state in executor.poll():
-                ran += 1
-                self._activity(f"chain {chain_id}: {state}")
-            if self.stop:
-                break
-            busy = executor.busy()
-            if self.max_chains is not None and ran + busy >= self.max_chains:
-                if not busy:
-                    break
-                self._sleep(BUSY_POLL_S)
-                continue
-            hold = hold_reason(self.keeper.view()) if self.keeper is not None else None
-            if hold is not None and executor.has_room() and self._queued_any():
-                # Unknown budget, never read: start nothing blind (chains that run go on).
-                if hold != self._holding:
-                    self._holding = hold
-                    self._activity(f"holding: {hold}")
-                self._sleep(min(self.cfg.poll_seconds, BUSY_POLL_S) if busy else self.cfg.poll_seconds)
-                continue
-            self._holding = None
-            if executor.has_room():
-                picked, wait = self._pick()
-            elif busy or self._queued_any():  # a slot frees up, or one is being reserved
-                self._sleep(BUSY_POLL_S)
-                continue
-            else:  # no room because nothing runs and nothing is queued
-                picked, wait = None, None
-            if picked is None:
-                if wait is not None:
-                    self._activity(f"waiting: {wait.reason}")
-                    self._sleep(min(wait.seconds, BUSY_POLL_S) if busy else wait.seconds)
-                    continue
-                if busy:  # others still run: they may end, or free room for what waits
-                    self._sleep(BUSY_POLL_S)
-                    continue
-                if self.drain:
-                    self.report("queue drained")
-                    break
-                if idle_since is None:
-                    idle_since = time.monotonic()
-                    self._activity("idle: waiting for queued chains")
-                if time.monotonic() - last_idle_note > IDLE_LOG_S:
-                    self.report("idle: nothing queued (Ctrl-C to stop)")
-                    last_idle_note = time.monotonic()
-                self._sleep(self.cfg.poll_seconds)
-                continue
-            idle_since = None
-            executor.start(picked)
-        return ran
+        """The one worker loop (opsdctl.plan.loop) over the store's queue and this executor."""
+        hold = (lambda: hold_reason(self.keeper.view())) if self.keeper is not None else (lambda: None)
+        loop = WorkerLoop(
+            self.gate, StoreQueue(self.store), executor, WallClock(lambda: bool(self.stop)),
+            options=LoopOptions(drain=self.drain, max_chains=self.max_chains, poll_s=self.cfg.poll_seconds),
+            report=self.report, activity=self._activity, stopped=lambda: bool(self.stop), hold=hold,
+        )
+        return loop.run()
 
-    def _queued_any(self) -> bool:
-        with self.store.read() as s:
-            return bool(queued_chains(s))
 
-    def _pick(self) -> tuple[Optional[int], Optional[Wait]]:
-        """Claim the first chain the gate starts; mark the ones it skips."""
+class StoreQueue:
+    """The worker loop's queue: the store's queued chains, and its two guarded transitions."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def queued(self) -> list[ChainInfo]:
         with self.store.read() as s:
             queued = queued_chains(s)
             variants = {v.id: v for v in (s.get(Variant, c.variant_id) for c in queued)}
-        infos = [chain_info(c, variants[c.variant_id]) for c in queued]
-        shortest_wait: Optional[Wait] = None
-        for info in self.gate.order(infos):
-            decision = self.gate.admit(info)
-            if isinstance(decision, Skip):
-                with self.store.write() as s:
-                    if transition(s, info.chain_id, State.QUEUED, State.SKIPPED, reason=decision.reason):
-                        self.report(f"chain {info.chain_id} {info.variant}: skipped: {decision.reason}")
-                continue
-            if isinstance(decision, Wait):
-                if shortest_wait is None or decision.seconds < shortest_wait.seconds:
-                    shortest_wait = decision
-                continue
-            if not isinstance(decision, Start):
-                raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
-            with self.store.write() as s:
-                claimed = transition(
-                    s, info.chain_id, State.QUEUED, State.RUNNING,
-                    started_at=utcnow(), worker_pid=os.getpid(), worker_host=socket.gethostname(), stage=None,
-                )
-            if claimed:
-                return info.chain_id, None
-        return None, shortest_wait
+        return [chain_info(c, variants[c.variant_id]) for c in queued]
 
-    def _sleep(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.stop and time.monotonic() < end:
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    def skip(self, chain_id: int, reason: str) -> bool:
+        with self.store.write() as s:
+            return transition(s, chain_id, State.QUEUED, State.SKIPPED, reason=reason)
+
+    def claim(self, chain_id: int) -> bool:
+        with self.store.write() as s:
+            return transition(s, chain_id, State.QUEUED, State.RUNNING, started_at=utcnow(), worker_pid=os.getpid(),
+                              worker_host=socket.gethostname(), stage=None)
 
 
 def run_worker(cfg: Config, store: Store, drain: bool = False, report: Callable[[str], None] = print) -> int:
