@@ -8,22 +8,24 @@ import pytest
 
 from opsdctl.plan import advise
 from opsdctl.stats import belief as bl
+from opsdctl.stats import forecast as fc
 
 
-def _belief(runs=((3, 54.0), (2, 55.5), (2, 53.0), (1, 55.0)), v_eval=0.8):
-    arms = ["baseline", "a", "b", "c"][: len(runs)]
-    return bl.posterior(arms, list(runs), 1.48**2, 1.48**2 - v_eval, v_eval, 54.22, 1.48**2 / 5, 1.0,
-                        (0.0, 2.0, "default"))
+def _belief(runs=((54.0, 53.7, 54.4), (55.5, 55.4), (53.0, 53.1), (55.0,)), v_eval=0.8):
+    names = ["baseline", "a", "b", "c"][: len(runs)]
+    arms = [fc.ArmRuns(n, tuple(r)) for n, r in zip(names, runs)]
+    post = fc.posterior(arms[0], arms[1:], fc.NoiseParts(1.48**2 - v_eval, v_eval), fc.PublishedRef(54.22, 1.48, 5))
+    return bl.from_posterior(post)
 
 
 def _simulated_gain(b: bl.Belief, arm: int, noise: float, draws: int, rng) -> tuple[float, float]:
     """Draw the observation from today's predictive, redo the posterior with it, take the best mean."""
-    h = b._run(arm)
+    h = fc.obs_row(arm, len(b.arms))
     mu, cov = b.mean, b.cov
     y = h @ mu + rng.standard_normal(draws) * np.sqrt(h @ cov @ h + noise)
     k = cov @ h / (h @ cov @ h + noise)
     post = mu[None, :] + (y - h @ mu)[:, None] * k[None, :]
-    best = (post @ b._m().T).max(axis=1)
+    best = (post @ fc.official_map(len(b.arms)).T).max(axis=1)
     return float(best.mean() - b.official_mean().max()), float(best.std() / np.sqrt(draws))
 
 
@@ -48,7 +50,7 @@ def test_gain_new_matches_a_direct_simulation():
     rng = np.random.default_rng(7)
     d = rng.normal(b.family_mean, b.family_sd, 400_000)
     # the fresh idea's run: its posterior effect mean given the belief over B + o
-    h = b._run(0)
+    h = fc.obs_row(0, len(b.arms))
     bo_mean, bo_var = h @ b.mean, h @ b.cov @ h
     y = bo_mean + d + rng.standard_normal(d.size) * np.sqrt(bo_var + b.s2)
     # joint update of (B, o, D_1.., D_new) with the one observation
@@ -85,8 +87,8 @@ def test_ranking_puts_stop_after_what_is_worth_it_and_before_what_does_not_fit()
 
 
 def test_a_clear_leader_leaves_little_to_learn():
-    far = _belief(runs=((6, 54.0), (6, 60.0), (6, 50.0)))
-    close = _belief(runs=((6, 54.0), (6, 55.0), (6, 54.8)))
+    far = _belief(runs=((54.0,) * 6, (60.0,) * 6, (50.0,) * 6))
+    close = _belief(runs=((54.0,) * 6, (55.0,) * 6, (54.8,) * 6))
     assert far.gain_run(2) < 1e-3 < close.gain_run(2)
 
 
