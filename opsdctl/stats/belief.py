@@ -96,10 +96,9 @@ def from_posterior(post: forecast.Posterior) -> Belief:
                   fam_mean, fam_sd)
 
 
-def from_report(report: dict) -> Optional[Belief]:
-    """The belief of a compare report (`opsdctl compare --json`): its noise split, baseline runs,
-    published reference and full candidates, through the forecast's posterior; None without a
-    noise estimate."""
+def posterior_of_report(report: dict) -> Optional[forecast.Posterior]:
+    """The forecast's posterior for a compare report (`opsdctl compare --json`): its noise split,
+    baseline runs, published reference and full candidates; None without a noise estimate."""
     nz, b = report["noise"], report["baseline"]
     if nz.get("s") is None:
         return None
@@ -114,5 +113,10 @@ def from_report(report: dict) -> Optional[Belief]:
                                           float(ref.get("offset_sd") or 0.0))
     base = forecast.ArmRuns(b.get("name") or "baseline", tuple(float(y) for y in b.get("runs") or ()))
     arms = [forecast.ArmRuns(e["name"], tuple(float(y) for y in e["runs"])) for e in cands]
-    post = forecast.posterior(base, arms, noise, published)
+    return forecast.posterior(base, arms, noise, published)
+
+
+def from_report(report: dict) -> Optional[Belief]:
+    """The belief of a compare report (posterior_of_report); None without a noise estimate."""
+    post = posterior_of_report(report)
     return None if post is None else from_posterior(post)
