@@ -108,6 +108,7 @@ def test_advise_json_over_a_real_store(ws):
     # compare's Next: line is this ranking, never another rule
     report = ws.cli_json("compare")
     assert [{k: a[k] for k in got[0]} for a in report["advice"]] == got
+    assert ws.cli_json("compare", "baseline")["advice"] == report["advice"]  # whatever is shown
     out = " ".join(ws.cli("compare").stdout.split())
     first = report["advice"][0]
     assert "Next (`opsdctl advise`" in out

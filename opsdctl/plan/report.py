@@ -95,19 +95,17 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
         shown = [base] + [k for k in dict.fromkeys(r.key for r in runs if r.variant in shown_labels) if k != base]
     budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
     usable = budget.usable_seconds
-    report = build_report(
-        runs,
-        baseline=base,
-        reference=cfg.reference,
-        variants=shown,
-        family=fam,
-        chain_minutes=chain_minutes,
-        minutes_left=None if usable is None else max(0.0, usable / 60.0),
-    )
+    def report_of(variants):
+        return build_report(runs, baseline=base, reference=cfg.reference, variants=variants, family=fam,
+                            chain_minutes=chain_minutes, minutes_left=None if usable is None else max(0.0, usable / 60.0))
+
+    report = report_of(shown)
     report["notes"] = [*notes, *report.get("notes", [])]
     report["pool_code"] = pool_code
     report["training"] = training_rows(reader, report)  # compare's training columns
-    report["advice"] = [{**a.to_json(), "text": a.text()} for a in advice_for(cfg, reader, report)]
+    # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
+    ranked = advice_for(cfg, reader, report if shown is None else report_of(None))
+    report["advice"] = [{**a.to_json(), "text": a.text()} for a in ranked]
     return report
 
 
