@@ -1,4 +1,4 @@
-"""Which queued chain next: `fifo` (the queue as it is) or `adaptive` (settle the most questions).
+"""Which queued chain next: `fifo` (the queue as it is) or `adaptive` (`opsdctl advise`'s ranking first).
 
 A pure function of the queue, the compare report (opsdctl.stats.compare.build_report over the
 store's scored runs) and the time left. The worker's gate and the simulator both call `plan`.
@@ -10,15 +10,15 @@ What the adaptive policy may do on its own (and nothing else):
 3. with --auto-repeat only: queue ONE extra chain at a time (a fresh seed of an existing
    variant, same code snapshot): the repeat or baseline run `opsdctl advise` ranks first (see
    below), or, without a ranking (no noise estimate yet), for the candidate the tiers rank first
-   and whose runs fit in the time left; at most [planner] auto_repeat_max (6) such chains per
-   worker run.
+   and whose runs fit in the time left; at most [planner] auto_repeat_max such chains per worker
+   run when the user sets a cap.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 
 Tiers, in this order (ties: higher priority, then tier key, then queue order):
   0  the baseline's first run, when there is no baseline at all (no store runs, no reference);
   1  the first run of every variant without a full run yet (queue order; see "value of
-     information" below for when a first run waits);
+     information" below for when a ranked action goes first);
   2  repeats that can settle a verdict in the time left:
      2a candidates with delta > 0, `undecided`, whose runs_needed (inference.runs_needed) chains
         fit; by P(beat), highest first; only as many repeats as runs_needed;
