@@ -217,7 +217,7 @@ def main() -> int:
               f"{', '.join(f'{b:.1f}' for b in busy)}; engine start s: {r['load_seconds']})", flush=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
 
-    # per-sample equality, and the figures the README quotes
+    # per-sample equality, and the figures docs/benchmarks.md quotes
     done = [name for name, *_ in runs if name in per_sample]
     if backend == "vllm":
         eq, cost = {}, {}

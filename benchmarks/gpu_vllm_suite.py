@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "benchmarks"
 PARTS = ("startup", "trainer", "eval", "chain")
-# Seen on one H200 (README): startup 260 s on a fresh machine (a cold engine start is 200 s),
+# Seen on one H200 (docs/benchmarks.md): startup 260 s on a fresh machine (a cold engine start is 200 s),
 # trainer 120 s, eval ~8 min for its four runs, chain 215 s.
 NEEDS_S = {"startup": 120, "trainer": 200, "eval": 200, "chain": 150}  # skip a part with less time left
 MAX_S = {"startup": 480, "trainer": 420, "eval": 900, "chain": 420}  # bench_eval keeps the runs it finished

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 NOTES = """\
-Verdicts are compare's (issue 16): the published mean carries a 1-point setup offset, the prior
+Verdicts are compare's: the published mean carries a 1-point setup offset, the prior
 must pass the local scatter's check, alpha is spent over the looks and the family is every idea
 tried. That is why every policy settles far fewer comparisons than under the old one-look rule
 (adaptive 0.86 correct verdicts per session then, with 0.020 wrong per session; 0.26 and 0.006 now):

@@ -1,4 +1,4 @@
-"""How often compare's verdicts are wrong (and right): the goals of issue 16, by seeded simulation.
+"""How often compare's verdicts are wrong (and right): the error-rate goals, by seeded simulation.
 
     python benchmarks/stats_goals.py [--studies 20000] [--seed 16]
 

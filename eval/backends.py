@@ -14,7 +14,7 @@
 - VLLMBackend (GPUs): one engine per worker process (tensor parallel 1), fed request by request
   through the engine's step loop, with per-request seeds. vLLM's reproducibility guide: outputs
   only stop depending on what else is scheduled with batch invariance (VLLM_BATCH_INVARIANT=1,
-  --batch-invariant; off by default: it cost 41% of the throughput on an H200, README), and on
+  --batch-invariant; off by default: it cost 41% of the throughput on an H200, docs/benchmarks.md), and on
   the same hardware and vLLM version. With an adapter the engine
   starts from the base model, whose path keys vLLM's compile cache (the same for every chain),
   while the parent merges the adapter; the merged weights are then loaded into it in place.
@@ -251,7 +251,7 @@ class VLLMBackend(_Base):
         self.llm = LLM(model=spec["model"], tokenizer=spec["model"], tensor_parallel_size=1, dtype=spec["dtype"],
                        seed=int(self.sampling["seed"]), gpu_memory_utilization=float(opts.get("gpu_memory_utilization", 0.85)),
                        max_num_seqs=int(opts.get("max_num_seqs", 64)), generation_config="vllm")
-        # where a start goes (README Benchmarks): the import, then the engine (config, weights, compile, graphs)
+        # where a start goes (docs/benchmarks.md): the import, then the engine (config, weights, compile, graphs)
         self.startup = {"vllm_import": round(t1 - t0, 2), "vllm_engine": round(time.perf_counter() - t1, 2)}
         self.engine = self.llm.llm_engine
         self.tokenizer = self.llm.get_tokenizer()

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     bi = p.add_mutually_exclusive_group()
     bi.add_argument("--batch-invariant", dest="batch_invariant", action="store_true", default=False,
                     help="vllm: VLLM_BATCH_INVARIANT=1, so a sample does not depend on what it is batched with "
-                         "(worker count, resume); ~40%% lower throughput on an H200 (README, Benchmarks)")
+                         "(worker count, resume); ~40%% lower throughput on an H200 (docs/benchmarks.md)")
     bi.add_argument("--no-batch-invariant", dest="batch_invariant", action="store_false",
                     help="vllm: the default: full speed; samples depend on what is batched together")
     p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")

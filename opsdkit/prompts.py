@@ -44,7 +44,7 @@ def eval_text(problem: str) -> str:
 def student_text(problem: str, style: str = "released") -> str:
     if style == "released":  # data_collator.py: student_user_message
         return f"Problem: {problem}\n\n{BOXED_INSTRUCTION}"
-    if style == "boxed":  # ours before issue 13
+    if style == "boxed":  # ours before we followed the release
         return f"{problem}\n{BOXED_INSTRUCTION}"
     if style == "plain":
         return problem
@@ -73,7 +73,7 @@ def teacher_text(problem: str, *, solution: str | None = None, trace: str | None
     ref = reference(solution, trace, context)
     if style == "released":  # data_collator.py: teacher_user_message
         return f"{problem}\n\n{SOLUTION_HEADER}\n{ref}\n{TRANSITION}\n{BOXED_INSTRUCTION}"
-    if style == "own-words":  # ours before issue 13
+    if style == "own-words":  # ours before we followed the release
         parts = [problem, ""]
         if context in ("solution", "both"):
             parts += [SOLUTION_HEADER, solution.strip(), ""]

@@ -34,21 +34,6 @@ def random_qwen3(shape: str = "qwen3-1.7b", *, dtype=None, device=None, eos_toke
     return model.to(dtype or torch.bfloat16)
 
 
-def save_random_qwen3(dest, shape: str = "qwen3-1.7b", *, tokenizer=None, dtype=None) -> str:
-    """Write a random model of the shape (plus a tokenizer, e.g. the tiny one) to `dest`, so the
-    workloads can load it by path exactly as they would a downloaded checkpoint."""
-    from pathlib import Path
-
-    dest = Path(dest)
-    eos = tokenizer.eos_token_id if tokenizer is not None else 2
-    pad = tokenizer.pad_token_id if tokenizer is not None else 0
-    model = random_qwen3(shape, dtype=dtype, eos_token_id=eos, pad_token_id=pad)
-    model.save_pretrained(dest)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(dest)
-    return str(dest)
-
-
 def cached_random_qwen3(dest, shape: str = "qwen3-1.7b", *, tokenizer=None, dtype=None, device=None) -> str:
     """`dest` if a model is already there, else a new random one written whole (a temp dir
     renamed into place). Benchmarks share one dir: vLLM keys its compile cache by the model path."""

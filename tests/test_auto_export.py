@@ -1,4 +1,4 @@
-"""`[export]` (issue 15, item 5): the worker writes the current best variant's recipe.env before
+"""`[export]`: the worker writes the current best variant's recipe.env before
 the budget runs out, again whenever the leader changes, with a header giving the verdict and its
 evidence; `status` shows what was last written and when. The leader rule is a pure function of
 the compare report; the rest runs a real worker on real subprocess stages and a real store."""
@@ -70,7 +70,7 @@ def _header(text: str) -> str:
 def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     _config(ws, seconds_left=300)  # 5 min left: inside the last 10 min
     target = ws.root / "submission" / "recipe.env"
-    ws.cli("queue", "baseline", "--repeats", "3")  # 3 + 3 runs: the 4 repeat dof a verdict needs (issue 16)
+    ws.cli("queue", "baseline", "--repeats", "3")  # 3 + 3 runs: the 4 repeat dof a verdict needs
     first = ws.run("worker", "--drain")
     assert "export: wrote" in first.stdout and "<- baseline (the released recipe)" in first.stdout
     text = target.read_text()

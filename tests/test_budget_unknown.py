@@ -1,4 +1,4 @@
-"""An unknown budget is never "unlimited" (issue 14, item 4).
+"""An unknown budget is never "unlimited".
 
 A `remaining_file` that is missing, empty mid-rewrite, unparsable, non-finite or absurd must
 neither crash `status`, `budget` and the worker, nor let the worker run chains blind: it keeps

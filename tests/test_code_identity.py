@@ -1,4 +1,4 @@
-"""Code identity (issue 15, item 3): a candidate is (knobs, code tree, commands); `show` lists each
+"""Code identity: a candidate is (knobs, code tree, commands); `show` lists each
 run's code snapshot, `compare` keeps code states apart unless `--pool-code`, `opsdctl diff` shows
 what differs, and a variant with another's knobs under another name is flagged at queue time and
 is not another candidate unless its code differs. A real git workspace, real subprocess stages,

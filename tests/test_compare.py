@@ -313,7 +313,7 @@ def test_needs_baseline_runs_when_candidate_runs_cannot_settle_it():
 
 
 def test_noise_and_family_are_the_whole_store_whatever_is_shown():
-    # issue 16, item 4: `compare cosine` hand-picks one candidate, but the noise pools every
+    # `compare cosine` hand-picks one candidate, but the noise pools every
     # variant and the verdicts correct over every candidate tried (m = 3, not 1)
     r = build_report(RUNS, baseline="baseline", reference=REF, variants=["cosine", "ghost"])
     full = build_report(RUNS, baseline="baseline", reference=REF)
@@ -342,7 +342,7 @@ def test_one_candidate_per_key_in_the_family():
 
 
 def test_partial_runs_alone_never_settle_anything():
-    # issue 15, item 1: a store with only partial runs (15 problems x 4) of a loser-looking variant
+    # a store with only partial runs (15 problems x 4) of a loser-looking variant
     ids = [f"p{i}" for i in range(15)]
     runs = [counted("baseline", i, [2] * 15, k=4, ids=ids, partial=True) for i in range(3)]
     runs += [counted("a", 10 + i, [1] * 15, k=4, ids=ids, partial=True) for i in range(3)]

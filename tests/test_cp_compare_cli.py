@@ -74,7 +74,7 @@ def test_show_unknown_variant_is_one_line(scored):
 
 
 def test_compare_unknown_baseline_is_refused_in_one_line(scored):
-    # issue 15, item 6: it used to fall back to the published reference without a word
+    # it used to fall back to the published reference without a word
     out = scored.cli("compare", "--baseline", "basline", check=False)
     assert out.returncode == 2
     err = out.stderr.strip()
@@ -84,7 +84,7 @@ def test_compare_unknown_baseline_is_refused_in_one_line(scored):
 
 
 def test_compare_one_variant_corrects_over_the_whole_store(scored):
-    # issue 16, item 4: `compare cosine` still counts token-clip in the family and the noise
+    # `compare cosine` still counts token-clip in the family and the noise
     alone = scored.cli_json("compare", "cosine")
     every = scored.cli_json("compare")
     assert alone["bonferroni"]["m"] == every["bonferroni"]["m"] == 2

@@ -129,13 +129,13 @@ BAD_CONFIGS = {
     "db_url": ("db = 'not a url'\n", "db = 'not a url': not a database URL"),
     "extra_knob": ("extra_method_knobs = ['clip_mode']\n", "'clip_mode' is already a known knob"),
     "invalid_toml": ("[budget\n", "invalid TOML"),
-    # issue 14: non-finite and absurd numbers, integers beyond 64 bits
+    # non-finite and absurd numbers, integers beyond 64 bits
     "hours_inf": ("[budget]\nhours = inf\n", "[budget] hours = inf: must be a finite number > 0 and <= 8784 (a year)"),
     "hours_absurd": ("[budget]\nhours = 1e300\n", "[budget] hours = 1e+300: must be a finite number"),
     "margin_nan": ("[budget]\nmargin_minutes = nan\n", "margin_minutes = nan: must be a finite number"),
     "reference_inf": ("[baseline]\nreference = { mean = inf, sd = 1.48, n = 5 }\n", "reference.mean = inf"),
     "reference_sd_nan": ("[baseline]\nreference = { mean = 54.22, sd = nan, n = 5 }\n", "reference.sd = nan"),
-    # issue 16: the setup offset and the family
+    # the setup offset and the family
     "offset_negative": ("[baseline]\nreference = { mean = 54.22, sd = 1.48, n = 5, offset_sd = -1 }\n",
                         "reference.offset_sd = -1"),
     "offset_typo": ("[baseline]\nreference = { mean = 54.22, sd = 1.48, n = 5, ofset_sd = 1 }\n",

@@ -200,7 +200,7 @@ def test_stage_failures_carry_reasons(ws):
 
 
 def test_external_scripts_setup(ws):
-    """Issue 2 item 9: a user's own train/eval scripts, score from the FINAL line, training
+    """A user's own train/eval scripts, score from the FINAL line, training
     statistics and progress from the Hugging Face Trainer dict lines in the log."""
     workspace = ws.root / "workspace"
     workspace.mkdir()

@@ -8,9 +8,10 @@ import json
 import sys
 
 from conftest import FAKE_EVAL, FAKE_TRAIN, default_config
+from gates import DefaultGate
 
 from opsdctl.config import load_config
-from opsdctl.plan.gate import DefaultGate, Grant, Skip, Start, Stop, Wait
+from opsdctl.plan.gate import Grant, Skip, Start, Stop, Wait
 from opsdctl.run.enqueue import queue_recipes
 from opsdctl.run.worker import Worker
 from opsdctl.store.engine import open_store

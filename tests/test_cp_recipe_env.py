@@ -1,4 +1,4 @@
-"""Issue 14, item 2: the variant's recipe reaches a user's script that reads
+"""The variant's recipe reaches a user's script that reads
 submission/recipe.env; the run proves it used it (effective-config check); stage commands are
 frozen per chain. Real subprocesses, a real git workspace ignoring opsdctl's files, and the
 stand-in train_capped.sh / dev_eval.sh of tests/stages/."""
@@ -203,7 +203,7 @@ def test_stage_commands_are_frozen_per_chain(ws):
 
 
 def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
-    """README "Driving your own scripts": its config loads, and its stage settings are exactly
+    """docs/configuration.md "Driving your own scripts": its config loads, and its stage settings are exactly
     the ones the tests above drive the stand-in scripts with."""
     import re
 
@@ -217,8 +217,8 @@ def test_the_readme_example_is_the_config_these_tests_run(tmp_path):
     from opsdctl.config import config_from_dict
     from opsdctl.run.frozen_stages import spec_of
 
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Driving your own scripts"):]
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    section = doc[doc.index("## Driving your own scripts"):]
     block = re.search(r"```toml\n(.*?)```", section, re.S).group(1)
     shown = spec_of(config_from_dict(tomllib.loads(block), tmp_path))
     tested = spec_of(config_from_dict(tomllib.loads(config()), tmp_path))

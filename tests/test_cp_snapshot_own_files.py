@@ -1,8 +1,8 @@
-"""Issue 14, item 1: in a normal git workspace opsdctl's own files (the store, its WAL/SHM and
+"""In a normal git workspace opsdctl's own files (the store, its WAL/SHM and
 lock files, the runs dir) never enter a code snapshot, whatever the user's .gitignore says.
 Nor do the control plane's inputs and outputs (opsdctl.toml, recipes/, the budget countdown
 file, the auto-exported recipe.env, the recipe_env_path file): a chain's code identity
-(issue 15) must not change when the config is edited, a recipe added or the timer ticks."""
+must not change when the config is edited, a recipe added or the timer ticks."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_queue_twice_with_own_files_ignored(ws, ignore):
 
 
 def test_init_then_queue_in_a_fresh_repository(tmp_path):
-    """The issue's reproduction, command for command (`opsdctl init` writes the config)."""
+    """The reported reproduction, command for command (`opsdctl init` writes the config)."""
     root = tmp_path / "w"
     root.mkdir()
     git(root, "init", "-q")

@@ -1,4 +1,4 @@
-"""Issue 14, item 1: snapshots outside git store each file content once (hard links), warn
+"""Snapshots outside git store each file content once (hard links), warn
 when one stores a lot, and `opsdctl gc` removes what no live chain needs."""
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def test_log_progress_adapters():
     p = results.progress_from_record(recs[-1])
     assert p.text() == "48/84 prompts" and p.fraction() == pytest.approx(48 / 84)
     assert results.progress_from_record({"step": 37, "max_steps": 100}).text() == "step 37/100"
-    assert results.progress_from_log_text("eval", "nothing here") is None
+    assert results.LogProgress("eval").feed("nothing here\n") == []
 
 
 def test_partial_from_progress():
@@ -313,7 +313,7 @@ def test_starter_configs_load(tmp_path, profile):
     else:
         assert train == "{python} -m accelerate.commands.launch --num_processes {num_gpus} " + tail
         assert cfg.devices == [0, 1, 2, 3] and (cfg.reference.mean, cfg.reference.sd, cfg.reference.n) == (54.22, 1.48, 5)
-        assert cfg.reference.offset_sd == 1.0  # the setup offset's default (issue 16)
+        assert cfg.reference.offset_sd == 1.0  # the setup offset's default
     assert cfg.section("compare")["family"] == "all"
     assert ev == ("{python} -m eval --profile {profile} --adapter {checkpoint} --num-problems {num_problems} --k {k} "
                   "--output-dir {stage_dir} --gpus {gpus}")

@@ -1,4 +1,4 @@
-"""The effective-config check (issue 14, item 2) as pure functions of a log and a recipe; the
+"""The effective-config check as pure functions of a log and a recipe; the
 schedules the logs follow come from transformers' own get_scheduler, the way HF Trainer logs."""
 
 from __future__ import annotations

@@ -395,7 +395,7 @@ def _stand_in_vllm(monkeypatch, model):
 
 
 def test_vllm_batch_invariance_is_off_unless_asked(monkeypatch, untrained_tiny_model):  # noqa: F811
-    """Measured on an H200 (README): batch invariance cost 41% of the throughput, so it is opt-in."""
+    """Measured on an H200 (docs/benchmarks.md): batch invariance cost 41% of the throughput, so it is opt-in."""
     from eval.backends import VLLMBackend
     from eval.cli import build_parser
 

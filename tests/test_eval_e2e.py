@@ -106,7 +106,7 @@ def test_outputs_are_consistent(reference):
     load = next(w["load_seconds"] for w in result["workers"])
     assert load >= 1.0  # spawning a worker and importing torch: the test below can tell the clocks apart
     assert shown <= math.ceil(result["generation_seconds"]), (shown, result["generation_seconds"], load)
-    # the start-up breakdown (README Benchmarks): the parent's own start, then each worker's phases
+    # the start-up breakdown (docs/benchmarks.md): the parent's own start, then each worker's phases
     start = result["startup_seconds"]
     assert 0 < start["workers_spawned"] <= start["engines_ready"] <= result["seconds"] + start["workers_spawned"]
     phases = result["workers"][0]["startup_seconds"]

@@ -1,4 +1,4 @@
-"""Eval-only chains (issue 15, item 2): `queue --eval-only CHECKPOINT_DIR|base [--name NAME]` and
+"""Eval-only chains: `queue --eval-only CHECKPOINT_DIR|base [--name NAME]` and
 `requeue --eval-only CHAIN`, through the same gate, admission and store, scored as the variant that
 trained the checkpoint, and never counting one training twice. Real subprocess stages, real SQLite."""
 

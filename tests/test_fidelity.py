@@ -3,10 +3,10 @@
 Line numbers (`file.py:N`; a bare `:N` is in the file last named) refer to siyan-zhao/OPSD at
 commit 590ec26c59e689a29840a501f65335578251b68c.
 
-One test per row of issue 13's table. Each test types the released string or behaviour and
-names where it comes from in the public release (github siyan-zhao/OPSD): the file, the line
-and the function. Our own improvements are method knobs whose released value is the default; the
-tests check the default, and that the knob really changes the behaviour.
+One test per point where the release and our first code differed. Each test types the released
+string or behaviour and names where it comes from in the public release (github siyan-zhao/OPSD):
+the file, the line and the function. Our own improvements are method knobs whose released value
+is the default; the tests check the default, and that the knob really changes the behaviour.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fuzz: a few hundred generated malformed recipes and configs (issue 14).
+"""Fuzz: a few hundred generated malformed recipes and configs.
 
 Typos of every key, wrong types, non-finite and absurd numbers, integers beyond 64 bits, budget
 knobs, shell syntax and control characters in names, files that are not UTF-8, TOML nested

@@ -1,5 +1,5 @@
 """Peak GPU memory and mean utilisation of every stage, sampled by the worker with NVML whatever
-the script (issue 15, item 4). NVML cannot exist on this CPU machine, so the FakeProbe stand-in
+the script. NVML cannot exist on this CPU machine, so the FakeProbe stand-in
 (opsdctl.plan.gpus, the same interface) answers from a JSON file that the stage emulators
 update as they "use" a GPU; the worker, its stages and the store are real."""
 

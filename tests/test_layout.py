@@ -1,4 +1,4 @@
-"""The control plane's wings are folders, and imports run one way (issue 12).
+"""The control plane's wings are folders, and imports run one way.
 
 Walks every module of opsdctl/ with `ast` (nothing is imported), builds the graph of imports
 between opsdctl modules (top-level and inside functions alike), and checks:

@@ -38,7 +38,7 @@ def test_queue_worker_compare_export_with_the_real_workloads(ws, tiny_assets, tm
     # the trainer's statistics and the evaluator's per-problem counts reached the store
     stats = ws.sql("select steps, final_loss, mean_kl from train_stats order by chain_id")
     assert all(steps == 2 and loss is not None and kl is not None and kl >= 0 for steps, loss, kl in stats)
-    # our trainer's log shows the recipe it ran (effective-config check, issue 14)
+    # our trainer's log shows the recipe it ran (the effective-config check)
     checks = [json.loads(c) for (c,) in ws.sql("select recipe_check from stage where name = 'train' order by chain_id")]
     assert all(c["status"] == "verified" and {"learning_rate", "teacher_thinking"} <= {x["knob"] for x in c["checked"]}
                for c in checks), checks

@@ -1,4 +1,4 @@
-"""One line, exit 2, the store unchanged, never a traceback (issue 14, item 5).
+"""One line, exit 2, the store unchanged, never a traceback.
 
 Each case used to end in a traceback (or worse: a zero-length runs.db silently became a new
 store, and another program's SQLite file was given our tables). Most cases call the in-process

@@ -1,4 +1,4 @@
-"""pyproject.toml asks only for extras its dependencies really provide (issue 14, item 6).
+"""pyproject.toml asks only for extras its dependencies really provide.
 
 pip warns `math-verify 0.9.0 does not provide the extra 'antlr4_13_2'` when a requirement names
 an extra the installed distribution does not list: the README's install commands must run

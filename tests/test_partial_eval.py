@@ -1,4 +1,4 @@
-"""Partial evaluations as first-class chains (issue 15, item 1): `queue --partial PROBLEMSxK` reaches
+"""Partial evaluations as first-class chains: `queue --partial PROBLEMSxK` reaches
 the eval stage through {num_problems} / {k}, NUM_PROBLEMS / VAL_N and our evaluator's flags; the
 runs are flagged partial in status, show, variants and compare; they get their own duration
 estimates and never a verdict on their own. Real subprocess stages, a real SQLite store."""
@@ -76,7 +76,7 @@ def test_partial_reaches_the_eval_through_env_and_is_flagged_everywhere(ws):
 
 
 def test_a_store_of_only_partial_runs_never_settles(ws):
-    """The issue's bug: FINAL-line partial runs alone were judged as if full (`worse ... settled`)."""
+    """The old bug: FINAL-line partial runs alone were judged as if full (`worse ... settled`)."""
     _with_reference(ws)
     ws.write_config(text=(ws.root / "opsdctl.toml").read_text().replace(
         f"{FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}}",

@@ -83,7 +83,7 @@ def test_baseline_repeats_when_a_candidate_needs_them():
     assert p.order == [1, 2, 3]  # the new variant first, then baseline and candidate runs
     assert {s.chain_id: s.tier for s in p.slots} == {1: "1", 2: "2a", 3: "2a"}
     # measured by the published reference instead: local baseline runs remove its setup offset,
-    # so they help too (issue 16)
+    # so they help too
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
     p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
     assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "2a"}

@@ -1,6 +1,6 @@
 """`[stages.eval] prestart`: the eval starts while its train stage runs and holds until the go.
 
-Issue 17: the GPU sat idle ~50 s between the last train step and the first eval sample, most of
+Why: the GPU sat idle ~50 s between the last train step and the first eval sample, most of
 it the eval's interpreter start and imports (torch, transformers, vLLM). A pre-started eval does
 those behind training; the worker gives it the go (one byte on OPSD_GO_FD) only once the train
 stage has passed its checks and the eval is granted the same GPUs and settings, and otherwise

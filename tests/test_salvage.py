@@ -1,4 +1,4 @@
-"""Recovery salvages finished work (issue 14, item 4): a chain whose worker died after its train
+"""Recovery salvages finished work: a chain whose worker died after its train
 left a complete checkpoint is re-queued as an eval-only chain of it; one whose evaluation had
 finished succeeds with that score. Real workers, killed with SIGKILL at the worst moments."""
 

@@ -1,4 +1,4 @@
-"""Scores and progress that cannot be wrong (issue 14, item 3).
+"""Scores and progress that cannot be wrong.
 
 An impossible FINAL line or result.json fails its chain with the line quoted; training steps
 come from the Trainer's bar or an explicit step field, never from counting loss lines. The

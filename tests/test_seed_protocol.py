@@ -1,4 +1,4 @@
-"""Repeats seeded as the scorer does (issue 15, item 5): in the qwen3-1.7b profile every repeat
+"""Repeats seeded as the scorer does: in the qwen3-1.7b profile every repeat
 runs at seed 42 by default; `queue --seed`, `--same-seed` and `--seed-per-repeat` still work;
 `[queue]` overrides the profile; `init` writes the choice with a comment; the worker's
 auto-repeats follow the same rule. Real CLI, real SQLite."""

@@ -1,4 +1,4 @@
-"""Status and queue details of a session (issue 15, item 6): the running chain's projected end
+"""Status and queue details of a session: the running chain's projected end
 and stall notice in the status table, the worker log naming a user's cancel, and queue's warning
 for a chain that cannot fit in the time left. Real worker subprocesses, real SQLite."""
 

@@ -301,7 +301,7 @@ def test_futility_rule():
     assert stats.futility_stop(-6.0, 2.0) and not stats.futility_stop(-4.0, 2.0)
 
 
-# ---------------------------------------------------------------- issue 16: prior check, offset, the rule
+# ---------------------------------------------------------------- prior check, offset, the rule
 
 
 def test_prior_check_against_scipy():

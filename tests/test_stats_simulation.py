@@ -1,4 +1,4 @@
-"""Operating characteristics of the compare verdicts (issues 3, 16): seeded, CI-sized simulations.
+"""Operating characteristics of the compare verdicts: seeded, CI-sized simulations.
 
 opsdctl.stats.operating vectorises build_report's verdict rule over many studies; the first test
 checks that it gives build_report's verdicts exactly, the others measure the goals with it

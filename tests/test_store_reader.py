@@ -1,4 +1,4 @@
-"""The light read path of status and compare (opsdctl.store.reader, issue 16): the same documents
+"""The light read path of status and compare (opsdctl.store.reader): the same documents
 through stdlib sqlite3 as through SQLAlchemy, the column mirror in step with the models, SQLite
 URLs read without SQLAlchemy as SQLAlchemy reads them, and SQLAlchemy never imported by
 `status` / `compare` on a SQLite store at the schema's head."""

@@ -1,4 +1,4 @@
-"""Training statistics from any script (issue 15, item 4): `[stages.train.metrics]` regexes read
+"""Training statistics from any script: `[stages.train.metrics]` regexes read
 from the train log land in the per-step curve and the summary, `show` and compare's training
 columns use them, and the learning rate of each logged step is kept in the curve. Real worker
 subprocesses running tests/stages/fake_train.py, real SQLite."""

@@ -1,4 +1,4 @@
-"""`opsdctl wait` (issue 15, item 5): blocks until the named chains (or all) end, prints their
+"""`opsdctl wait`: blocks until the named chains (or all) end, prints their
 outcome, exits 1 if any failed, 124 on --timeout; follows a chain re-queued after its worker
 died. Real worker and wait subprocesses, real SQLite."""
 

@@ -1,4 +1,4 @@
-"""Bad environments and worker failures (issue 14, item 4): a second signal kills now; a worker
+"""Bad environments and worker failures: a second signal kills now; a worker
 error re-queues its chain; a disk that fills or a read-only runs_dir stops the worker with one
 line, its chain re-queued, the other queued chains untouched.
 
@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import REPO, clean_env, default_config, opsdctl_argv, pid_alive, stage_pids, stop_process, wait_for
-from opsdctl.plan.gate import DefaultGate
+from gates import DefaultGate
 
 
 # --- a second signal ------------------------------------------------------------------------

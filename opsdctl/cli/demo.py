@@ -20,7 +20,6 @@ from pathlib import Path
 from opsdctl.errors import UserError
 
 DEMO_RECIPES = (("baseline", 3), ("token-clip", 2), ("cosine", 2))  # (recipe, repeats)
-DEFAULT_DIR = "opsdctl-demo"
 
 
 @dataclass

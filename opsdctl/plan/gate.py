@@ -14,15 +14,15 @@ the gate, which turns them into a Skip when it gives up). `Skip` from `grant` en
 `skipped`. `Stop` from `on_progress` stops the stage's process group and ends the chain in
 `state` with the reason (the stage's partial result is kept, flagged partial).
 
-DefaultGate admits everything while budget is left and grants the configured devices. The
-planner (opsdctl.plan.planner: GPU gate with NVML, budget admission, duration estimates, adaptive
-order, futility) is what `make_gate` builds for the worker.
+The worker's Gate is the planner (opsdctl.plan.planner.make_planner_gate: GPU gate with NVML,
+budget admission, duration estimates, adaptive order, futility); tests drive the worker with
+simpler gates of their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, Sequence, Union
+from typing import Optional, Protocol, Sequence, Union
 
 from opsdctl.errors import UserError
 from opsdctl.store.states import State
@@ -144,29 +144,3 @@ def resolve_devices(devices) -> tuple[int, ...]:
                 "list the devices, or set devices = [] to run without GPUs"
             ) from None
     return tuple(devices)
-
-
-class DefaultGate:
-    """Admit every chain while the budget has time left; grant all configured devices."""
-
-    def __init__(self, devices: Sequence[int], budget_left: Optional[Callable[[], Optional[float]]] = None):
-        self.devices = tuple(devices)
-        self.budget_left = budget_left  # usable seconds left (after the margin), None = unlimited
-
-    def order(self, queued: Sequence[ChainInfo]) -> list[ChainInfo]:
-        return list(queued)  # the store's order: priority, then queue order
-
-    def admit(self, chain: ChainInfo) -> Admission:
-        left = self.budget_left() if self.budget_left else None
-        if left is not None and left <= 0:
-            return Skip("budget exhausted: no time left before the deadline margin")
-        return Start()
-
-    def grant(self, chain: ChainInfo, stage: str) -> StageGrant:
-        return Grant(self.devices)
-
-    def on_progress(self, chain: ChainInfo, stage: str, record: dict) -> Optional[Stop]:
-        return None
-
-    def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None:
-        return None

@@ -27,7 +27,6 @@ from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.gate import (
     AUTO_REPEAT_REASON,
     ChainInfo,
-    Gate,
     Grant,
     Skip,
     Start,
@@ -504,9 +503,3 @@ class _NoFacts:
 
     def save_plan(self, doc):
         return None
-
-
-def make_gate(cfg, budget_left: Optional[Callable[[], Optional[float]]] = None, store=None,
-              report: Optional[Callable[[str], None]] = None) -> Gate:
-    """The gate the worker uses for this config: the planner (this module)."""
-    return make_planner_gate(cfg, budget_left, store, report or (lambda msg: None))

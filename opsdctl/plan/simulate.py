@@ -553,7 +553,7 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
         "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
-        # absolute terms (issue 16): a ratio to settled verdicts hides a rise when more settle
+        # absolute terms: a ratio to settled verdicts hides a rise when more settle
         "wrong_per_session": round(wrong / len(results), 4) if results else None,
         "false_better_per_session": round(sum(r.false_better for r in results) / len(results), 4) if results else None,
         "null_candidates_tried": sum(r.null_tried for r in results),
@@ -647,8 +647,8 @@ PLANNER_POLICIES = ("planner fifo", "adaptive", "adaptive + futility", "adaptive
 
 
 def goals_markdown(docs: Sequence[dict]) -> str:
-    """The issue's goals against the figures, per scenario: met or missed, with the numbers."""
-    lines = ["Goals (issue 6):"]
+    """The planner's goals against the figures, per scenario: met or missed, with the numbers."""
+    lines = ["Goals:"]
     for d in docs:
         pol, eff = d["policies"], ", ".join(f"{e:+g}" for e in d["setup"]["effects"])
         planner = [n for n in PLANNER_POLICIES if n in pol]

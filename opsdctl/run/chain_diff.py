@@ -1,4 +1,4 @@
-"""`opsdctl diff CHAIN_A CHAIN_B`: what differs between two chains (issue 15, item 3).
+"""`opsdctl diff CHAIN_A CHAIN_B`: what differs between two chains.
 
 The knobs (every hyper-parameter and method knob), the settings around them (seed, profile,
 partial or eval-only), the code each checkpoint was trained with (the two snapshots: a git diff

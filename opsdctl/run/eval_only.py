@@ -1,4 +1,4 @@
-"""Eval-only chains: evaluate a checkpoint that exists already, or the base model (issue 15, item 2).
+"""Eval-only chains: evaluate a checkpoint that exists already, or the base model.
 
 `opsdctl queue --eval-only CHECKPOINT_DIR|base [--name NAME]` and `opsdctl requeue --eval-only
 CHAIN`. An eval-only chain has no train stage; it passes the same gate, admission and store as any

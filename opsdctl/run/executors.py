@@ -25,8 +25,6 @@ from typing import Callable, Optional
 from opsdctl.run.local import LocalExecutor, StopRequest
 from opsdctl.store.states import State
 
-EXECUTORS = ("local", "ray")
-
 
 def executor_kind(cfg) -> str:
     return cfg.section("").get("executor") or "local"

@@ -4,7 +4,7 @@
 its run dir, then for each stage ask the gate for GPUs, render the command, start it in its own
 process group, watch it (exit, progress, cancel from another process, a stop signal to the
 worker, a timeout, a policy stop), clean up its leftover processes, ingest its result, and move
-the chain to its end state with one guarded transition. Another executor (Ray, issue 8) runs
+the chain to its end state with one guarded transition. Another executor (Ray) runs
 the same stages elsewhere by implementing `run_chain` and `stop`.
 """
 
@@ -439,7 +439,7 @@ class LocalExecutor:
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
         return StageOutcome(state == State.SUCCEEDED, None)
 
-    # --- an eval started ahead of its turn (README: Architecture, "prestart") ---------------
+    # --- an eval started ahead of its turn (DEVELOPERS.md, "prestart") ---------------
 
     def _prestart(self, chain, variant, run_dir, code_dir, checkpoint: Path, grant: Grant) -> None:
         """Start the eval now, as if granted what the train stage was (its GPUs and their

@@ -10,7 +10,7 @@ What runs where
 - A ChainRunner actor in that slot (named `opsdctl-chain-<id>` in the store's namespace) runs
   the chain on its node with the local executor's own code, LocalExecutor.run_chain: the same
   stage contract, spawn, environment, watch loop and result ingestion. Its [gpus] devices are
-  the GPUs Ray assigned to it, and its gate is built there (make_gate): the GPU gate and the
+  the GPUs Ray assigned to it, and its gate is built there (make_planner_gate): the GPU gate and the
   per-stage budget checks run on the node that has the GPUs. It opens the store itself and
   writes every state, stage row, progress record, score and training statistic directly, so the
   store must be reachable from every node: PostgreSQL for a cluster (SQLite only when the whole
@@ -126,10 +126,10 @@ def node_config(cfg, gpus: list):
 
 
 def node_gate(cfg, budget_left, store, report):
-    """The node's gate: what opsdctl.plan.planner.make_gate builds (the planner), over the node's GPUs."""
-    from opsdctl.plan.planner import make_gate
+    """The node's gate: the planner, as the worker's, over the node's GPUs."""
+    from opsdctl.plan.planner import make_planner_gate
 
-    return make_gate(cfg, budget_left, store, report)
+    return make_planner_gate(cfg, budget_left, store, report)
 
 
 def _assigned_gpus() -> list:

@@ -505,17 +505,3 @@ class LogProgress:
 
 def _about_prompts(desc: Optional[str]) -> bool:
     return bool(desc) and any(w in desc.lower() for w in ("prompt", "request", "sampl"))
-
-
-def progress_from_log_text(stage: str, text: str, max_steps: Optional[int] = None) -> Optional[Progress]:
-    """The latest progress a whole (or tail of a) log shows."""
-    adapter = LogProgress(stage, max_steps)
-    last = None
-    for rec in adapter.feed(text + "\n"):
-        last = rec
-    if last is None:
-        return None
-    p = progress_from_record(last)
-    if p is not None:
-        p.source = "log"
-    return p

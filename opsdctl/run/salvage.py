@@ -5,7 +5,7 @@ A worker that dies (or fails) mid-chain used to throw the chain's work away: in 
 - its evaluation finished (a valid result.json or FINAL line, the stage contract's result):
   the score is recorded and the chain succeeds, nothing re-runs;
 - its train stage left a complete checkpoint: the chain is interrupted and re-queued as an
-  eval-only chain of that checkpoint (issue 15's eval-only chains), trained_by the old chain;
+  eval-only chain of that checkpoint, trained_by the old chain;
 - otherwise it is re-queued whole, as before.
 A checkpoint is complete when its train stage succeeded, or when it exists and the training
 had finished: train_result.json was written, or the log has the Trainer's final

@@ -29,7 +29,7 @@ from opsdctl.plan.budget import CLOCK_KEY, budget_now
 from opsdctl.plan.budget_keeper import BudgetKeeper, forget_deadline, hold_reason
 from opsdctl.plan.gate import ChainInfo, Gate, chain_info
 from opsdctl.plan.loop import LoopOptions, WallClock, WorkerLoop
-from opsdctl.plan.planner import make_gate
+from opsdctl.plan.planner import make_planner_gate
 from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import procs, recipe_file
 from opsdctl.run.env_errors import environment_problem
@@ -136,7 +136,8 @@ class Worker:
         self.report = report
         self.max_chains = max_chains
         self.stop = StopRequest()
-        self.gate = gate if gate is not None else make_gate(worker_gate_config(cfg), self.usable_seconds, store, report)
+        self.gate = gate if gate is not None else make_planner_gate(
+            worker_gate_config(cfg), self.usable_seconds, store, report)
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
         self.keeper: Optional[BudgetKeeper] = None  # set at start-up, once the hours clock is known

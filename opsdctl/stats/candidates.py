@@ -1,4 +1,4 @@
-"""Candidates: what compare treats as one thing being tested (issue 15, item 3).
+"""Candidates: what compare treats as one thing being tested.
 
 In the research logs the method lives in the code as much as in the knobs: the trainer and the
 data collator are edited between runs. So a candidate is not a variant name but the identity

@@ -1,4 +1,4 @@
-"""The comparison report: candidates ranked against the baseline and the noise floor (issues 3, 16).
+"""The comparison report: candidates ranked against the baseline and the noise floor.
 
 `build_report` turns plain run records into the `opsdctl compare --json` dict (no store
 access); `render_compare` prints it with rich. The maths live in opsdctl.stats.inference and

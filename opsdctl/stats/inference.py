@@ -1,4 +1,4 @@
-"""Statistics for ranking recipe variants against run-to-run noise (issue 3).
+"""Statistics for ranking recipe variants against run-to-run noise.
 
 Pure functions of plain numbers and arrays; no store, no I/O. Scores are in points (0-100),
 variances in points^2.

@@ -3,7 +3,7 @@
 `verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) vectorised over many
 simulated studies that share their run counts, so a seeded simulation of thousands of studies
 and a dozen looks runs in seconds; tests/test_stats_simulation.py checks that it gives
-build_report's verdicts exactly, then measures the goals of issue 16 with it. The scenarios
+build_report's verdicts exactly, then measures the error-rate goals with it. The scenarios
 below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
 and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem
 binomial world of the planner's simulator gives run scores this close to normal; the verdicts
@@ -92,7 +92,7 @@ def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: 
     return out
 
 
-# --- the scenarios (issue 16, "What it must show") ------------------------------------------------
+# --- the scenarios: the error-rate goals the verdict rule is held to ----------------------------
 
 
 def _looks(protocol: str, runs: int) -> list[tuple[int, int]]:
@@ -136,7 +136,7 @@ def rate_at(rng: np.random.Generator, studies: int, *, effect: float, sigma: flo
 
 def rate_single_look_grid(rng: np.random.Generator, studies: int, *, sigma: float, offset: float = 0.0,
                           n_b_values=(1, 2, 3), n_v_values=(1, 2, 3), ref: Ref | None = Ref()) -> float:
-    """False `better` at one look, averaged over 1-3 runs per arm (the issue's measurement)."""
+    """False `better` at one look, averaged over 1-3 runs per arm (as the old one-look rule was measured)."""
     return float(np.mean([rate_at(rng, studies, effect=0.0, sigma=sigma, n_b=nb, n_v=nv, ref=ref, offset=offset)
                           for nb in n_b_values for nv in n_v_values]))
 
@@ -154,7 +154,7 @@ def cherry_pick(rng: np.random.Generator, studies: int, *, candidates: int = 6, 
 
 
 def goals(seed: int = 16, studies: int = 4000) -> dict:
-    """Every scenario of the issue's goals, seeded: {name: (rate, goal, "<=" | ">=")}."""
+    """Every scenario of the error-rate goals, seeded: {name: (rate, goal, "<=" | ">=")}."""
     rng = np.random.default_rng(seed)
     out = {
         "wrong prior: sigma 2.5, prior 1.48, one look, 1-3 runs per arm":

@@ -1,6 +1,6 @@
 """From the store to the statistics: scored runs as plain records, and one variant's runs.
 
-compare (issue 3) and the planner read runs through here, so both see the same records. The
+compare and the planner read runs through here, so both see the same records. The
 reads go through a light reader (opsdctl.store.reader; `Store.reader()` for a Store).
 """
 

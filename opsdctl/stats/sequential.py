@@ -1,4 +1,4 @@
-"""Alpha spending over repeated looks: the verdict's nominal level at each look (issue 16).
+"""Alpha spending over repeated looks: the verdict's nominal level at each look.
 
 Users and the adaptive policy re-run compare after every run, so a verdict must hold however
 often it is looked at. compare is stateless, so the looks are indexed by what the store holds:

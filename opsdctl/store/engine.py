@@ -259,10 +259,6 @@ def get_chain(session: Session, chain_id: int) -> Chain:
     return chain
 
 
-def get_variant(session: Session, variant_id: int) -> Variant:
-    return session.get(Variant, variant_id)
-
-
 def queued_chains(session: Session) -> list[Chain]:
     """Queued chains in run order: higher priority first, then queue order."""
     return _chains(session, queries.QUEUED_CHAINS)
@@ -377,8 +373,3 @@ def counts(session: Session) -> dict[str, int]:
     for table in SQLModel.metadata.sorted_tables:
         out[table.name] = int(session.scalar(select(func.count()).select_from(table)) or 0)
     return out
-
-
-def sqlite_worker_lock_path(store: Store) -> Optional[Path]:
-    path = store.sqlite_path
-    return Path(str(path) + ".worker.lock") if path else None

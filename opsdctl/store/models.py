@@ -17,7 +17,7 @@ No `from __future__ import annotations` here: SQLModel reads the annotations at 
 """
 
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Optional
 
 from sqlalchemy import JSON, Column, DateTime, Text, UniqueConstraint, event
 from sqlalchemy import false as sa_false
@@ -237,7 +237,3 @@ class Meta(SQLModel, table=True):
 
     key: str = Field(primary_key=True)
     value: str = ""
-
-
-def row_dict(row: Any) -> dict:
-    return {c.name: getattr(row, c.name) for c in row.__table__.columns}

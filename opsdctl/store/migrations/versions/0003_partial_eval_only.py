@@ -1,4 +1,4 @@
-"""Partial and eval-only chains; the kind of a variant (issue 15).
+"""Partial and eval-only chains; the kind of a variant.
 
 chain.eval_problems, chain.eval_k: a partial evaluation's problems x samples (`queue --partial
 15x4`), NULL for the full protocol. chain.eval_only, chain.checkpoint, chain.trained_by: a chain

@@ -1,4 +1,4 @@
-"""train_stats.metrics: the user's declared training metrics (issue 15, item 4).
+"""train_stats.metrics: the user's declared training metrics.
 
 `[stages.train.metrics]` name -> regex; per run {name: {"mean", "last", "steps"}} (the per-step
 values live in train_stats.curve). NULL for runs recorded before, or without declared metrics.

@@ -1,4 +1,4 @@
-"""stage.gpu_peak_mib, stage.gpu_util_pct, stage.gpu: NVML figures of every stage (issue 15, item 4).
+"""stage.gpu_peak_mib, stage.gpu_util_pct, stage.gpu: NVML figures of every stage.
 
 Sampled by the worker on the stage's granted GPUs whatever the script: the most memory the
 stage held on one GPU (by its own processes where NVML lists them, else the device's used
