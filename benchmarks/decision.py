@@ -99,6 +99,23 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
             "regret": {r: best - true[p] for r, p in picks.items()}, "arms": arms}
 
 
+def _deciles(arms: list[dict]) -> list[dict]:
+    """p_above_reference by decile against how often the drawn official mean was above it."""
+    dec = []
+    ps = [a for a in arms if a["p_above"] is not None]
+    for k in range(10):
+        lo, hi = k / 10, (k + 1) / 10
+        xs = [a for a in ps if lo <= a["p_above"] < hi or (k == 9 and a["p_above"] == 1.0)]
+        dec.append({"decile": f"{lo:.1f}-{hi:.1f}", "n": len(xs),
+                    "mean_p": round(float(np.mean([a["p_above"] for a in xs])), 4) if xs else None,
+                    "observed": round(float(np.mean([a["above"] for a in xs])), 4) if xs else None})
+    return dec
+
+
+def _worst_gap(dec: list[dict]) -> float | None:
+    return max((round(abs(d["mean_p"] - d["observed"]), 4) for d in dec if d["n"] >= 20), default=None)
+
+
 def summarize(rows: list[dict]) -> dict:
     out = {"sessions": len(rows), "rules": {}}
     for r in RULES:
@@ -116,25 +133,19 @@ def summarize(rows: list[dict]) -> dict:
     cover = lambda xs: round(float(np.mean([a["low80"] <= a["official"] <= a["high80"] for a in xs])), 4) if xs else None  # noqa: E731
     out["coverage80_all_arms"] = cover(arms)
     out["coverage80_submission"] = cover(sub)
-    dec = []
-    ps = [a for a in arms if a["p_above"] is not None]
-    for k in range(10):
-        lo, hi = k / 10, (k + 1) / 10
-        xs = [a for a in ps if lo <= a["p_above"] < hi or (k == 9 and a["p_above"] == 1.0)]
-        dec.append({"decile": f"{lo:.1f}-{hi:.1f}", "n": len(xs),
-                    "mean_p": round(float(np.mean([a["p_above"] for a in xs])), 4) if xs else None,
-                    "observed": round(float(np.mean([a["above"] for a in xs])), 4) if xs else None})
-    out["calibration"] = dec
-    out["worst_decile_gap"] = max((abs(d["mean_p"] - d["observed"]) for d in dec if d["n"] >= 20), default=None)
+    out["calibration"] = _deciles(arms)
+    out["worst_decile_gap"] = _worst_gap(out["calibration"])
     out["by_condition"] = {}
     for s in SIGMAS:
         for o in OFFSETS:
             xs = [x for x in rows if x["sigma"] == s and x["offset"] == o]
             if xs:
+                cond = [a for x in xs for a in x["arms"]]
                 out["by_condition"][f"sd {s:g}, offset {o:+g}"] = {
-                    r: {"gain_mean": round(float(np.mean([x["gain"][r] for x in xs])), 3),
-                        "regret_mean": round(float(np.mean([x["regret"][r] for x in xs])), 3),
-                        "p_worse_1": round(float(np.mean([x["gain"][r] < -1 for x in xs])), 3)} for r in RULES}
+                    **{r: {"gain_mean": round(float(np.mean([x["gain"][r] for x in xs])), 3),
+                           "regret_mean": round(float(np.mean([x["regret"][r] for x in xs])), 3),
+                           "p_worse_1": round(float(np.mean([x["gain"][r] < -1 for x in xs])), 3)} for r in RULES},
+                    "coverage80": cover(cond), "worst_decile_gap": _worst_gap(_deciles(cond))}
     out["chains_per_session"] = round(float(np.mean([x["chains"] for x in rows])), 2)
     out["ideas_tried_per_session"] = round(float(np.mean([x["tried"] for x in rows])), 2)
     return out
@@ -161,11 +172,14 @@ def markdown(doc: dict) -> str:
         fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
         lines.append(f"| {d['decile']} | {d['n']} | {fmt(d['mean_p'])} | {fmt(d['observed'])} |")
     lines += ["", f"Largest gap over deciles with >= 20 arms: {s['worst_decile_gap']:.3f} (goal <= 0.05)."
-              if s["worst_decile_gap"] is not None else "", "", "By condition (mean gain / regret / P(worse by > 1)):", "",
-              "| condition | " + " | ".join(RULES) + " |", "|---" * (len(RULES) + 1) + "|"]
+              if s["worst_decile_gap"] is not None else "", "",
+              "By condition (mean gain / regret / P(worse by > 1); the forecast's 80% coverage and worst decile gap):", "",
+              "| condition | " + " | ".join(RULES) + " | coverage | worst gap |", "|---" * (len(RULES) + 3) + "|"]
     for cond, by in s["by_condition"].items():
+        fmt = lambda x, f: "-" if x is None else f.format(x)  # noqa: E731
         lines.append(f"| {cond} | " + " | ".join(f"{by[r]['gain_mean']:+.2f} / {by[r]['regret_mean']:.2f} / "
-                                                  f"{100 * by[r]['p_worse_1']:.0f}%" for r in RULES) + " |")
+                                                  f"{100 * by[r]['p_worse_1']:.0f}%" for r in RULES)
+                     + f" | {fmt(by['coverage80'], '{:.1%}')} | {fmt(by['worst_decile_gap'], '{:.3f}')} |")
     return "\n".join(lines) + "\n"
 
 

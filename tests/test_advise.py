@@ -132,3 +132,16 @@ def test_the_adaptive_policy_takes_the_first_action_the_worker_can_take():
     p = policy.plan(queued, None, advice=[A(S.STOP, None, 0, True, 0.0), *ranked], auto_repeat=True,
                     known_variants=["a"])
     assert p.extra is None and p.order == [1, 2] and p.extra_why.startswith("advise: stop")
+
+
+def test_a_run_action_counts_the_runs_it_opens():
+    # a settled-looking race: one more run of b cannot change the submission, six together can
+    b = _belief(runs=((54.0,) * 6, (56.0,) * 6, (55.0,) * 6), v_eval=0.3)
+    one, six = b.gain_run(2), b.gain_run(2, b.s2 / 6) / 6
+    assert six > 3 * one
+    ranked = advise.rank(b, advise.Costs(3600.0, 600.0, 2400.0), usable_s=6 * 3600.0)
+    rep = next(a for a in ranked if a.action == advise.Action.REPEAT and a.variant == "b")
+    assert rep.gain == pytest.approx(max(b.gain_run(2, b.s2 / r) / r for r in range(1, 7)))
+    # only the runs that fit count: with room for one chain, the one run's gain
+    short = advise.rank(b, advise.Costs(3600.0, 600.0, 2400.0), usable_s=3700.0)
+    assert next(a for a in short if a.action == advise.Action.REPEAT and a.variant == "b").gain == pytest.approx(one)

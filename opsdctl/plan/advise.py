@@ -2,7 +2,9 @@
 
 The submission takes the arm of highest forecast mean (the baseline included), so an action is
 worth its knowledge gradient (opsdctl.stats.belief): E[max forecast mean after it] - max now, in
-points. Each action is priced at the planner's high-quantile durations (the figures admission
+points. A run action (repeat, baseline, new) counts the runs it opens: its gain is the best
+KG(r) / r over the r <= RUNS_AHEAD runs of it that fit (one run of a close race often cannot
+change the submission where three can; with r = 1 best, the gain is the one run's). Each action is priced at the planner's high-quantile durations (the figures admission
 uses) and `fits` when admission would start it in the usable time left. Ranked: the actions that
 fit and are worth at least MIN_GAIN, by gain per minute; then `stop` (gain 0: submit the best
 forecast now); then the rest. `opsdctl advise`, compare's `Next:` line and the adaptive policy
@@ -20,6 +22,7 @@ from opsdctl.stats.belief import Belief
 from opsdctl.stats.screen import SCREEN
 
 MIN_GAIN = 0.01  # points: below this an action is not worth its minutes
+RUNS_AHEAD = 6  # a run action's worth looks at most this many runs of it ahead
 
 
 class Action(str, enum.Enum):
@@ -46,7 +49,7 @@ class Advice:
     variant: Optional[str]
     minutes: float
     fits: bool
-    gain: float  # points of expected official score
+    gain: float  # points of expected official score (per run, for an action that pays off over several)
 
     @property
     def rate(self) -> float:
@@ -77,15 +80,26 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
         return admission.fits(seconds, usable_s).ok
 
     chain_min, eval_min, screen_min = costs.chain_s / 60.0, costs.eval_s / 60.0, costs.screen_s / 60.0
-    out = [Advice(Action.BASELINE, belief.arms[0], chain_min, fit(costs.chain_s), belief.gain_run(0))]
+    runs = max(1, min(RUNS_AHEAD, int(usable_s // costs.chain_s) if usable_s is not None and costs.chain_s > 0
+                      else RUNS_AHEAD))
+
+    def per_run(gain_of) -> float:
+        """A run action's worth per run: the best KG(r) / r over r runs of it that fit (r runs of one
+        arm are one observation with noise s^2 / r), so a close race that one run cannot settle
+        but three can is not ranked as worthless (the knowledge gradient's KG* form)."""
+        return max(gain_of(belief.s2 / r) / r for r in range(1, runs + 1))
+
+    out = [Advice(Action.BASELINE, belief.arms[0], chain_min, fit(costs.chain_s),
+                  per_run(lambda n: belief.gain_run(0, n)))]
     for i, name in enumerate(belief.arms[1:], start=1):
-        out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s), belief.gain_run(i)))
+        out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s),
+                          per_run(lambda n, i=i: belief.gain_run(i, n))))
     reeval = belief.reeval_noise()
     if reeval is not None:
         for i, name in enumerate(belief.arms):
             out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, reeval)))
     idea = new_ideas[0] if new_ideas else None
-    out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), belief.gain_new()))
+    out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new)))
     if full_samples:
         noise = belief.screen_noise(SCREEN[0] * SCREEN[1] / float(full_samples))
         if noise is not None:
