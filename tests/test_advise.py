@@ -145,3 +145,8 @@ def test_a_run_action_counts_the_runs_it_opens():
     # only the runs that fit count: with room for one chain, the one run's gain
     short = advise.rank(b, advise.Costs(3600.0, 600.0, 2400.0), usable_s=3700.0)
     assert next(a for a in short if a.action == advise.Action.REPEAT and a.variant == "b").gain == pytest.approx(one)
+
+
+def test_advise_without_a_noise_estimate_says_so(ws):
+    assert ws.cli_json("advise", "--json") == []
+    assert "No advice yet: no noise estimate" in ws.cli("advise").stdout

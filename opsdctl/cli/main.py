@@ -613,21 +613,20 @@ def advise(as_json: bool = typer.Option(False, "--json", help="Print the ranked 
     durations and checked against the time left. `stop` (gain 0) ranks above whatever is not
     worth its minutes.
     """
-    from opsdctl.plan.report import advice_for, compare_doc
+    from opsdctl.plan.report import compare_doc
 
     cfg = _config()
     reader = _reader(cfg)
-    report = compare_doc(cfg, reader, None, None, chain_minutes=_chain_minutes(cfg, reader))
-    ranked = advice_for(cfg, reader, report)
+    ranked = compare_doc(cfg, reader, None, None, chain_minutes=_chain_minutes(cfg, reader))["advice"]
     if as_json:
-        _print_json([a.to_json() for a in ranked])
+        _print_json([{k: v for k, v in a.items() if k != "text"} for a in ranked])
         return
     con = _console()
     if not ranked:
-        con.print("No advice yet: no noise estimate (repeat a variant, or give [baseline] reference = {mean, sd, n}).")
+        con.print("No advice yet: no noise estimate (repeat a variant, or give \\[baseline] reference = {mean, sd, n}).")
         return
     for i, a in enumerate(ranked, start=1):
-        con.print(f"{i:>2}. {_escape(a.text())}")
+        con.print(f"{i:>2}. {_escape(a['text'])}")
 
 
 def _chain_minutes(cfg, reader) -> Optional[float]:

@@ -104,12 +104,12 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
     report["pool_code"] = pool_code
     report["training"] = training_rows(reader, report)  # compare's training columns
     # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
-    ranked = advice_for(cfg, reader, report if shown is None else report_of(None))
+    ranked = _advice_for(cfg, reader, report if shown is None else report_of(None))
     report["advice"] = [{**a.to_json(), "text": a.text()} for a in ranked]
     return report
 
 
-def advice_for(cfg, reader, report: dict) -> list:
+def _advice_for(cfg, reader, report: dict) -> list:
     """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
     learned durations, the usable time left, and the queued ideas not yet run (queue order)."""
     from opsdctl.plan import advise
