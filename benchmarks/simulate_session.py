@@ -1,11 +1,12 @@
 """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    python benchmarks/simulate_session.py --also 0,1,3,-2     # the committed figures (about 20 min)
+    python benchmarks/simulate_session.py --sessions 500 --also 0,1,3,-2   # the committed figures (~20 min CPU)
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
                                           [--also E1,E2,... ...] [--out DIR]
 
-The same as `opsdctl simulate`: every planner policy runs through the worker's own gate
-(opsdctl.plan.planner.PlannerGate); see opsdctl/plan/simulate.py for the model. `--also` adds scenarios
+The same as `opsdctl simulate`: every planner policy runs the worker's own loop and gate
+(opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate) with a fake clock and a fake
+executor; see opsdctl/plan/simulate.py for the model and docs/planner.md for the figures. `--also` adds scenarios
 (other mixes of true effects). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
 """
@@ -20,25 +21,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 NOTES = """\
-Verdicts are compare's: the published mean carries a 1-point setup offset, the prior
-must pass the local scatter's check, alpha is spent over the looks and the family is every idea
-tried. That is why every policy settles far fewer comparisons than under the old one-look rule
-(adaptive 0.86 correct verdicts per session then, with 0.020 wrong per session; 0.26 and 0.006 now):
-with about 8 chains in 6 hours a verdict needs local baseline runs and several runs of the same
-idea, so the user's queue starts with the baseline (as the quick start does). FIFO by hand with
-every idea once never gets there; twice, it settles about one comparison in eight sessions.
-How adaptive gets there (opsdctl/plan/policy.py, value of information): each next chain goes to the
-allocation of the chains that still fit that maximizes the verdicts expected to settle by the end,
-as compare will judge them (its look's level, the family it would make): a queued idea's effect is
-taken as N(0, 2^2) points before its first run, each tried one's from its runs, and baseline runs
-count for every comparison at once. Every idea tried raises m for all, so it tries about 2.5 ideas
-and spends the rest on the baseline and on repeats of the leaders, queuing them with --auto-repeat;
-`--try-every-variant` (every idea's first run first) leaves no chain to settle anything with.
-Wrong verdicts: 0.006 per session and per no-effect idea tried (first mix), 0.001-0.002 (second).
-Futility: a stop forfeits the run's score and drops the variant, and a drop is not a verdict; the
-8-15 minutes it saves almost never buy one more chain here. The policy lets futility watch an
-evaluation only when the time a stop saves could buy another chain before the deadline, and never
-the repeat of a losing variant run to settle `worse`; adaptive + futility then matches adaptive."""
+Every planner policy here runs the worker's own loop (opsdctl.plan.loop.WorkerLoop) and gate, so
+these figures measure what `opsdctl worker` does. Verdicts are compare's: the published mean
+carries a 1-point setup offset, the prior must pass the local scatter's check, alpha is spent over
+the looks and the family is every idea tried; with about 8 chains in 6 hours a verdict needs local
+baseline runs and several runs of one idea, so few comparisons settle under any policy.
+The user's queue comes first: with --auto-repeat the worker queues its own chains only after the
+chains the user queued (before them only with --auto-repeat-first), and while the user's chains
+wait the policy allocates among them alone. With the x2 queue (every idea twice, 14 chains of which
+about 8 fit) the adaptive policy therefore chooses which of the user's chains run and in what
+order, and auto-repeat rarely gets a turn; `adaptive, auto-repeat first` is the earlier behaviour
+(value-of-information picks queued ahead of the user's chains), kept as an opt-in and measured here.
+Baseline share: the baseline's chains over all chains started in a session."""
 
 
 def _effects(text: str) -> tuple[float, ...]:

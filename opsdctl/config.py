@@ -122,6 +122,22 @@ def _str_list(value, where):
     return list(value)
 
 
+def _globs(value, where):
+    import re
+
+    from opsdctl.fsutil import glob_regex
+
+    patterns = _str_list(value, where)
+    for p in patterns:
+        try:
+            if not p.strip("/"):
+                raise re.error("empty")
+            glob_regex(p)
+        except re.error:
+            raise _bad(where, p, "a path glob such as \"*.ckpt\" or \"outputs/**\"") from None
+    return patterns
+
+
 def _devices(value, where):
     if value == "all":
         return "all"
@@ -255,6 +271,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
         "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
         "gpus_per_chain": Key(_int(lo=0, hi=1024), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
+    },
+    "snapshot": {
+        "exclude": Key(_globs, [], "globs kept out of every code snapshot, relative to code_dir, as in .gitignore "
+                       '(e.g. ["*.ckpt", "outputs/"]); the countdown\'s directory is always left out'),
     },
     "budget": {
         "remaining_file": Key(_nonempty_str, None, "file holding the seconds left (re-read each time)"),
@@ -521,7 +541,7 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         check_template(command, STAGE_PLACEHOLDERS[stage], f"{where}: [stages.{stage}] command")
         checkpoint = sec.get("checkpoint")
         if stage == "train":
-            check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint")
+            check_template(checkpoint, STAGE_PLACEHOLDERS["train"], f"{where}: [stages.train] checkpoint", shell=False)
         # only a command that honours OPSD_GO_FD may start early: ours does; a user's script must say so
         prestart = sec.get("prestart")
         prestart = bool(BUILTIN_EVALUATOR.match(command)) if prestart is None else prestart
@@ -584,14 +604,17 @@ def _resolve_db(url: str, base_dir: Path, where: str) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        import re
+        from opsdctl.store.credentials import mask_url
 
-        shown = re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)  # never echo a password
-        if shown == url:  # no "//": user:password@ at the start
-            shown = re.sub(r"^([^:/@]*:)[^@]*@", r"\1***@", shown)
+        shown = mask_url(url)  # never echo a password
         raise UserError(f"{where}: db = {shown!r}: not a database URL; write e.g. sqlite:///runs.db or "
                         "postgresql+psycopg://user@host/db (password from PGPASSWORD)") from None
     if parsed.get_backend_name() != "sqlite":
+        from opsdctl.store.credentials import mask_url, url_password
+
+        if "@" in (url_password(url) or ""):
+            raise UserError(f"{where}: db = {mask_url(url)!r}: the password holds an unencoded '@', which ends it "
+                            "early; write it as %40, or leave it out of the URL and set PGPASSWORD")
         return url
     db = parsed.database
     if not db or db == ":memory:":
@@ -657,6 +680,9 @@ executor = "local"                # or "ray": chains on a Ray cluster, one per f
 # ray_address = "auto"            # with "ray": "auto" (this machine is in the cluster), "ray://head:10001"
 # gpus_per_chain = 4              # with "ray": GPUs per chain, all on one node [default: the devices count]
 
+[snapshot]
+exclude = []                      # globs kept out of every snapshot, as in .gitignore: ["*.ckpt", "outputs/"]
+
 [budget]                          # the time left: pick at most one source
 # remaining_file = ".timer/remaining_secs"   # one integer of seconds, re-read each time
 # deadline = "2025-06-01T18:30:00+02:00"
@@ -680,7 +706,8 @@ try_every_variant = false         # adaptive: first runs of every queued variant
 # train_minutes = 19              # durations before any history [default: the profile's]
 # eval_minutes = 27
 
-# Stage command templates. Placeholders are substituted shell-quoted:
+# Stage command templates. Placeholders are substituted shell-quoted, so write them bare (never
+# inside '...', "...", a here-document or an eval: refused):
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
 # {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
 # for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.

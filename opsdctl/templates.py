@@ -2,7 +2,9 @@
 
 Config checks a template when it loads (unknown placeholders, stray braces); the worker renders
 it when a stage starts (opsdctl.run.stages). Each placeholder is substituted shell-quoted; `{{`
-and `}}` are literal braces, and a `$` before `{` (shell `${VAR}`) is left to the shell.
+and `}}` are literal braces, and a `$` before `{` (shell `${VAR}`) is left to the shell. A
+placeholder inside the template's own quotes, a here-document or an `eval` is refused
+(check_quoting): there the shell would read opsdctl's quoting away and a value could run as code.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ STAGE_PLACEHOLDERS = {
 
 _TOKEN = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([^{}]*)\}|[{}]")
 
-def check_template(template: str, allowed: tuple[str, ...], where: str) -> None:
-    """Refuse unknown placeholders and stray braces in one line, at config load time."""
+def check_template(template: str, allowed: tuple[str, ...], where: str, shell: bool = True) -> None:
+    """Refuse unknown placeholders and stray braces in one line, at config load time; in a shell
+    command (`shell`), also a placeholder the shell would not read as a plain word (quoting)."""
     for m in _TOKEN.finditer(template):
         text = m.group(0)
         if text in ("{{", "}}") or text.startswith("${"):
@@ -75,8 +78,95 @@ def check_template(template: str, allowed: tuple[str, ...], where: str) -> None:
             )
 
 
+    if shell:
+        check_quoting(template, where)
+
+
+_QUOTES = {"'": "'...' quotes", '"': '"..." quotes', "heredoc": "a here-document", "eval": "an eval command"}
+
+
+def check_quoting(template: str, where: str) -> None:
+    """Refuse a placeholder inside '...' or "..." quotes or a here-document, in one line.
+
+    Each value is substituted shell-quoted, which is only right where the shell reads a plain
+    word: inside the user's own quotes opsdctl's quotes would end theirs, and a name or a
+    directory such as `q$(touch PWNED)` would run as shell code. Command substitutions and
+    backquotes start a new command, where quoting works again, so they are allowed."""
+    spans = {m.start(): m for m in _TOKEN.finditer(template)}
+    stack: list[str] = []  # open contexts: "'", '"', "`", "$(" (empty: the top level)
+    heredocs: list[str] = []  # delimiters whose bodies start at the next newline
+    evaluated = False  # in the arguments of an `eval`
+    i, n = 0, len(template)
+    while i < n:
+        ctx = stack[-1] if stack else ""
+        if ctx == "heredoc":  # a whole body line at a time
+            end = template.find("\n", i)
+            end = n if end < 0 else end
+            if template[i:end].lstrip("\t") == heredocs[0]:
+                heredocs.pop(0)
+                stack.pop()
+                if heredocs:
+                    stack.append("heredoc")
+            else:
+                inside = [spans[k] for k in range(i, end) if k in spans and spans[k].group(1) is not None]
+                if inside:
+                    _refuse_quoted(inside[0], ctx, where)
+            i = end + 1
+            continue
+        m = spans.get(i)
+        if m is not None:
+            if m.group(1) is not None and (ctx in _QUOTES or evaluated):
+                _refuse_quoted(m, ctx if ctx in _QUOTES else "eval", where)
+            i = m.end()
+            continue
+        c = template[i]
+        if ctx == "'":
+            if c == "'":
+                stack.pop()
+        elif c == "\\":
+            i += 1  # the next character is literal
+        elif ctx in ('"', "`") and c == ctx:
+            stack.pop()
+        elif template.startswith("$(", i):
+            stack.append("$(")
+            i += 1
+        elif c == "`":
+            stack.append(c)
+        elif ctx == '"':
+            pass  # nothing else opens or closes inside double quotes
+        elif ctx == "$(" and c == ")":
+            stack.pop()
+        elif c in "'\"":
+            stack.append(c)
+        elif c in ";&|\n" and evaluated:
+            evaluated = False
+        elif ctx in ("", "$(") and re.match(r"eval[ \t]", template[i:]) and template[:i].rstrip(" \t")[-1:] in "\n;&|(":
+            evaluated = True  # eval re-reads its arguments as shell code: opsdctl's quotes are gone by then
+        elif c == "#" and (i == 0 or template[i - 1] in " \t\n;&|("):
+            end = template.find("\n", i)  # a comment: nothing in it runs
+            i = (n if end < 0 else end) - 1
+        elif template.startswith("<<", i) and not template.startswith("<<<", i):
+            word = re.match(r"<<-?[ \t]*(['\"]?)([^\s'\"<>;&|()]+)\1", template[i:])
+            if word:
+                heredocs.append(word.group(2))
+                i += word.end() - 1
+        elif c == "\n" and heredocs:
+            stack.append("heredoc")
+        i += 1
+
+
+def _refuse_quoted(m: re.Match, ctx: str, where: str) -> None:
+    raise UserError(
+        f"{where}: {m.group(0)} at column {m.start() + 1} sits inside {_QUOTES[ctx]}; opsdctl quotes every value "
+        f"itself, so a placeholder must be a bare word of its own (there, a value could run as shell code)")
+
+
 def render(template: str, values: Mapping[str, object], quote: bool = True) -> str:
-    """Substitute placeholders; values are shell-quoted unless `quote` is False (paths)."""
+    """Substitute placeholders; values are shell-quoted unless `quote` is False (paths).
+    A shell template is checked for quoted placeholders again here: a chain's command was
+    frozen when it was queued, possibly by an older opsdctl that did not check."""
+    if quote:
+        check_quoting(template, "stage command")
 
     def sub(m: re.Match) -> str:
         text = m.group(0)

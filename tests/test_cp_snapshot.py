@@ -59,7 +59,9 @@ def test_git_snapshot_isolation(ws):
     assert path == str(code)
     assert (code / "untracked.txt").is_file() and not (code / "key.secret").exists()
     assert not (code / "runs").exists() and not (code / "runs.db").exists()
-    assert ws.sql("select distinct cwd from stage") == [(str(code),)]
+    # each chain runs in its own view of the snapshot: its files are the snapshot's (hard links)
+    assert ws.sql("select distinct cwd from stage order by cwd") == [(str(ws.runs / "1" / "code"),), (str(ws.runs / "2" / "code"),)]
+    assert (ws.runs / "1" / "code" / "version.py").stat().st_ino == (code / "version.py").stat().st_ino
     # the snapshot commit is kept alive under refs/opsdctl/ and holds exactly that tree
     commit = git(ws.root, "rev-parse", f"refs/opsdctl/snapshots/{key}").strip()
     assert git(ws.root, "rev-parse", f"{commit}^{{tree}}").strip() == key

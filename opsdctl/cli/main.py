@@ -233,6 +233,7 @@ def worker(
     """
     import datetime as dt
 
+    from opsdctl.errors import one_line
     from opsdctl.run.worker import Worker
 
     cfg = _config()
@@ -249,8 +250,8 @@ def worker(
     store = _store(cfg)
     con = _console()
 
-    def report(msg: str) -> None:
-        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(msg)}")
+    def report(msg: str) -> None:  # one line each, whatever a stage printed or a name holds
+        con.print(f"[dim]{dt.datetime.now():%H:%M:%S}[/dim] {_escape(one_line(msg))}")
 
     w = Worker(cfg, store, drain=drain, report=report)
     ran = w.run()
@@ -500,17 +501,23 @@ def variants(as_json: bool = typer.Option(False, "--json", help="Print the varia
 
 @app.command("recipes")
 def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print the recipes as JSON.")) -> None:
-    """Recipe files under recipes_dir (and the shipped ones), validated, with their hashes."""
+    """Recipe files under recipes_dir (and the shipped ones), validated, with their hashes.
+    Exits 1 when any of them is invalid (after listing them all), so scripts and CI notice."""
     from opsdctl.cli.listing import list_recipes
 
     cfg = _config()
     rows = list_recipes(cfg)
     if as_json:
         _print_json(rows)
-        return
-    from opsdctl.cli.render import render_recipes
+    else:
+        from opsdctl.cli.render import render_recipes
 
-    render_recipes(_console(), rows)
+        render_recipes(_console(), rows)
+    bad = sum(1 for r in rows if r.get("error"))
+    if bad:
+        if not as_json:
+            _console(stderr=True).print(f"[red]{bad} of {len(rows)} recipes are invalid[/red] (exit 1)")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -737,8 +744,9 @@ def simulate(
 ) -> None:
     """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    Drives the worker's own gate (opsdctl.plan.planner.PlannerGate: admission, adaptive policy,
-    futility) over simulated stage durations and scores; needs no config or store.
+    Runs the worker's own loop and gate (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate:
+    order, auto-repeat, admission, futility) with a fake clock and a fake executor over simulated
+    stage durations and scores; needs no config or store.
     """
     from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
 

@@ -108,6 +108,8 @@ def render_status(con: Console, doc: dict) -> None:
         con.print(t)
     else:
         con.print("[dim]queue empty[/dim]")
+    if planner:
+        render_auto_repeat(con, planner)
     if doc.get("gpus"):
         render_gpu_lines(con, doc["gpus"])
     if doc.get("export"):
@@ -165,6 +167,16 @@ def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> No
         t.add_row(str(e["chain_id"]), _variant_cell(c), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
                   f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
     con.print(t)
+
+
+def render_auto_repeat(con: Console, planner: dict) -> None:
+    """Where auto-repeat will insert its chains, and why the worker would idle with budget left."""
+    auto = planner.get("auto_repeat_next")
+    if auto:
+        what = escape(auto["variant"]) if auto.get("variant") else "a chain"
+        con.print(f"[bold]auto-repeat[/bold]  {what} {escape(auto['at'])}: {escape(auto['why'])}")
+    if planner.get("idle"):
+        con.print(f"[yellow]idle[/yellow]  {escape(planner['idle'])}")
 
 
 def render_gpu_lines(con: Console, gpus: dict) -> None:

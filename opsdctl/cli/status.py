@@ -107,7 +107,8 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
     from opsdctl.plan.gpus import gpus_status
     from opsdctl.plan.timeline import planner_status
 
-    planner = planner_status(cfg, reader, budget.usable_seconds)
+    planner = planner_status(cfg, reader, budget.usable_seconds, worker_running=worker["state"] == "running")
+    _in_run_order(chains, planner)
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
@@ -128,6 +129,16 @@ def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     if last is not None:
         last = {k: v for k, v in last.items() if k != "key"}
     return {"path": str(path), "active": active, "when": why, "last": last}
+
+
+def _in_run_order(chains: list[dict], planner: dict) -> None:
+    """Queued chains in the order the worker will try them (the planner's timeline: skips first,
+    as the worker marks them before it starts the next chain)."""
+    pos = {e["chain_id"]: i for i, e in enumerate(planner["timeline"]) if e["state"] == "queued"}
+    queued = sorted((c for c in chains if c["state"] == State.QUEUED.value), key=lambda c: pos.get(c["chain_id"], len(pos)))
+    at = [i for i, c in enumerate(chains) if c["state"] == State.QUEUED.value]
+    for i, c in zip(at, queued):
+        chains[i] = c
 
 
 def _running_details(chains: list[dict], planner: dict) -> None:

@@ -21,7 +21,9 @@ from opsdctl.plan import admission
 from opsdctl.stats.belief import Belief
 from opsdctl.stats.screen import SCREEN
 
-MIN_GAIN = 0.01  # points: below this an action is not worth its minutes
+# points: numerically nothing. Minutes left unused at the deadline buy nothing, so `stop` ranks
+# first only when nothing that fits can change what is submitted.
+MIN_GAIN = 1e-6
 RUNS_AHEAD = 6  # a run action's worth looks at most this many runs of it ahead
 
 

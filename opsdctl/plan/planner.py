@@ -2,7 +2,9 @@
 
 PlannerGate answers the worker's five questions with:
   order     -> policy.plan over the queue and the compare report (fifo | adaptive), and with
-               --auto-repeat possibly one extra chain it queues itself;
+               --auto-repeat, once the user's queued chains have run (or before them with
+               auto_repeat_first), one extra chain it queues itself; status calls the same
+               method with dry_run (nothing queued) to show the order the worker follows;
   admit     -> the policy's skips, then admission.admit_chain on the duration estimates;
   grant     -> admission re-checks (the whole chain before train, the eval before eval), then
                the GPU check (gpus.check_gpus: devices exist, >= min_free_mib free), waiting up
@@ -34,10 +36,10 @@ from opsdctl.plan.gate import (
     Wait,
     chain_info,
 )
-from opsdctl.plan.timeline import PLAN_KEY, load_plan, planner_status  # noqa: F401  (status reads them there)
 from opsdctl.store.states import State
 
 RELEASE_POLL_S = 0.25
+PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,16 @@ class PlannerGate:
 
     # --- facts -> a compare report and estimates ------------------------------------------
 
-    def refresh(self) -> None:
-        from opsdctl.stats.compare import build_report
+    def refresh(self, report: bool = True) -> None:
+        """Estimates from history and (`report`) the compare report over the scored runs; the
+        fifo order needs no report, so the worker and status skip the statistics then."""
+        if report:
+            from opsdctl.stats.compare import build_report
 
-        runs = self.facts.runs()
-        self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+            runs = self.facts.runs()
+            self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+        else:
+            self.report_doc = {"variants": [], "baseline": None}
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
@@ -132,7 +139,8 @@ class PlannerGate:
         --auto-repeat the chain the worker queues itself, placed after every chain the user queued
         (before them only with [planner] auto_repeat_first). `dry_run` (status): the same decision,
         nothing queued, saved or counted; `self.auto_next` says what auto-repeat would queue."""
-        self.refresh()
+        s = self.settings
+        self.refresh(report=s.policy != policy.FIFO)
         usable = self.usable()
         ests = [self.chain_estimate(c) for c in queued]
         chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
@@ -141,7 +149,6 @@ class PlannerGate:
         base = self.facts.baseline_label()
         if base and (self.report_doc["baseline"] or {}).get("source") in ("runs", "runs+reference"):
             known.append(base)
-        s = self.settings
         capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
         candidates = getattr(self.facts, "candidates", None)
@@ -161,10 +168,12 @@ class PlannerGate:
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
+        by_id = {c.chain_id: c for c in queued}
         users_wait = any(not c.auto for c in queued) and not s.auto_repeat_first
         p = plan(s.auto_repeat and not capped and not users_wait)
+        if users_wait and s.auto_repeat and not capped and all(by_id[i].auto for i in p.order):
+            p = plan(True)  # the user's chains are all skipped (worse, futile): they wait for nothing
         self.plan = p
-        by_id = {c.chain_id: c for c in queued}
         runnable = [by_id[i] for i in p.order]
         users = [c for c in runnable if not c.auto]
         ordered = [by_id[i] for i in p.skips] + users + [c for c in runnable if c.auto]
@@ -176,6 +185,9 @@ class PlannerGate:
                     self.idle_note = f"auto-repeat cap {s.auto_repeat_max} reached{left}: raise [planner] auto_repeat_max"
             elif p.extra is not None:
                 self.auto_next = (p.extra, p.extra_why)
+            elif s.policy != policy.FIFO and (usable is None or usable >= chain_s):
+                self.idle_note = ("auto-repeat: no repeat has value in the time left ("
+                                  + (p.extra_why or "compare's Next: has nothing that fits") + ")")
         elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
             self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
         if dry_run:
@@ -331,48 +343,47 @@ class PlannerGate:
 
 
 class StoreFacts:
-    def __init__(self, cfg, store):
+    """The store as Facts: reads through `reader` (the worker's store.reader(), or status's own
+    reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
+
+    def __init__(self, cfg, store=None, reader=None):
         self.cfg = cfg
         self.store = store
+        self.reader = reader if reader is not None else store.reader()
 
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
 
-        return run_records(self.store.reader(), baseline=self.baseline_label())
+        return run_records(self.reader, baseline=self.baseline_label())
 
     def candidates(self, chain_ids) -> dict[int, str]:
         from opsdctl.stats.scores import candidate_labels
 
-        return candidate_labels(self.store.reader(), chain_ids, self.baseline_label())
+        return candidate_labels(self.reader, chain_ids, self.baseline_label())
 
     def samples(self) -> list[Sample]:
         from opsdctl.plan.durations import history
 
-        return history(self.store.reader())
+        return history(self.reader)
 
     def baseline_label(self) -> Optional[str]:
-        from opsdctl.store.engine import variants_named
-
         base = self.cfg.baseline_variant
         if not base or "@" in base:
             return base
-        with self.store.read() as s:
-            versions = variants_named(s, base)
+        versions = self.reader.variants_named(base)
         return versions[-1].label if versions else base
 
     def dropped(self) -> dict[str, str]:
-        from sqlalchemy import select
+        from opsdctl.store.values import variant_label
 
-        from opsdctl.store.models import Chain, Variant, variant_label
-
-        stmt = (select(Chain.id, Chain.reason, Variant.name, Variant.version)
-                .join(Variant, Variant.id == Chain.variant_id)
-                .where(Chain.state == State.STOPPED_FUTILE.value).order_by(Chain.id))
+        rows = self.reader.tuples(
+            "SELECT chain.id, chain.reason, variant.name, variant.version FROM chain "
+            "JOIN variant ON variant.id = chain.variant_id WHERE chain.state = :state ORDER BY chain.id",
+            state=State.STOPPED_FUTILE.value)
         out: dict[str, str] = {}
-        with self.store.read() as s:
-            for cid, reason, name, version in s.execute(stmt):
-                out.setdefault(variant_label(name, version),
-                               f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
+        for cid, reason, name, version in rows:
+            out.setdefault(variant_label(name, version),
+                           f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
         return out
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
@@ -390,7 +401,7 @@ class StoreFacts:
             vid, kind = v.id, v.kind
             ids = list(s.scalars(select(Chain.id).where(Chain.variant_id == vid, Chain.eval_only.is_(False))
                                  .order_by(Chain.id.desc())))
-        labels = candidate_labels(self.store.reader(), ids, self.baseline_label())
+        labels = candidate_labels(self.reader, ids, self.baseline_label())
         last_id = next((i for i in ids if labels.get(i) == variant), None)
         if kind != "recipe" or last_id is None:  # the base model or an outside checkpoint: nothing to train
             return None
@@ -416,6 +427,14 @@ class StoreFacts:
 
         with self.store.write() as s:
             set_meta(s, PLAN_KEY, json.dumps(doc))
+
+
+def load_plan(reader) -> Optional[dict]:
+    text = reader.get_meta(PLAN_KEY)
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
 
 
 # --- from the config ----------------------------------------------------------------------

@@ -7,11 +7,12 @@ What the adaptive policy may do on its own (and nothing else):
 1. re-order the queued chains;
 2. skip queued chains, each with a reason, in exactly two cases: the variant's verdict is
    already `worse`, or one of its evaluations was stopped as futile;
-3. with --auto-repeat only: queue ONE extra chain at a time (a fresh seed of an existing
+3. with --auto-repeat only: propose ONE extra chain at a time (a fresh seed of an existing
    variant, same code snapshot): the repeat or baseline run `opsdctl advise` ranks first (see
    below), or, without a ranking (no noise estimate yet), for the candidate the tiers rank first
-   and whose runs fit in the time left; at most [planner] auto_repeat_max such chains per worker
-   run when the user sets a cap.
+   and whose runs fit in the time left. The gate queues it only once the user's queued chains
+   have run (before them with [planner] auto_repeat_first), up to [planner] auto_repeat_max when
+   the user sets one.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 

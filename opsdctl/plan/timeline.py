@@ -1,7 +1,8 @@
 """The projected timeline: when each queued chain would start and end, and which will not fit.
 
-`project` is the pure part; `planner_status` is the "planner" section of `opsdctl status` (it
-reads the store and the worker's latest plan, and imports nothing heavy: status starts fast).
+`project` is the pure part; `planner_status` is the "planner" section of `opsdctl status`: the
+queue in the order the worker's own gate decides (the statistics are imported only for the
+adaptive policy, which needs them).
 
 Pure: seconds from now, estimates in, one list out. It walks the queue in the planned order as
 the worker will: the running chain first (its remaining time from the median estimates and
@@ -13,14 +14,11 @@ the others start when the previous one is projected to end (median estimates).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Mapping, Optional, Sequence
 
 from opsdctl.plan.admission import admit_chain
 from opsdctl.plan.durations import Estimate
-
-PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan (opsdctl.plan.planner), for `opsdctl status`
 
 
 @dataclass(frozen=True)
@@ -101,63 +99,67 @@ def project(
     return out
 
 
-def load_plan(reader) -> Optional[dict]:
-    text = reader.get_meta(PLAN_KEY)
-    try:
-        return json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
-
-
 # --- `opsdctl status`: the projected timeline ---------------------------------------------
 
 
-def planner_status(cfg, reader, usable_s: Optional[float]) -> dict:
-    """The planner part of the status document: settings, the latest plan, the projected
-    timeline of the running and queued chains, and estimate vs actual of recent stages.
-    Reads the store through `reader` only (no statistics imports: status must start fast)."""
-    from opsdctl.plan.durations import estimator_for
+def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool = False) -> dict:
+    """The planner part of the status document: settings, the order the worker will follow (the
+    worker's own decision, PlannerGate.order, taken without queuing anything), where auto-repeat
+    will insert its chains, the projected timeline of the running and queued chains, and why the
+    worker would idle with budget left. With a worker running, its settings (its command-line
+    flags) as it saved them; else the config's, which the next `opsdctl worker` uses."""
+    from dataclasses import replace
+
+    from opsdctl.plan.gate import chain_info
+    from opsdctl.plan.planner import PlannerGate, StoreFacts, load_plan, settings_from_config
     from opsdctl.store.states import State
     from opsdctl.store.values import utcnow
 
-    pl = cfg.section("planner")
-    plan = load_plan(reader)
-    est = estimator_for(cfg, reader)
+    plan = load_plan(reader) if worker_running else None
+    settings = settings_from_config(cfg, (), False)
+    if plan:
+        settings = replace(settings, **{k: plan[k] for k in WORKER_SETTINGS if k in plan})
+    gate = PlannerGate(settings, StoreFacts(cfg, reader=reader), budget_left=lambda: usable_s)
+    gate.extra_queued = int((plan or {}).get("auto_queued") or 0)
     with reader.snapshot() as r:
         variants = {v.id: v for v in r.all_variants()}
-        running, queued = [], []
-        for c in r.chains_in_state(State.RUNNING):
-            v = variants[c.variant_id]
-            rows = r.stages_of(c.id)
-            cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == "running"), None)
-            elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
-            tr, ev = est.of_chain(c, v.hparams)
-            running.append(Running(c.id, v.label, c.stage if cur is not None else None, elapsed, tr, ev))
-        for c in r.queued_chains():
-            v = variants[c.variant_id]
-            tr, ev = est.of_chain(c, v.hparams)
-            queued.append((c, Queued(c.id, v.label, tr, ev)))
-    skips: dict[int, str] = {}
-    ordered = [q for _, q in queued]
-    planned_by = "queue order"
-    if plan and plan.get("policy") == "adaptive":
-        pos = {int(cid): i for i, cid in enumerate(plan.get("order", []))}
-        skips = {int(k): v for k, v in (plan.get("skips") or {}).items()}
-        first = [q for q in ordered if q.chain_id in skips]
-        rest = sorted((q for q in ordered if q.chain_id not in skips),
-                      key=lambda q: (q.chain_id not in pos, pos.get(q.chain_id, 0)))
-        ordered = first + rest
-        planned_by = "adaptive plan"
-    entries = project(usable_s, running, ordered, skips)
+        queued = [chain_info(c, variants[c.variant_id]) for c in r.queued_chains()]
+        running_rows = [(c, r.stages_of(c.id)) for c in r.chains_in_state(State.RUNNING)]
+    ordered = gate.order(queued, dry_run=True)
+    running = []
+    for c, rows in running_rows:
+        v = variants[c.variant_id]
+        cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == "running"), None)
+        elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
+        tr, ev = gate.estimator.of_chain(c, v.hparams)
+        running.append(Running(c.id, v.label, c.stage if cur is not None else None, elapsed, tr, ev))
+    entries = project(usable_s, running, [Queued(q.chain_id, q.variant, *gate.chain_estimate(q)) for q in ordered],
+                      gate.plan.skips)
     fits = [e for e in entries if e.fits and e.end_in_s is not None]
+    auto = None
+    if gate.auto_next is not None:
+        first = bool(queued) and settings.auto_repeat_first
+        auto = {"variant": gate.auto_next[0], "why": gate.auto_next[1],
+                "at": "before the queued chains (auto_repeat_first)" if first else "after the queued chains"}
+    elif settings.auto_repeat and settings.policy != "fifo" and queued and gate.idle_note is None:
+        auto = {"variant": None, "why": "picked when the queued chains have run, from their scores",
+                "at": "after the queued chains"}
     return {
-        "policy": (plan or {}).get("policy") or pl.get("policy") or "fifo",
-        "futility": (plan or {}).get("futility", pl.get("futility", False)),
-        "auto_repeat": (plan or {}).get("auto_repeat", pl.get("auto_repeat", False)),
+        "policy": settings.policy,
+        "futility": settings.futility,
+        "auto_repeat": settings.auto_repeat,
+        "auto_repeat_max": settings.auto_repeat_max,
+        "auto_repeat_first": settings.auto_repeat_first,
+        "auto_repeat_next": auto,
+        "idle": gate.idle_note,
         "plan_at": (plan or {}).get("at"),
-        "order": planned_by,
+        "order": "adaptive plan" if settings.policy == "adaptive" else "queue order",
         "usable_seconds": None if usable_s is None else round(usable_s, 1),
         "timeline": [e.to_json() for e in entries],
         "will_not_fit": [e.chain_id for e in entries if not e.fits],
         "projected_end_in_s": round(max((e.end_in_s for e in fits), default=0.0), 1),
     }
+
+
+# the worker's planner settings that its flags may change, saved with its plan (PlannerGate._save_plan)
+WORKER_SETTINGS = ("policy", "futility", "auto_repeat", "auto_repeat_max", "auto_repeat_first", "try_every_variant")

@@ -20,6 +20,18 @@ from opsdctl.recipes import knobs
 
 TOP_KEYS = ("name", "extends", "description", "hparams", "method")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")  # \Z: "$" would pass "name\n"
+NAME_RULE = "use letters, digits, '.', '_' or '-' (no spaces, '@', '/', quotes or control characters), at most 64"
+
+
+def valid_name(name: str) -> bool:
+    """A variant name: it reaches file names, status, the worker log and stage command lines,
+    so it holds no shell metacharacter and no terminal escape."""
+    return bool(NAME_RE.match(name))
+
+
+def control_characters(text: str, allowed: str = "") -> bool:
+    """Whether `text` holds a control character (a terminal escape, a carriage return...)."""
+    return any(not c.isprintable() and c not in allowed for c in text)
 
 
 @dataclass(frozen=True)
@@ -104,10 +116,10 @@ def _check_file(doc: dict, path: Path, extra: Sequence[str]) -> dict:
     for key in ("name", "extends", "description"):
         if key in doc and not isinstance(doc[key], str):
             raise UserError(f"{where}: {key} = {doc[key]!r}: must be a quoted string")
-    if "name" in doc and not NAME_RE.match(doc["name"]):
-        raise UserError(
-            f"{where}: name = {doc['name']!r}: use letters, digits, '.', '_' or '-' (no spaces or '@'), at most 64"
-        )
+    if "name" in doc and not valid_name(doc["name"]):
+        raise UserError(f"{where}: name = {doc['name']!r}: {NAME_RULE}")
+    if control_characters(doc.get("description", ""), allowed="\n\t"):
+        raise UserError(f"{where}: description holds a control character (a terminal escape?); remove it")
     for key in ("hparams", "method"):
         if key in doc and not isinstance(doc[key], dict):
             raise UserError(f"{where}: {key}: must be a table ([{key}])")
@@ -151,7 +163,7 @@ def load_recipe(ref: str, recipes_dir: Path, extra_method_knobs: Sequence[str] =
     knobs.check_invariants(hparams, str(path), method)
 
     name = docs[0].get("name") or path.stem
-    if not NAME_RE.match(name):
+    if not valid_name(name):
         raise UserError(f"{path}: the file name {path.stem!r} is not a valid recipe name; set name = \"...\"")
     description = docs[0].get("description", "")  # a parent's rationale is not this recipe's
     return Recipe(

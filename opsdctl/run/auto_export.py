@@ -88,8 +88,13 @@ def _pick(report: dict, exportable: Callable[[str], bool]) -> Leader:
 def _evidence(report: dict, leader: Leader) -> list[str]:
     b, e = report.get("baseline") or {}, leader.entry
     base = (f"{b.get('name') or 'the reference'} {b['mean']:.2f}" if b.get("mean") is not None else "no baseline")
+    runs = f"{b.get('n_local') or b.get('n')} run{'s' if (b.get('n_local') or b.get('n')) != 1 else ''} in the store"
     if b.get("n") and b.get("source") == "runs":
-        base += f" ({b['n']} run{'s' if b['n'] != 1 else ''} in the store)"
+        base += f" ({runs})"
+    elif b.get("n") and b.get("source") == "runs+reference":
+        ref = b.get("reference") or {}
+        published = f" {ref['mean']:.2f}" if ref.get("mean") is not None else ""
+        base += f" ({runs}, combined with the published mean{published})"
     elif b.get("n"):
         base += f" (the published reference, n = {b['n']})"
     if e is None:

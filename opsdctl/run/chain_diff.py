@@ -113,6 +113,9 @@ def _code_diff(sa, sb, patch: bool) -> dict:
     if sa.kind == "git" and sb.kind == "git":
         return _git_diff(sa, sb, patch, out)
     if sa.kind == "copy" and sb.kind == "copy":
+        if patch:  # a content-addressed copy keeps no history to diff against
+            out["note"] = ("--patch prints nothing: code_dir is not a git repository, so its snapshots are "
+                           "copies without a patch; the files that differ are listed")
         return _copy_diff(sa, sb, out)
     out["note"] = (f"cannot diff a {sa.kind} snapshot with a {sb.kind} one"
                    + ("; snapshot_code = false records no code" if "live" in (sa.kind, sb.kind) else ""))
@@ -158,7 +161,7 @@ def _copy_diff(sa, sb, out: dict) -> dict:
 
 
 def _hashes(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+    return {snap.shown_name(p.relative_to(root).as_posix()): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 

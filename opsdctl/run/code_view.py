@@ -1,11 +1,12 @@
 """A chain's own view of its code snapshot: `<run_dir>/code/`, a tree of hard links to it.
 
 Chains queued from the same code share one snapshot directory, and with `executor = "ray"`
-several of them train at once. When the worker puts a variant's recipe.env into the code
-(`[stages.train] recipe_env_path`), each chain must see its own, so such a chain runs in a view:
-the same directories, every file a hard link to the snapshot's (no bytes copied), symlinks
-recreated. The recipe file is then replaced by rename in the view only; the shared snapshot
-never changes. Where hard links are refused, files are copied.
+several of them train at once. So every chain runs in a view: its own directories, every file a
+hard link to the snapshot's (no bytes copied; the snapshot's files are read-only), symlinks
+recreated. What a stage adds, or replaces by rename (the variant's recipe.env at
+`[stages.train] recipe_env_path`, __pycache__), stays in its view; what it writes in place into
+a shared file is found and undone before the next stage (snapshot_check.py). Where hard links
+are refused, files are copied.
 """
 
 from __future__ import annotations

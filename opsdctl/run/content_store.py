@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 from opsdctl.errors import UserError
+from opsdctl.fsutil import umask
 
 OBJECTS = "objects"
 CHUNK = 1 << 20
@@ -60,7 +61,7 @@ class Linker:
         self.links = True
 
     def place(self, source: Path, digest: str, executable: bool, target: Path) -> None:
-        mode = 0o555 if executable else 0o444
+        mode = (0o555 if executable else 0o444) & ~umask()  # read-only, and no wider than the umask allows
         if self.links:
             obj = self._ensure_object(source, digest, executable, mode)
             try:
@@ -122,6 +123,18 @@ def orphan_objects(code_root: Path, also_unlinked: dict[tuple[int, int], int] | 
             if st.st_nlink - going <= 1:
                 out.append(obj)
     return out
+
+
+def drop_objects(code_root: Path, inodes: set[tuple[int, int]]) -> None:
+    """Remove the objects that are these files (a content changed in place is no longer its hash)."""
+    root = objects_dir(code_root)
+    if not inodes or not root.is_dir():
+        return
+    for sub in root.iterdir():
+        for obj in sub.iterdir() if sub.is_dir() else ():
+            st = obj.lstat()
+            if (st.st_dev, st.st_ino) in inodes:
+                obj.unlink()
 
 
 def remove_tree(path: Path) -> None:

@@ -78,6 +78,29 @@ def never_snapshotted(cfg: Config) -> list[Path]:
     return out
 
 
+def snapshot_globs(cfg: Config) -> list[str]:
+    """The `[snapshot] exclude` globs, and the countdown's own directory: a countdown that rewrites
+    atomically leaves `remaining_secs.tmp` (and `elapsed_secs`) beside its file, and a snapshot
+    that caught one would split a candidate's code identity. At code_dir's top, its siblings
+    named after it (`remaining_secs.tmp`, `.remaining_secs.XXXX`) are left out instead."""
+    globs = list(cfg.section("snapshot").get("exclude") or [])
+    remaining = cfg.budget.remaining_file
+    if remaining is not None:
+        try:
+            rel = remaining.resolve().relative_to(cfg.code_dir.resolve())
+        except ValueError:
+            return globs  # outside code_dir: nothing of it can enter a snapshot
+        if rel.parent != Path("."):
+            globs.append("/" + rel.parent.as_posix() + "/")
+        else:
+            globs += ["/" + _glob_literal(rel.name) + "*", "/." + _glob_literal(rel.name) + "*"]
+    return globs
+
+
+def _glob_literal(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 def queue_recipes(
     cfg: Config,
     store_factory,
@@ -129,7 +152,8 @@ def queue_recipes(
 
 def _freeze(cfg: Config) -> snap.Snapshot:
     try:
-        return snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code)
+        return snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code,
+                         patterns=snapshot_globs(cfg))
     except OSError as exc:  # a full disk under runs_dir, say: one line, nothing queued
         problem = environment_problem(exc)
         if problem is None:

@@ -27,10 +27,11 @@ from sqlalchemy import or_, select
 from opsdctl.config import Config
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
+from opsdctl.recipes.load import NAME_RULE, control_characters, valid_name
 from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
-from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, never_snapshotted
+from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_seq, stage_of, variants_named
 from opsdctl.store.models import Chain, Score, Stage, Variant, utcnow
@@ -56,7 +57,8 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
             _refuse_double_count(s, trainer, setting)
     spec = frozen_stages.spec_of(cfg)  # the eval command it will run, frozen now
     with snapshot_lock(cfg.runs_dir):
-        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code)
+        frozen = snap.take(cfg.code_dir, cfg.runs_dir, exclude=never_snapshotted(cfg), enabled=cfg.snapshot_code,
+                           patterns=snapshot_globs(cfg))
         with store.write() as s:
             trainer = None if checkpoint == BASE else _trained_by(s, checkpoint)
             variant, notes = _plan_variant(s, checkpoint, trainer, name, create=True)
@@ -123,6 +125,8 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
 
 
 def _checkpoint_dir(target: str) -> str:
+    if control_characters(target):  # it reaches status, the worker log and the eval's command line
+        raise UserError(f"queue --eval-only {target!r}: the path holds a control character; rename the directory")
     path = Path(target).expanduser()
     if not path.is_dir():
         raise UserError(f"queue --eval-only {target}: no such directory; give a checkpoint directory, "
@@ -131,8 +135,8 @@ def _checkpoint_dir(target: str) -> str:
 
 
 def _check_name(name: str) -> None:
-    if not name or "@" in name or "/" in name or name != name.strip():
-        raise UserError(f"--name {name!r}: a variant name is a plain word (no '@', '/' or surrounding spaces)")
+    if not valid_name(name):
+        raise UserError(f"--name {name!r}: a variant name is a plain word: {NAME_RULE}")
 
 
 def _trained_by(s, checkpoint: str) -> Optional[Chain]:

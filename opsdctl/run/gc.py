@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.config import Config
-from opsdctl.run import content_store
+from opsdctl.run import content_store, snapshot_check
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, find_variant
 from opsdctl.store.models import Chain, CodeSnapshot
@@ -72,6 +72,7 @@ def collect(cfg: Config, store: Store, dry_run: bool = False, keep: Sequence[str
     with snapshot_lock(runs_dir, exclusive=True):
         needed_keys, needed_chains, finished = _needed(store, keep)
         items = _snapshot_items(runs_dir, needed_keys) + _run_dir_items(runs_dir, finished, needed_chains)
+        items = [i for i in items if _inside(runs_dir, i.path)]
         going = _links_going(items)
         orphans = content_store.orphan_objects(runs_dir / "code", also_unlinked=going)
         items += [Item("object", p, "no snapshot links to this file content") for p in orphans]
@@ -80,6 +81,16 @@ def collect(cfg: Config, store: Store, dry_run: bool = False, keep: Sequence[str
             for item in items:
                 content_store.remove_tree(item.path)
         return GcReport(dry_run, items, len(needed_keys), len(needed_chains))
+
+
+def _inside(runs_dir: Path, path: Path) -> bool:
+    """`path` sits in a real directory under runs_dir: removing it (a link is only unlinked)
+    cannot reach anything outside, whatever a symlinked `runs/<id>` points at."""
+    try:
+        path.parent.resolve(strict=True).relative_to(runs_dir.resolve(strict=True))
+    except (OSError, RuntimeError, ValueError):
+        return False
+    return True
 
 
 def _needed(store: Store, keep: Sequence[str]) -> tuple[set[str], set[int], set[int]]:
@@ -120,6 +131,10 @@ def _snapshot_items(runs_dir: Path, needed_keys: set[str]) -> list[Item]:
             if now - entry.lstat().st_mtime > TMP_AGE_S:
                 out.append(Item("temporary", entry, "left by a snapshot that did not finish"))
             continue
+        if entry.name.endswith(snapshot_check.SUFFIX):
+            if entry.name[:-len(snapshot_check.SUFFIX)] not in needed_keys:
+                out.append(Item("snapshot", entry, "the record of a snapshot no queued or running chain runs"))
+            continue
         if entry.is_dir() and entry.name not in needed_keys:
             out.append(Item("snapshot", entry, "no queued or running chain runs this code"))
     return out
@@ -128,6 +143,8 @@ def _snapshot_items(runs_dir: Path, needed_keys: set[str]) -> list[Item]:
 def _run_dir_items(runs_dir: Path, finished: set[int], needed: set[int]) -> list[Item]:
     out = []
     for entry in sorted(runs_dir.iterdir(), key=lambda p: p.name):
+        if entry.is_symlink():
+            continue  # not a run dir opsdctl made: never followed
         if _STALE.match(entry.name) and entry.is_dir():
             out.append(Item("stale-run-dir", entry, "left by an older store; the worker moved it aside"))
             continue

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from opsdctl.config import Config
+from opsdctl.errors import UserError, one_line
 from opsdctl.fsutil import atomic_write_json, atomic_write_text, read_tail
 from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_info
 from opsdctl.recipes import knobs
@@ -34,6 +35,7 @@ from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
 from opsdctl.run.progress_clock import ProgressClock, stalled
 from opsdctl.run.score_row import score_row as _score_row
 from opsdctl.run.snapshot import ensure_materialized
+from opsdctl.run.snapshot import repair as repair_snapshot
 from opsdctl.store.engine import Store, snapshot_of
 from opsdctl.store.models import (
     Chain,
@@ -147,6 +149,7 @@ class LocalExecutor:
         self._recipe: Optional[recipe_file.Installed] = None  # a recipe.env put at recipe_env_path, to undo
         self._stages_left: list[str] = []  # the running chain's stages after the current one
         self._prestarted: Optional[_Prestarted] = None  # its eval, started while training runs
+        self._snap = None  # the running chain's code snapshot row (None: live code)
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -156,6 +159,7 @@ class LocalExecutor:
             chain = s.get(Chain, chain_id)
             variant = s.get(Variant, chain.variant_id)
             snap = snapshot_of(s, chain.snapshot_id)
+        self._snap = snap
         info = chain_info(chain, variant)
         try:
             code_dir = Path(chain.code_dir)
@@ -207,18 +211,29 @@ class LocalExecutor:
         return self._current_state(chain_id)
 
     def _own_code_view(self, chain: Chain, snap, code_dir: Path, run_dir: Path) -> Path:
-        """Say when the chain's frozen stage settings differ from this worker's config; with a
-        recipe_env_path, run in the chain's own view of its snapshot (code_view.py)."""
+        """Say when the chain's frozen stage settings differ from this worker's config; run in the
+        chain's own view of its snapshot (code_view.py), so that nothing a stage does to its code
+        reaches another chain."""
         changed = frozen_stages.differences(chain.stage_spec, self.cfg)
         if changed:
             self.report(f"chain {chain.id}: runs the stage settings frozen when it was queued; opsdctl.toml "
                         f"has changed {', '.join(changed)} since (chains queued later use the new ones)")
-        if not self._settings.recipe_env_path or snap is None or snap.kind == "live":
+        if snap is None or snap.kind == "live":
             return code_dir
-        root = code_dir
-        for _ in Path(snap.prefix).parts:
-            root = root.parent
-        return code_view.make_view(root, run_dir / "code") / snap.prefix
+        return code_view.make_view(self._snapshot_root(snap), run_dir / "code") / snap.prefix
+
+    def _snapshot_root(self, snap) -> Path:
+        return ensure_materialized(snap.kind, snap.key, snap.source_dir, self.cfg.runs_dir)
+
+    def _repair_code(self, chain: Chain, snap, view: Optional[Path]) -> bool:
+        """The shared snapshot and the chain's view as they were queued (snapshot_check.py);
+        True when something had to be put back."""
+        if snap is None or snap.kind == "live":
+            return False
+        done = repair_snapshot(snap.kind, snap.key, snap.source_dir, self.cfg.runs_dir, view)
+        for words in done:
+            self.report(f"chain {chain.id}: {words}")
+        return bool(done)
 
     def _prepare_run_dir(self, chain: Chain, variant: Variant) -> Path:
         run_dir = run_dir_of(self.cfg, chain.id)
@@ -289,6 +304,7 @@ class LocalExecutor:
         env = stages.stage_env(
             hparams=variant.hparams, method=variant.method, chain_id=chain.id, stage=stage, stage_dir=stage_dir,
             run_dir=run_dir, token=token, gpus=gpus, code_dir=code_dir, runs_dir=self.cfg.runs_dir,
+            store_url=self.store.url,
         )
         if stage == "eval":
             eval_request.apply_env(env, chain)
@@ -306,8 +322,18 @@ class LocalExecutor:
         if not isinstance(grant, Grant):
             self._drop_prestarted("the chain ended before its evaluation")
             return grant  # a StageOutcome that ends the chain
+        try:
+            if self._repair_code(chain, self._snap, run_dir / "code"):
+                self._drop_prestarted("its code was put back as queued")  # it may have read the changed code
+        except UserError as exc:  # a changed copy that cannot be rebuilt
+            self._drop_prestarted("its code snapshot was dropped")
+            return StageOutcome(False, State.FAILED, f"{stage} not started: {exc}")
         gpus = tuple(grant.gpus)
-        launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
+        try:
+            launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
+        except UserError as exc:  # a command frozen before quoted placeholders were refused
+            self._drop_prestarted("its eval could not be rendered")
+            return StageOutcome(False, State.FAILED, f"{stage} not started: {exc}")
         held = self._take_prestarted(launch)  # started while training ran, now given this stage
         if held is not None:
             launch = held.launch
@@ -446,7 +472,10 @@ class LocalExecutor:
         environment), holding on a pipe until the go: its interpreter and imports run while
         training does. It gets the go only if, once training has passed its checks, the eval's own
         grant starts it exactly so; otherwise it is dropped."""
-        launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), grant)
+        try:
+            launch = self._launch(chain, variant, "eval", run_dir, code_dir, str(checkpoint), grant)
+        except UserError:
+            return  # the eval stage itself fails with the reason when its turn comes
         read_fd, write_fd = os.pipe()
         env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
         try:
@@ -690,7 +719,7 @@ class LocalExecutor:
             row.exit_code = rc
             row.finished_at = utcnow()
             row.seconds = round(seconds, 3)
-            row.reason = reason
+            row.reason = one_line(reason) if reason else reason  # it may quote the stage's log
             if checkpoint is not None:
                 row.checkpoint = checkpoint
             if watch is not None:

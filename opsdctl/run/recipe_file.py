@@ -56,6 +56,7 @@ class Installed:
 def install(code_dir: Path, rel_path: str, text: str, run_dir: Path) -> Installed:
     """Put `text` at code_dir/rel_path for a train stage; the original is restorable."""
     target = Path(code_dir) / rel_path
+    _refuse_escape(Path(code_dir), rel_path, target)
     run_dir = Path(run_dir)
     journal = run_dir / JOURNAL
     if journal.exists():  # a restore that never ran (this run dir's earlier attempt)
@@ -79,6 +80,18 @@ def install(code_dir: Path, rel_path: str, text: str, run_dir: Path) -> Installe
         _preserve(target, backup)
     atomic_write_text(target, text)
     return Installed(journal)
+
+
+def _refuse_escape(code_dir: Path, rel_path: str, target: Path) -> None:
+    """The recipe goes into the chain's own code, never through a symlinked directory to where
+    that link points (another chain's view, the shared snapshot, someone's home)."""
+    from opsdctl.errors import UserError
+
+    root = os.path.realpath(code_dir)
+    where = os.path.realpath(target.parent)  # resolves the links on the way; a missing tail stays as written
+    if os.path.commonpath([root, where]) != root:
+        raise UserError(f"[stages.train] recipe_env_path {rel_path!r}: {target.parent} is a symlink that leads outside "
+                        f"the chain's code (to {where}); make it a real directory in your code")
 
 
 def restore_from(journal: Path, report: Callable[[str], None] = lambda m: None) -> Optional[str]:

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from opsdctl.errors import UserError
-from opsdctl.run import content_store
+from opsdctl.fsutil import PathMatcher, umask
+from opsdctl.run import content_store, snapshot_check
 
 REF_PREFIX = "refs/opsdctl/snapshots/"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
@@ -67,24 +68,27 @@ def code_path(runs_dir: Path, key: str, prefix: str = "") -> Path:
     return root / prefix if prefix else root
 
 
-def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: bool = True) -> Snapshot:
-    """Snapshot `code_dir` and materialize it; `exclude` (runs dir, db files) never enters it."""
+def take(code_dir: Path, runs_dir: Path, exclude: Sequence[Path] = (), enabled: bool = True,
+         patterns: Sequence[str] = ()) -> Snapshot:
+    """Snapshot `code_dir` and materialize it; `exclude` (runs dir, db files) and the paths the
+    globs `patterns` match (relative to code_dir, as in .gitignore) never enter it."""
     code_dir = Path(code_dir).resolve()
     if not code_dir.is_dir():
         raise UserError(f"code_dir {code_dir}: not a directory (check code_dir in opsdctl.toml)")
     if not enabled:
         return Snapshot(kind="live", key=str(code_dir), source_dir=str(code_dir), path=str(code_dir))
+    matcher = PathMatcher(patterns)
     top = _git_toplevel(code_dir)
     if top is not None:
-        snap = _take_git(code_dir, top, exclude)
+        snap = _take_git(code_dir, top, exclude, matcher)
         fresh = not code_path(runs_dir, snap.key).is_dir()
         root = materialize_git(top, snap.key, runs_dir)
         if fresh:
             sizes = _tree_sizes(top, snap.key)
             snap = Snapshot(**{**snap.__dict__, "added_bytes": sum(n for n, _ in sizes),
-                               "largest": tuple(sorted(sizes, reverse=True)[:3])})
+                               "largest": tuple((n, shown_name(p)) for n, p in sorted(sizes, reverse=True)[:3])})
     else:
-        snap, root = _take_copy(code_dir, runs_dir, exclude)
+        snap, root = _take_copy(code_dir, runs_dir, exclude, matcher)
     path = root / snap.prefix if snap.prefix else root
     return Snapshot(**{**snap.__dict__, "path": str(path)})
 
@@ -99,9 +103,10 @@ def _git(args: Sequence[str], cwd: Path, env: Optional[dict] = None, check: bool
     full_env.pop("GIT_WORK_TREE", None)
     if env:
         full_env.update(env)
+    # File names are bytes to git: one that is not UTF-8 round-trips as surrogates, never a traceback.
     proc = subprocess.run(
         ["git", *args], cwd=str(cwd), env=full_env, capture_output=True, text=not binary, input=stdin,
-        stdin=None if stdin is not None else subprocess.DEVNULL,
+        stdin=None if stdin is not None else subprocess.DEVNULL, errors=None if binary else "surrogateescape",
     )
     if check and proc.returncode != 0:
         err = proc.stderr if not binary else proc.stderr.decode(errors="replace")
@@ -118,7 +123,12 @@ def _git_toplevel(path: Path) -> Optional[Path]:
     return Path(proc.stdout.strip()).resolve()
 
 
-def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
+def shown_name(name: str) -> str:
+    """A file name for messages and the store: undecodable bytes as \\xNN escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path], matcher: PathMatcher) -> Snapshot:
     head_proc = _git(["rev-parse", "--verify", "-q", "HEAD"], cwd=top, check=False)
     head = head_proc.stdout.strip() if head_proc.returncode == 0 else None
     real_index = Path(_git(["rev-parse", "--git-path", "index"], cwd=top).stdout.strip())
@@ -133,20 +143,23 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         index = Path(tmp) / "index"
         env = {"GIT_INDEX_FILE": str(index)}
         if real_index.is_file():
-            shutil.copyfile(real_index, index)  # keeps git's stat cache: `add -A` only hashes changes
+            # copy2 keeps the index mtime too: git then re-reads the files changed in the second the index
+            # was written (its racy-clean rule), which a fresh mtime would hide behind the stat cache
+            shutil.copy2(real_index, index)  # keeps git's stat cache: `add -A` only hashes changes
         elif head:
             _git(["read-tree", head], cwd=top, env=env)
         _git(["add", "-A", "--", ".", *excludes], cwd=top, env=env)
         if own:  # our files may be tracked (committed by mistake): never in a snapshot
             _git(["rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *(f":(top,literal){rel}" for rel in own)],
                  cwd=top, env=env)
+        left_out = _drop_matching(top, code_dir, env, matcher)
         tree = _git(["write-tree"], cwd=top, env=env).stdout.strip()
     dirty = True
     diffstat = "(no commits yet: the whole tree is new)"
     if head:
         head_tree = _git(["rev-parse", f"{head}^{{tree}}"], cwd=top).stdout.strip()
         # Our own files, committed or not, are never in the snapshot: their absence is not a change.
-        beside_own = ["--", ".", *(f":(exclude,top,literal){rel}" for rel in own)]
+        beside_own = ["--", ".", *(f":(exclude,top,literal){rel}" for rel in [*own, *left_out])]
         diffstat = _git(["diff", "--stat", head_tree, tree, *beside_own], cwd=top).stdout.strip()
         dirty = bool(diffstat)
     commit = _keep_alive(top, tree, head)
@@ -161,6 +174,21 @@ def _take_git(code_dir: Path, top: Path, exclude: Sequence[Path]) -> Snapshot:
         diffstat=diffstat[:DIFFSTAT_MAX_CHARS],
         prefix="" if prefix == "." else prefix,
     )
+
+
+def _drop_matching(top: Path, code_dir: Path, env: dict, matcher: PathMatcher) -> list[str]:
+    """Remove from the temporary index the files under code_dir that `matcher` excludes; their
+    paths relative to the repository."""
+    if not matcher:
+        return []
+    prefix = code_dir.relative_to(top).as_posix()
+    prefix = "" if prefix == "." else prefix + "/"
+    listed = _git(["ls-files", "-z", "--cached", "--", "."], cwd=top, env=env).stdout.split("\0")
+    drop = [p for p in listed if p and p.startswith(prefix) and matcher(p[len(prefix):])]
+    if drop:
+        _git(["rm", "-q", "--cached", "--ignore-unmatch", "--pathspec-from-file=-", "--pathspec-file-nul"],
+             cwd=top, env={**env, "GIT_LITERAL_PATHSPECS": "1"}, stdin="\0".join(drop) + "\0")
+    return drop
 
 
 def _own_paths(top: Path, exclude: Sequence[Path]) -> list[str]:
@@ -232,21 +260,68 @@ def _extract_tar(data: bytes, dest: Path) -> None:
 
 
 def _install(final: Path, fill) -> Path:
-    """Fill a private temporary directory, then rename it to `final` (first one wins)."""
+    """Fill a private temporary directory, seal it read-only, then rename it to `final` (first
+    one wins) and record its entries (snapshot_check.py)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
         fill(tmp)
+        snapshot_check.seal(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
             if not final.is_dir():
                 raise
+        else:
+            snapshot_check.record(final)
+            os.chmod(final, 0o555 & ~umask())
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+            content_store.remove_tree(tmp)
     return final
+
+
+def _aside(root: Path) -> Path:
+    """Move a damaged snapshot out of the way (gc removes what remains of it)."""
+    aside = root.parent / f".tmp-damaged-{root.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.chmod(root, 0o700)
+    os.rename(root, aside)
+    snapshot_check.manifest_path(root).unlink(missing_ok=True)
+    return aside
+
+
+def repair(kind: str, key: str, source_dir: str, runs_dir: Path, view: Optional[Path]) -> list[str]:
+    """Before a stage: the shared snapshot and the chain's view as queued (snapshot_check.py)."""
+    root = code_path(runs_dir, key)
+
+    def rebuild() -> Path:
+        top = _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
+        if top is None:
+            raise UserError(f"code snapshot {key[:12]} was changed after it was queued and {source_dir} is no "
+                            "longer a git repository to rebuild it from: queue the chain again")
+        content_store.remove_tree(_aside(root))
+        return materialize_git(top, key, runs_dir)
+
+    def drop(bad: list[str]) -> None:
+        inodes = set()
+        for rel in bad:
+            try:
+                st = (root / rel).lstat()
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                inodes.add((st.st_dev, st.st_ino))
+        content_store.remove_tree(_aside(root))
+        content_store.drop_objects(runs_dir / "code", inodes)  # the next snapshot must not link them
+
+    from opsdctl.run.snapshot_lock import snapshot_lock
+
+    with snapshot_lock(runs_dir):  # shared: gc waits; the usual case ends here
+        if not snapshot_check.damaged(root, snapshot_check.load(root)):
+            return snapshot_check.ensure_intact(root, view, None, drop)  # at most the chain's own view to mend
+    with snapshot_lock(runs_dir, exclusive=True):  # a repair of shared code: one at a time
+        return snapshot_check.ensure_intact(root, view, rebuild if kind == "git" else None, drop)
 
 
 def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, prefix: str = "") -> Path:
@@ -267,32 +342,40 @@ def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, pr
 # --- outside git: content-addressed copy --------------------------------------------------
 
 
-def _walk(code_dir: Path, exclude: Sequence[Path]):
-    excluded = {Path(p).resolve() for p in exclude}
+def _walk(code_dir: Path, exclude: Sequence[Path], matcher: PathMatcher):
+    """Every file and symlink to keep. A symlink (to a directory, or one that loops) is kept as a
+    link, never followed: os.walk lists a linked directory among the directories."""
+    excluded = {os.path.realpath(p) for p in exclude}
+
+    def kept(p: Path) -> bool:
+        rel = p.relative_to(code_dir).as_posix()
+        return os.path.realpath(p) not in excluded and not matcher(rel)
+
     for root, dirs, files in os.walk(code_dir):
         rootp = Path(root)
+        links = sorted(d for d in dirs if (rootp / d).is_symlink())
         dirs[:] = sorted(
             d for d in dirs
-            if d not in SKIP_DIRS and not d.endswith(".egg-info") and (rootp / d).resolve() not in excluded
+            if d not in links and d not in SKIP_DIRS and not d.endswith(".egg-info") and kept(rootp / d)
         )
-        for name in sorted(files):
+        for name in sorted([*files, *links]):
             p = rootp / name
-            if p.resolve() in excluded or name.endswith(".pyc"):
+            if name.endswith(".pyc") or not kept(p):
                 continue
             yield p
 
 
-def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple[Snapshot, Path]:
+def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path], matcher: PathMatcher) -> tuple[Snapshot, Path]:
     exclude = [*exclude, runs_dir]
     code_root = Path(runs_dir) / "code"
     digest = hashlib.sha256()
     files = []  # (path, rel, sha256 or None for a symlink, executable)
     total = 0
-    for p in _walk(code_dir, exclude):
+    for p in _walk(code_dir, exclude, matcher):
         rel = p.relative_to(code_dir).as_posix()
         st = p.lstat()
         if stat.S_ISLNK(st.st_mode):
-            digest.update(f"L {rel} {os.readlink(p)}\n".encode())
+            digest.update(f"L {rel} {os.readlink(p)}\n".encode("utf-8", "surrogateescape"))
             files.append((p, rel, None, False, 0))
         elif stat.S_ISREG(st.st_mode):
             total += st.st_size
@@ -302,7 +385,7 @@ def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple
                     "make it a git repository, point code_dir at the code only, or set snapshot_code = false"
                 )
             h = content_store.file_sha256(p)
-            digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode())
+            digest.update(f"F {rel} {st.st_mode & 0o111:o} {h}\n".encode("utf-8", "surrogateescape"))
             files.append((p, rel, h, bool(st.st_mode & 0o111), st.st_size))
     key = digest.hexdigest()
     root = code_path(runs_dir, key)
@@ -323,7 +406,7 @@ def _take_copy(code_dir: Path, runs_dir: Path, exclude: Sequence[Path]) -> tuple
                     linker.place(p, h, x, target)
 
         _install(root, fill)
-    largest = tuple(sorted(((size, rel) for size, rel in added.values()), reverse=True)[:3])
+    largest = tuple(sorted(((size, shown_name(rel)) for size, rel in added.values()), reverse=True)[:3])
     snap = Snapshot(kind="copy", key=key, source_dir=str(code_dir), dirty=False,
                     added_bytes=sum(size for size, _ in added.values()), largest=largest)
     return snap, root

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from opsdctl.recipes import knobs
+from opsdctl.store import credentials
 from opsdctl.templates import (  # noqa: F401
     PLACEHOLDERS,
     STAGE_PLACEHOLDERS,
@@ -48,8 +49,11 @@ def stage_env(
     code_dir: Path,
     runs_dir: Path | None = None,
     base: Mapping[str, str] | None = None,
+    store_url: str | None = None,
 ) -> dict[str, str]:
-    env = dict(os.environ if base is None else base)
+    # A stage runs the queuer's code: it never sees the store's credentials (PGPASSWORD, a
+    # variable holding the password or the URL), only what the stage contract gives it.
+    env = credentials.scrub_env(os.environ if base is None else base, store_url)
     if runs_dir is not None and not env.get(ENV_VLLM_CACHE):
         # vLLM's torch.compile artefacts are keyed by model and engine config: with one cache
         # for every stage only a session's first engine of each kind compiles (~30 s each);

@@ -20,14 +20,14 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
-from urllib.parse import quote, quote_plus
 
 from sqlalchemy import create_engine, event, func, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlmodel import Session, SQLModel
 
 from opsdctl.errors import UserError
+from opsdctl.store.credentials import mask_url, redact
 from opsdctl.store.models import (
     Chain,
     CodeSnapshot,
@@ -67,7 +67,7 @@ class Store:
 
     def safe_url(self) -> str:
         """The URL without its password, for messages and status."""
-        return make_url(self.url).render_as_string(hide_password=True)
+        return mask_url(self.url)
 
     def redact(self, message: str) -> str:
         """`message` with the store's password (from the URL or PGPASSWORD) replaced by ***."""
@@ -178,23 +178,6 @@ def _has_bytes(path: Path) -> bool:
         return False
 
 
-def redact(message: str, url: Optional[str] = None) -> str:
-    secrets = set()
-    if url:
-        try:
-            password = make_url(url).password
-        except Exception:
-            password = None
-        if password:
-            secrets |= {str(password), quote_plus(str(password)), quote(str(password), safe="")}
-    env_pw = os.environ.get("PGPASSWORD")
-    if env_pw and len(env_pw) >= 4:
-        secrets.add(env_pw)
-    for secret in sorted(secrets, key=len, reverse=True):
-        message = message.replace(secret, "***")
-    return message
-
-
 def _make_engine(url: str):
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -204,8 +187,11 @@ def _make_engine(url: str):
             connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
         try:
             return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        except NoSuchModuleError:
+            raise UserError(f"db = {mask_url(url)}: SQLAlchemy knows no driver {parsed.drivername!r}; write e.g. "
+                            "postgresql+psycopg://user@host/db (pip install 'opsdctl[postgres]')") from None
         except ImportError as exc:
-            safe = parsed.render_as_string(hide_password=True)
+            safe = mask_url(url)
             extra = " (pip install 'opsdctl[postgres]')" if parsed.get_backend_name() == "postgresql" else ""
             raise UserError(f"db = {safe}: its driver is not installed: {exc}{extra}") from None
     db = make_url(url).database

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from opsdctl.errors import one_line
+
 
 class State(str, enum.Enum):
     QUEUED = "queued"
@@ -88,7 +90,7 @@ def transition(session, chain_id: int, expected, new: State, *, reason: str | No
     result = session.execute(
         update(Chain)
         .where(Chain.id == chain_id, Chain.state == current)
-        .values(state=new.value, reason=reason, **values)
+        .values(state=new.value, reason=one_line(reason) if reason else reason, **values)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:
