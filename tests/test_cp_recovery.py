@@ -1,5 +1,5 @@
 """Worker crashes and signals: SIGKILL mid-stage then a new worker (orphans stopped, chain
-interrupted and re-queued, nothing left running); SIGTERM (interrupted, not re-queued);
+interrupted and re-queued, nothing left running); SIGTERM (interrupted and re-queued, as after SIGKILL);
 one worker per store."""
 
 from __future__ import annotations
@@ -99,16 +99,13 @@ def test_one_worker_per_store_and_sigterm_interrupts(ws):
     assert rc == 128 + signal.SIGTERM, output
     assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
-    assert set(chains) == {1}  # not re-queued: the user stopped it
+    assert set(chains) == {1, 2}  # re-queued, as after a SIGKILL
     assert chains[1]["state"] == "interrupted" and "SIGTERM" in chains[1]["reason"]
+    assert chains[2]["state"] == "queued" and "re-queued as chain 2" in output
     assert ws.status()["worker"]["state"] == "stopped"
-    # a later worker does not run it again ...
+    # the next worker runs it
     ws.cli("worker", "--drain")
-    assert set(ws.chains()) == {1}
-    # ... unless asked
-    ws.cli("requeue", "1")
-    ws.cli("worker", "--drain")
-    assert ws.chains()[2]["state"] == "succeeded"
+    assert ws.chains()[2]["state"] == "succeeded" and set(ws.chains()) == {1, 2}
 
 
 def test_cancel_with_the_worker_dead_stops_the_orphans(ws):

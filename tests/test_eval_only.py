@@ -95,7 +95,7 @@ def test_queue_eval_only_base_store_and_outside_checkpoints(ws, tmp_path):
         (("--eval-only", trained, "--name", "other"), "its scores belong to baseline"),
         (("--eval-only", "base", "--repeats", "2"), "one checkpoint is one training run"),
         (("baseline", "--eval-only", "base"), "takes no RECIPE"),
-        (("baseline", "--name", "x"), "--name only names an --eval-only checkpoint"),
+        (("baseline", "--name", "x"), "--name names an --eval-only checkpoint or an --env recipe.env"),
     ]:
         proc = ws.cli("queue", *args, check=False)
         assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)

@@ -291,7 +291,7 @@ def test_cancel_running_remote_chain_through_its_actor(ws, cluster):
 
 
 def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
-    """SIGTERM to the worker: each actor stops its own stage; chains end interrupted, not re-queued."""
+    """SIGTERM to the worker: each actor stops its own stage; chains end interrupted and are re-queued."""
     cfg, store = ray_config(ws, cluster, train_env=LONG_TRAIN)
     ws.cli("queue", "baseline", "--repeats", "2")
     seen: dict = {}
@@ -314,9 +314,10 @@ def test_sigterm_stops_remote_stages_and_interrupts(ws, cluster):
     for leader, child, token in seen["pids"]:
         assert not pid_alive(leader) and not pid_alive(child) and token_processes(token) == []
     chains = ws.chains()
-    assert set(chains) == {1, 2}  # not re-queued: the user stopped it
+    assert set(chains) == {1, 2, 3, 4}  # re-queued, as after a SIGKILL
     for c in (1, 2):
         assert chains[c]["state"] == "interrupted" and "worker stopped (SIGTERM) during train" in chains[c]["reason"]
+    assert {chains[c]["state"] for c in (3, 4)} == {"queued"}
     assert _nothing_running(ws)
     assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
 

@@ -138,7 +138,11 @@ def queue(
                                             help="Evaluate an existing checkpoint (or the base model) without "
                                                  "training: one chain, scored as the variant that trained it."),
     name: Optional[str] = typer.Option(None, "--name", help="--eval-only: the variant a checkpoint trained outside "
-                                                           "opsdctl is scored as [base: base]."),
+                                                           "opsdctl is scored as [base: base]; --env: the "
+                                                           "recipe's name [the file's name]."),
+    env_file: Optional[str] = typer.Option(None, "--env", metavar="RECIPE_ENV",
+                                           help="A recipe.env (KEY=VALUE lines, as the official re-training reads) "
+                                                "queued as a recipe, checked by the same whitelist."),
     as_json: bool = typer.Option(False, "--json",
                                  help='Print [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}].'),
 ) -> None:
@@ -152,8 +156,9 @@ def queue(
 
     cfg = _config()
     if eval_only is not None:
-        if recipes:
-            raise UserError(f"queue --eval-only {eval_only}: takes no RECIPE ({' '.join(recipes)}); queue them apart")
+        if recipes or env_file is not None:
+            given = " ".join([*(recipes or []), *([f"--env {env_file}"] if env_file is not None else [])])
+            raise UserError(f"queue --eval-only {eval_only}: takes no RECIPE ({given}); queue them apart")
         if repeats != 1:  # (--seed does not apply either: the seed is the training chain's)
             raise UserError("queue --eval-only: one checkpoint is one training run; --repeats does not apply")
         from opsdctl.run.eval_only import queue_eval_only
@@ -161,15 +166,16 @@ def queue(
         result = queue_eval_only(cfg, lambda: _store(cfg), eval_only, name=name, partial_spec=partial,
                                  priority=priority)
     else:
-        if name is not None:
-            raise UserError("--name only names an --eval-only checkpoint; a recipe is named in its file")
+        if name is not None and env_file is None:
+            raise UserError("--name names an --eval-only checkpoint or an --env recipe.env; a TOML recipe is named "
+                            "in its file")
         from opsdctl.run.enqueue import queue_recipes
 
         default_seed, default_same = cfg.seed_policy()
         result = queue_recipes(
             cfg, lambda: _store(cfg), recipes or [], repeats=repeats,
             seed=default_seed if seed is None else seed, same_seed=default_same if same_seed is None else same_seed,
-            priority=priority, force=force, partial_spec=partial,
+            priority=priority, force=force, partial_spec=partial, env_file=env_file, env_name=name,
         )
     for note in result.notes:
         _warn(note) if "version" in note or "same knobs" in note else _console(stderr=True).print(_escape(note))
@@ -394,17 +400,22 @@ def requeue(
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
                                           help="--eval-only: a partial eval [default: the old chain's setting]."),
     full: bool = typer.Option(False, "--full", help="--eval-only: the full protocol (e.g. after a partial screening)."),
+    current_commands: bool = typer.Option(False, "--current-commands",
+                                          help="Run the stage commands opsdctl.toml holds now, not the ones frozen when "
+                                               "the chain was queued (e.g. after fixing a broken eval command)."),
     as_json: bool = typer.Option(False, "--json",
                                  help='Print {"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}.'),
 ) -> None:
     """Queue a fresh copy of a finished chain: same variant, seed and code snapshot."""
     cfg = _config()
+    current = cfg if current_commands else None
     if eval_only:
         from opsdctl.run.eval_only import requeue_eval_only
         from opsdctl.run.snapshot_lock import snapshot_lock
 
         with snapshot_lock(cfg.runs_dir):  # a concurrent `gc` cannot take its code or checkpoint away
-            new = requeue_eval_only(_store(cfg), chain_id, partial_spec=partial, full=full, priority=priority)
+            new = requeue_eval_only(_store(cfg), chain_id, partial_spec=partial, full=full, priority=priority,
+                                    current=current)
     else:
         if partial or full:
             from opsdctl.errors import UserError
@@ -412,7 +423,7 @@ def requeue(
             raise UserError("requeue: --partial and --full choose the evaluation of --eval-only; add --eval-only")
         from opsdctl.run.enqueue import requeue_chain
 
-        new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir)
+        new = requeue_chain(_store(cfg), chain_id, priority, runs_dir=cfg.runs_dir, current=current)
     if as_json:
         _print_json(new.to_json())
         return

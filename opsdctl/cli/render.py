@@ -57,6 +57,18 @@ def _variant_cell(c: dict) -> str:
     return text
 
 
+def render_frozen_settings(con, queued: list[dict]) -> None:
+    """Queued chains that will run stage settings other than opsdctl.toml holds now, grouped."""
+    groups: dict[tuple, list[int]] = {}
+    for c in queued:
+        if c.get("stage_settings_differ"):
+            groups.setdefault(tuple(c["stage_settings_differ"]), []).append(c["chain_id"])
+    for differ, ids in groups.items():
+        which = f"chain{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+        con.print(f"[yellow]{which}: run{'' if len(ids) > 1 else 's'} the stage settings frozen when queued; "
+                  f"opsdctl.toml now has another {escape(', '.join(differ))}[/yellow] (cancel and queue again to take it)")
+
+
 def render_status(con: Console, doc: dict) -> None:
     budget = doc["budget"]
     worker = doc["worker"]
@@ -108,6 +120,7 @@ def render_status(con: Console, doc: dict) -> None:
         con.print(t)
     else:
         con.print("[dim]queue empty[/dim]")
+    render_frozen_settings(con, queued)
     if planner:
         render_auto_repeat(con, planner)
     if doc.get("gpus"):

@@ -3,7 +3,9 @@
 `gather_status` returns plain data (the `--json` document); the CLI renders it with rich.
 JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id", "variant",
 "state", "stage", "score", "reason", "started_at", "finished_at", ...}]}: running chains first,
-then queued ones in run order, then finished ones, newest first. "planner" (opsdctl.plan.timeline:
+then queued ones in run order (each with "stage_settings_differ": the stage settings, e.g.
+"[stages.eval] command", that it froze when queued and opsdctl.toml no longer holds), then
+finished ones, newest first. "planner" (opsdctl.plan.timeline:
 policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.plan.gpus: inventory
 with the processes holding each GPU) complete it.
 """
@@ -17,6 +19,7 @@ from opsdctl.config import Config, export_path
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.recipes import partial
 from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
+from opsdctl.run import frozen_stages
 from opsdctl.run.worker_view import worker_view
 from opsdctl.store.reader import Reader
 from opsdctl.store.states import State
@@ -102,7 +105,11 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
         for c in chains:
             if worker["state"] != "running":
                 c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
-        chains += [chain_view(r, c, variants[c.variant_id], with_stages=False) for c in queued]
+        for c in queued:
+            view = chain_view(r, c, variants[c.variant_id], with_stages=False)
+            # Frozen when queued: what of opsdctl.toml as it is now this chain will not run.
+            view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
+            chains.append(view)
         chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
     from opsdctl.plan.gpus import gpus_status
     from opsdctl.plan.timeline import planner_status

@@ -131,6 +131,9 @@ def _check_file(doc: dict, path: Path, extra: Sequence[str]) -> dict:
 
 def load_recipe(ref: str, recipes_dir: Path, extra_method_knobs: Sequence[str] = ()) -> Recipe:
     """Find, validate and resolve a recipe (defaults overlaid along the `extends` chain)."""
+    if ref.endswith(".env"):
+        raise UserError(f"{ref}: a recipe.env (KEY=VALUE lines), not a TOML recipe; queue it with "
+                        f"`opsdctl queue --env {ref} [--name NAME]`")
     path = find_recipe(ref, recipes_dir)
     lineage: list[Path] = []
     layers: list[dict] = []
@@ -174,3 +177,33 @@ def load_recipe(ref: str, recipes_dir: Path, extra_method_knobs: Sequence[str] =
         path=path,
         lineage=tuple(lineage),
     )
+
+
+ENV_MAX_BYTES = 1 << 20  # a recipe.env is a few lines
+
+
+def load_recipe_env(file: str, name: Optional[str] = None) -> Recipe:
+    """A recipe.env (the users' native `KEY=VALUE` format, what the official re-training reads) as
+    a recipe: its keys over the baseline's defaults, checked by the same whitelist as a TOML
+    recipe's [hparams]; method knobs keep their defaults. Named `name`, else after the file."""
+    if control_characters(file):
+        raise UserError(f"--env {file!r}: the path holds a control character (a terminal escape?); rename the file")
+    path = Path(file).expanduser()
+    if not path.is_file():
+        raise UserError(f"--env {file}: no such file; give a recipe.env of KEY=VALUE lines")
+    path = path.resolve()
+    if path.stat().st_size > ENV_MAX_BYTES:
+        raise UserError(f"--env {file}: {path.stat().st_size} bytes; a recipe.env is a few KEY=VALUE lines")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--env {file}: not UTF-8 text (byte at offset {exc.start}); save it as UTF-8") from None
+    hparams = knobs.default_hparams()
+    hparams.update(knobs.parse_recipe_env(text, str(path)))
+    method = knobs.default_method()
+    knobs.check_invariants(hparams, str(path), method)
+    name = path.stem if name is None else name
+    if not NAME_RE.match(name):
+        raise UserError(f"--env {file}: recipe name {name!r}: {NAME_RULE}; give one with --name NAME")
+    return Recipe(name=name, description=f"from {path.name}", hparams={k: hparams[k] for k in knobs.HPARAMS},
+                  method=method, path=path, lineage=(path,))

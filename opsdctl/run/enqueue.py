@@ -14,9 +14,9 @@ from opsdctl.config import Config, export_path
 from opsdctl.errors import UserError
 from opsdctl.recipes import partial
 from opsdctl.fsutil import unwritable_dir
-from opsdctl.recipes.load import Recipe, load_recipe
+from opsdctl.recipes.load import Recipe, load_recipe, load_recipe_env
 from opsdctl.recipes.profiles import get_profile
-from opsdctl.run import frozen_stages
+from opsdctl.run import disk_reserve, frozen_stages
 from opsdctl.run import snapshot as snap
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.snapshot_lock import snapshot_lock
@@ -74,7 +74,7 @@ def never_snapshotted(cfg: Config) -> list[Path]:
         from sqlalchemy.engine import make_url
 
         db = Path(make_url(cfg.db).database)
-        out += [db] + [Path(str(db) + s) for s in ("-wal", "-shm", "-journal", ".worker.lock", ".init.lock")]
+        out += [db] + [Path(str(db) + s) for s in ("-wal", "-shm", "-journal", ".worker.lock", ".init.lock", disk_reserve.SUFFIX)]
     return out
 
 
@@ -112,10 +112,13 @@ def queue_recipes(
     priority: int = 0,
     force: bool = False,
     partial_spec: Optional[str] = None,
+    env_file: Optional[str] = None,
+    env_name: Optional[str] = None,
 ) -> QueueResult:
-    if not refs:
+    """`env_file` (`queue --env FILE [--name N]`): a recipe.env queued as one more recipe."""
+    if not refs and env_file is None:
         raise UserError("queue: name at least one recipe (a path, or a name under recipes/), or give "
-                        "--eval-only CHECKPOINT_DIR|base")
+                        "--env RECIPE_ENV or --eval-only CHECKPOINT_DIR|base")
     if repeats < 1:
         raise UserError(f"--repeats {repeats}: must be at least 1")
     setting = partial.parse(partial_spec, get_profile(cfg.profile))
@@ -123,6 +126,8 @@ def queue_recipes(
     recipes: list[Recipe] = []
     for ref in refs:
         recipes.append(load_recipe(ref, cfg.recipes_dir, cfg.extra_method_knobs))
+    if env_file is not None:
+        recipes.append(load_recipe_env(env_file, env_name))
     names = [r.name for r in recipes]
     for r in recipes:
         if names.count(r.name) > 1 and len({x.hash for x in recipes if x.name == r.name}) > 1:
@@ -337,18 +342,27 @@ def _diff_keys(old: Variant, recipe: Recipe) -> str:
 
 
 def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
-                  runs_dir: Optional[Path] = None) -> QueuedChain:
+                  runs_dir: Optional[Path] = None, current: Optional[Config] = None) -> QueuedChain:
     """A fresh queued copy of a finished chain (same variant, seed, repeat and code snapshot);
-    `runs_dir` given: under the snapshot lock, so a concurrent `gc` cannot take its code away."""
+    `runs_dir` given: under the snapshot lock, so a concurrent `gc` cannot take its code away.
+    `current` given (`--current-commands`): the stage settings opsdctl.toml holds now, not the
+    ones frozen with the old chain."""
     if runs_dir is not None:
         with snapshot_lock(runs_dir):
-            return requeue_chain(store, chain_id, priority)
+            return requeue_chain(store, chain_id, priority, current=current)
     with store.write() as session:
         old = get_chain(session, chain_id)
         if old.state in (State.QUEUED.value, State.RUNNING.value):
             raise UserError(f"chain {chain_id} is {old.state}; only a finished chain can be re-queued")
         new = _copy_chain(session, old, priority)
+        if current is not None:
+            take_current_commands(new, old, current)
         return QueuedChain.of(new, session.get(Variant, new.variant_id))
+
+
+def take_current_commands(new: Chain, old: Chain, cfg: Config) -> None:
+    new.stage_spec = frozen_stages.rerun_spec(old.stage_spec, cfg, eval_only=bool(new.eval_only))
+    new.commands_hash = frozen_stages.commands_hash(new.stage_spec)
 
 
 def _copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:

@@ -31,7 +31,8 @@ from opsdctl.recipes.load import NAME_RULE, control_characters, valid_name
 from opsdctl.recipes.profiles import get_profile
 from opsdctl.run import frozen_stages
 from opsdctl.run import snapshot as snap
-from opsdctl.run.enqueue import QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs
+from opsdctl.run.enqueue import (QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs,
+                                 take_current_commands)
 from opsdctl.run.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_seq, stage_of, variants_named
 from opsdctl.store.models import Chain, Score, Stage, Variant, utcnow
@@ -91,10 +92,11 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
 
 
 def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str] = None, full: bool = False,
-                      priority: Optional[int] = None) -> QueuedChain:
+                      priority: Optional[int] = None, current: Optional[Config] = None) -> QueuedChain:
     """Evaluate again the checkpoint chain `chain_id` trained (its eval timed out, failed or was
     skipped): same variant, seed, repeat and code snapshot; the old chain's eval setting unless
-    `partial_spec` or `full` says otherwise."""
+    `partial_spec` or `full` says otherwise; with `current` (`--current-commands`), the eval
+    settings opsdctl.toml holds now instead of the frozen ones."""
     if full and partial_spec:
         raise UserError("requeue: --full and --partial ask for different evaluations; give one")
     with store.write() as s:
@@ -116,6 +118,8 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
             stage_spec=old.stage_spec, commands_hash=old.commands_hash, queued_at=utcnow(), eval_problems=setting.problems, eval_k=setting.k, eval_only=True,
             checkpoint=checkpoint, trained_by=trainer.id if trainer is not None else None,
         )
+        if current is not None:
+            take_current_commands(new, old, current)
         s.add(new)
         s.flush()
         return QueuedChain.of(new, s.get(Variant, new.variant_id))

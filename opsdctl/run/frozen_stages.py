@@ -4,8 +4,11 @@
 (`Chain.stage_spec`): the train and eval command templates, the checkpoint template, the
 recipe_env_path and the [stages.train.expect] patterns. Editing opsdctl.toml while a worker
 runs (or before it restarts) changes only chains queued afterwards; the worker says when a
-chain's frozen settings differ from the config it loaded. Timeouts stay live: they say how long
-to wait, not what runs.
+chain's frozen settings differ from opsdctl.toml as it is when the chain starts (read again then,
+not as the worker loaded it), and `status` shows the queued chains whose settings differ from the
+file now. `requeue N [--eval-only] --current-commands` takes the file's settings instead (an
+eval-only re-run keeps the train settings its checkpoint was trained with). Timeouts stay live:
+they say how long to wait, not what runs.
 
 `Chain.commands_hash` is the sha256 of what decides what runs (the commands, the checkpoint
 template, recipe_env_path), so runs made with different commands are never pooled silently:
@@ -20,7 +23,8 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from opsdctl.config import Config
+from opsdctl.config import Config, load_config
+from opsdctl.errors import UserError
 
 SPEC_VERSION = 1
 IDENTITY = (("train", "command"), ("train", "checkpoint"), ("train", "recipe_env_path"), ("eval", "command"))
@@ -83,3 +87,23 @@ def differences(spec: Optional[dict], cfg: Config) -> list[str]:
             if now[stage].get(key) != value:
                 out.append(f"[stages.{stage}] {key}")
     return out
+
+
+def config_now(cfg: Config) -> Config:
+    """opsdctl.toml as it is now (a worker loaded `cfg` when it started); `cfg` itself when it
+    was not read from a file, or when the file cannot be read now."""
+    if cfg.path is None:
+        return cfg
+    try:
+        return load_config(cfg.path)
+    except (UserError, OSError):
+        return cfg
+
+
+def rerun_spec(old: Optional[dict], cfg: Config, eval_only: bool) -> dict:
+    """The stage settings of a re-run that takes opsdctl.toml's now (`--current-commands`); an
+    eval-only re-run keeps the train settings its checkpoint was trained with."""
+    now = spec_of(cfg)
+    if eval_only and old:
+        now["train"] = dict(old["train"])
+    return now

@@ -10,7 +10,6 @@ the same stages elsewhere by implementing `run_chain` and `stop`.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -28,7 +27,9 @@ from opsdctl.plan.gate import ChainInfo, Gate, Grant, Skip, Stop, Wait, chain_in
 from opsdctl.recipes import knobs
 from opsdctl.recipes.load import recipe_json
 from opsdctl.recipes.profiles import PROFILES
-from opsdctl.run import code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results, stages
+from opsdctl.run import (code_view, eval_request, frozen_stages, gpu_sampler, log_metrics, procs, recipe_file, results,
+                         stage_json, stages, subreaper)
+from opsdctl.run.command_hint import failure_hint
 from opsdctl.run.effective_config import MISMATCH, RecipeCheck, check_log
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.requeue_on_error import environment_stop, requeue_after_error
@@ -54,6 +55,7 @@ STATE_CHECK_S = 1.0  # how often the store is asked whether the chain was cancel
 PROGRESS_WRITE_S = 2.0  # how often progress is written to the store (when it changed)
 HEARTBEAT_S = 10.0
 REPORT_S = 30.0  # how often the worker prints a running stage's progress (when it changed)
+READ_CHUNK = 4 << 20  # the most of a stage's log or progress file read at each look
 
 
 class StopRequest:
@@ -150,6 +152,8 @@ class LocalExecutor:
         self._stages_left: list[str] = []  # the running chain's stages after the current one
         self._prestarted: Optional[_Prestarted] = None  # its eval, started while training runs
         self._snap = None  # the running chain's code snapshot row (None: live code)
+        subreaper.become()  # a stage's orphans become ours to stop (subreaper.py)
+        self._children_before: set[int] = set()  # this process's children before the running stage
 
     # --- the chain ------------------------------------------------------------------------
 
@@ -186,6 +190,9 @@ class LocalExecutor:
                 if not outcome.ok:
                     if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
                         return self._current_state(chain_id)
+                    if outcome.end == State.INTERRUPTED:  # a worker stop: as after a SIGKILL, re-queued
+                        requeue_after_error(self.store, self.cfg, chain_id, outcome.reason, self.report)
+                        return self._current_state(chain_id)
                     return self._end(chain_id, outcome.end, outcome.reason)
                 checkpoint = outcome.checkpoint or checkpoint
         except BaseException as exc:
@@ -195,7 +202,8 @@ class LocalExecutor:
             # chain stays `running` and the next worker start interrupts and re-queues it.
             if self._live is not None:
                 try:
-                    procs.stop_stage(self._live, self._grace(), cut_short=self._forced)
+                    procs.stop_stage(self._live, self._grace(), cut_short=self._forced,
+                                     lineage=lambda: self._lineage(self._live.pid))
                 except Exception:
                     pass
             reason = f"worker error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
@@ -211,10 +219,10 @@ class LocalExecutor:
         return self._current_state(chain_id)
 
     def _own_code_view(self, chain: Chain, snap, code_dir: Path, run_dir: Path) -> Path:
-        """Say when the chain's frozen stage settings differ from this worker's config; run in the
-        chain's own view of its snapshot (code_view.py), so that nothing a stage does to its code
+        """Say when the chain's frozen stage settings differ from opsdctl.toml as it is now; run in
+        the chain's own view of its snapshot (code_view.py), so that nothing a stage does to its code
         reaches another chain."""
-        changed = frozen_stages.differences(chain.stage_spec, self.cfg)
+        changed = frozen_stages.differences(chain.stage_spec, frozen_stages.config_now(self.cfg))
         if changed:
             self.report(f"chain {chain.id}: runs the stage settings frozen when it was queued; opsdctl.toml "
                         f"has changed {', '.join(changed)} since (chains queued later use the new ones)")
@@ -370,6 +378,7 @@ class LocalExecutor:
         sampler = gpu_sampler.sampler_for_stage(gpus, lambda: _stage_pids(leader, watch),
                                                 self.cfg.section("gpus").get("sample_seconds", 1.0))
         started = time.monotonic()
+        self._children_before = subreaper.children() - ({held.proc.pid} if held is not None else set())
         try:
             proc = self._go(held) if held is not None else stages.spawn(command, code_dir, env, log_path)
         except OSError as exc:
@@ -396,9 +405,15 @@ class LocalExecutor:
         rc = proc.returncode
         if how == "exited" and self._current_state(chain.id) != State.RUNNING:
             how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
+        if how == "exited":
+            # Recorded before its output is read: a worker killed while reading it leaves salvage
+            # the fact that training ended (exit 0 + the checkpoint), so it is never trained again.
+            with self.store.write() as s:
+                s.get(Stage, stage_id).exit_code = rc
 
         # Whatever the outcome, nothing of this stage may outlive it (orphans hold GPU memory).
-        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced)
+        leftover = procs.stop_stage(ident, self._grace(), reap=lambda: proc.poll(), cut_short=self._forced,
+                                    lineage=lambda: self._lineage(proc.pid))
         self._live = None
         self._record_gpu_usage(stage_id, sampler)
         self._restore_recipe()
@@ -429,7 +444,9 @@ class LocalExecutor:
 
         # The process exited on its own.
         if rc != 0:
-            reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}"
+            hint = failure_hint(chain.id, stage, rc, chain.stage_spec, frozen_stages.config_now(self.cfg),
+                                eval_only_possible=stage == "eval")
+            reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}{hint}"
             self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
             return StageOutcome(False, State.FAILED, reason)
         if stage == "train":
@@ -600,13 +617,21 @@ class LocalExecutor:
 
     def _stop(self, ident, proc, force: bool = False) -> None:
         grace = 0.0 if force else self._grace()
-        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll(), cut_short=self._forced)
+        report = procs.stop_stage(ident, grace, reap=lambda: proc.poll(), cut_short=self._forced,
+                                  lineage=lambda: self._lineage(proc.pid))
         if report.survivors:
             self.report(f"pid(s) {report.survivors} survived SIGKILL (uninterruptible?)")
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+    def _lineage(self, leader: int):
+        """The running stage's processes by descent, its escaped and orphaned ones included."""
+        known = set(self._children_before)
+        if self._prestarted is not None:
+            known.add(self._prestarted.proc.pid)
+        return subreaper.lineage(leader, known)
 
     def _grace(self) -> float:
         return 0.0 if self.stop_request.force else self.cfg.kill_grace_seconds
@@ -634,7 +659,7 @@ class LocalExecutor:
     def _check_recipe(self, chain: Chain, variant: Variant, stage_id: int, log_path: Path) -> RecipeCheck:
         profile = PROFILES.get(chain.profile)
         try:
-            check = check_log(read_tail(log_path, 32 << 20), variant.hparams, variant.method,
+            check = check_log(read_tail(log_path, results.STATS_TAIL_BYTES), variant.hparams, variant.method,
                               max_steps=profile.max_steps if profile else None,
                               lr_scale=profile.learning_rate_scale if profile else 1.0, expect=self._settings.expect)
         except Exception as exc:  # a bug in the check must not fail a good run
@@ -652,13 +677,17 @@ class LocalExecutor:
         if pfile.is_file():
             with open(pfile, "rb") as f:
                 f.seek(watch.progress_offset)
-                chunk = f.read()
+                chunk = f.read(READ_CHUNK)
             end = chunk.rfind(b"\n") + 1  # only whole lines; a half-written one waits
+            if end == 0 and len(chunk) == READ_CHUNK:
+                end = len(chunk)  # a line longer than a whole chunk is no progress record: skip it
             watch.progress_offset += end
             for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+                if len(line) > results.MAX_LINE:
+                    continue
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
+                    rec = stage_json.loads(line, "progress.jsonl")
+                except stage_json.StageJsonError:
                     continue
                 if isinstance(rec, dict):
                     rec.setdefault("source", "progress.jsonl")
@@ -666,7 +695,7 @@ class LocalExecutor:
         try:
             with open(log_path, "rb") as f:
                 f.seek(watch.log_offset)
-                chunk = f.read(4 << 20)
+                chunk = f.read(READ_CHUNK)
             watch.log_offset += len(chunk)
             log_records = adapter.feed(chunk.decode("utf-8", errors="replace"))
         except FileNotFoundError:
@@ -736,7 +765,7 @@ class LocalExecutor:
             summary = results.read_train_summary(stage_dir, log_path)
             declared = self.cfg.stages["train"].metrics  # [stages.train.metrics]
             if declared and log_path.is_file():
-                summary = log_metrics.apply(summary, log_path.read_text(encoding="utf-8", errors="replace"), declared)
+                summary = log_metrics.apply(summary, read_tail(log_path, results.STATS_TAIL_BYTES), declared)
         except Exception as exc:  # statistics are a bonus; never fail a chain over them
             self.report(f"chain {chain_id}: could not read training statistics: {exc}")
             return
@@ -757,7 +786,7 @@ class LocalExecutor:
         result = None
         try:
             if (stage_dir / "result.json").is_file():
-                result = results.parse_result_json((stage_dir / "result.json").read_text(), "result.json")
+                result = results.read_result_json(stage_dir / "result.json")
         except results.ResultError:
             result = None
         if result is None and watch.last_problems_record is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional, Sequence
 
-from opsdctl.run.results import TrainSummary, trainer_bar
+from opsdctl.run.results import MAX_LINE, TrainSummary, trainer_bar
 
 STEP_RE = re.compile(r"\bstep\s*[=:#]?\s*(\d+)\b", re.IGNORECASE)
 SPECIAL = {"kl": "mean_kl", "frac_clipped": "frac_clipped"}  # names that fill a summary column
@@ -44,6 +44,7 @@ def scan(log_text: str, patterns: Sequence[tuple[str, str]]) -> dict[int, dict[s
     rank = {name: 0 for name, _ in compiled}
     bar_step: Optional[int] = None
     for line in re.split(r"[\r\n]", log_text):
+        line = line[:MAX_LINE]
         bar = trainer_bar(line)
         if bar is not None:
             bar_step = bar[0]

@@ -4,8 +4,10 @@ A stage runs in its own session, so its process tree is one process group whose 
 leader's pid. Before any signal we prove the group is ours: the recorded leader is alive with
 the recorded start time, or some member carries the stage's unique OPSDCTL_STAGE_TOKEN in its
 environment. Processes that escaped the group (their own setsid) but still carry the token are
-ours too and are signalled one by one. Anything we cannot prove is left alone: a pid that was
-reused by someone else's process is never signalled. There is no pkill here, ever.
+ours too and are signalled one by one, as are those the stage's parent proves its by descent
+(opsdctl.run.subreaper: escaped the group and dropped the token). Anything we cannot prove is left
+alone: a pid that was reused by someone else's process is never signalled. There is no pkill here,
+ever.
 """
 
 from __future__ import annotations
@@ -118,11 +120,15 @@ def stop_stage(
     on_wait: Optional[Callable[[float, int], None]] = None,
     reap: Optional[Callable[[], None]] = None,
     cut_short: Optional[Callable[[], bool]] = None,
+    lineage: Optional[Callable[[], list[psutil.Process]]] = None,
 ) -> KillReport:
     """TERM the stage's verified processes (its group, and token carriers outside it), wait up
     to `grace` seconds, then KILL what is left. `reap` lets a parent collect its zombie child;
-    `cut_short` is asked while waiting: True ends the grace period now (a second Ctrl-C)."""
+    `cut_short` is asked while waiting: True ends the grace period now (a second Ctrl-C).
+    `lineage` (the parent that started the stage: opsdctl.run.subreaper) adds the processes
+    that are the stage's by descent, which escaped its group and dropped its token."""
     procs, group_ours = stage_processes(ident)
+    procs = _with_lineage(procs, lineage)
     report = KillReport(found=len(procs))
     if not procs:
         report.unverified_group = (not group_ours) and group_exists_unverified(ident)
@@ -138,7 +144,7 @@ def stop_stage(
         if on_wait:
             on_wait(deadline - time.monotonic(), len(left))
         time.sleep(0.05)
-    left = [p for p in procs if _alive(p)]
+    left = _with_lineage([p for p in procs if _alive(p)], lineage)  # and orphans adopted meanwhile
     if left or (group_ours and ident.pgid is not None and _group_alive(ident.pgid)):
         # Re-list: a child may have been born while we waited; it is in the group too.
         more, still_ours = stage_processes(ident)
@@ -154,6 +160,13 @@ def stop_stage(
     if reap:
         reap()
     return report
+
+
+def _with_lineage(procs: list[psutil.Process], lineage) -> list[psutil.Process]:
+    if lineage is None:
+        return procs
+    seen = {p.pid for p in procs}
+    return procs + [p for p in lineage() if p.pid not in seen and _alive(p)]
 
 
 def _group_alive(pgid: int) -> bool:

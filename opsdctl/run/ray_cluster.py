@@ -31,7 +31,7 @@ Failure rule: a chain is never `running` forever.
   the local executor: stale `running` chains are interrupted and re-queued, their stage
   processes stopped through a task pinned to chain.node_id (stop_remote_stage).
 - The worker is stopped (SIGINT/SIGTERM): it asks every actor to stop its stage; those chains end
-  `interrupted`, not re-queued, as locally.
+  `interrupted` and are re-queued (finished work salvaged), as locally and as after a SIGKILL.
 - An actor that fails on the node (an error in run_chain) leaves its chain `interrupted`, not
   re-queued; one that cannot even be created there (opsdctl missing on the node) fails it.
 """
@@ -64,6 +64,7 @@ from opsdctl.plan.budget import CLOCK_KEY, budget_now
 from opsdctl.run import procs
 from opsdctl.run.enqueue import interrupt_and_requeue
 from opsdctl.run.local import LocalExecutor, StopRequest
+from opsdctl.run.ray_local import local_init_kwargs
 from opsdctl.store.engine import Store, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
 from opsdctl.store.states import StageState, State, transition
@@ -110,7 +111,7 @@ def connect(cfg, namespace: str, quiet: bool = False) -> None:
     address = ray_address(cfg)
     kwargs = dict(namespace=namespace, log_to_driver=not quiet, logging_level="ERROR" if quiet else "WARNING")
     if address is None:
-        kwargs["include_dashboard"] = False
+        kwargs.update(local_init_kwargs())  # loopback only
     try:
         ray.init(address=address, **kwargs)
     except Exception as exc:
@@ -392,7 +393,7 @@ class RayExecutor:
         for cid, f in list(self.flights.items()):  # did not stop in time: end it from here
             self.flights.pop(cid)
             _quietly(lambda f=f: ray.kill(f.actor, no_restart=True))
-            self._interrupt(f, f"worker stopped ({reason}); its Ray actor did not stop in time", requeue=False)
+            self._interrupt(f, f"worker stopped ({reason}); its Ray actor did not stop in time", requeue=True)
             _remove(f.pg)
 
     # endings ------------------------------------------------------------------------------

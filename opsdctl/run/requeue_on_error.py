@@ -1,9 +1,10 @@
-"""When the worker itself fails mid-chain: put the chain back, never leave it `running`.
+"""When the worker itself fails or is stopped mid-chain: put the chain back, never leave it `running`.
 
-A bug, a store error or a full disk in the worker is not the chain's fault. The chain becomes
+A bug, a store error, a full disk or a Ctrl-C of the worker is not the chain's fault. The chain becomes
 `interrupted` and is re-queued as a fresh chain pointing at it (what recovery would do at the
 next start), and its stage rows still marked running are closed. The store may itself be the
-problem (a full disk): the write is tried a few times, as a killed stage's files free space.
+problem (a full disk): the worker's reserve beside a SQLite store is given back
+(opsdctl.run.disk_reserve), and the write is tried a few times, as a killed stage's files free space.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from typing import Callable, Optional
 
 from opsdctl.errors import EnvironmentProblem
+from opsdctl.run import disk_reserve
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.salvage import recover_chain
 from opsdctl.store.engine import stages_of
@@ -26,6 +28,7 @@ def requeue_after_error(store, cfg, chain_id: int, reason: str, report: Callable
     """(recorded, the new chain's id). recorded False: the store could not be written; the next
     worker start's recovery re-queues the chain. Finished work is salvaged (opsdctl.run.salvage)."""
     notes: list[str] = []
+    reserve = disk_reserve.reserve_path(store.sqlite_path)
     for attempt in range(ATTEMPTS):
         try:
             with store.write() as s:
@@ -36,8 +39,11 @@ def requeue_after_error(store, cfg, chain_id: int, reason: str, report: Callable
                 if chain.state != State.RUNNING.value:
                     return True, None  # it ended meanwhile (a cancel)
                 new_id = recover_chain(s, cfg, chain, reason, notes.append)
-        except Exception:
+        except Exception as exc:
             notes.clear()
+            if environment_problem(exc) is not None and disk_reserve.release(reserve):
+                report("the store's disk is full: gave back the worker's reserve to record the re-queue")
+                continue  # at once: the space is there now
             if attempt + 1 < ATTEMPTS:
                 time.sleep(RETRY_S)
             continue

@@ -15,20 +15,26 @@ Scores whose numbers cannot be true are refused (opsdctl.run.score_checks).
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from opsdctl.run import score_checks
+from opsdctl.fsutil import read_tail
+from opsdctl.run import score_checks, stage_json
 
 RESULT_SCHEMA = 1
 
 FINAL_RE = re.compile(
     r"FINAL avg@(\d+) accuracy: ([0-9.]+)% \((\d+)/(\d+) solutions correct on (\d+) problems\)"
 )
+# Logs are read in tail windows: a stage may print gigabytes, and what is read from its log (the
+# FINAL line, the Trainer's last dict lines) is at its end. Lines longer than MAX_LINE are cut.
+LOG_TAIL_BYTES = 8 << 20
+STATS_TAIL_BYTES = 32 << 20
+MAX_LINE = 64 << 10
+MAX_BAR_LINE = 1024
 MAX_COUNT_DIGITS = 18  # counts beyond 64 bits are not counts (and int() of 5000 digits raises)
 HF_DICT_RE = re.compile(r"\{'[A-Za-z_][^{}]*\}")
 ROLLOUT_RE = re.compile(r"vLLM generation done - elapsed time: ([0-9.]+)s")
@@ -72,9 +78,22 @@ def _num(x: Any, name: str, where: str, integer: bool = False, lo: float | None 
 def parse_result_json(text: str, where: str = "result.json") -> EvalResult:
     """Validate a schema-1 result.json; avg_at_k (a fraction) becomes points."""
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        doc = stage_json.loads(text, where)
+    except stage_json.StageJsonError as exc:
+        raise ResultError(str(exc)) from None
+    return _result_doc(doc, where)
+
+
+def read_result_json(path: Path) -> EvalResult:
+    """parse_result_json of a file, refused unread when it is larger than any result can be."""
+    try:
+        doc = stage_json.read(path)
+    except stage_json.StageJsonError as exc:
+        raise ResultError(str(exc)) from None
+    return _result_doc(doc, str(path))
+
+
+def _result_doc(doc: Any, where: str) -> EvalResult:
     if not isinstance(doc, dict):
         raise ResultError(f"{where}: must be a JSON object")
     if doc.get("schema") != RESULT_SCHEMA:
@@ -158,16 +177,10 @@ def read_eval_result(stage_dir: Path, log_path: Path) -> Optional[EvalResult]:
     """The stage contract: result.json if present (malformed -> ResultError), else the FINAL line."""
     result_file = Path(stage_dir) / "result.json"
     if result_file.is_file():
-        try:
-            text = result_file.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ResultError(f"{result_file}: not UTF-8 JSON (byte at offset {exc.start})") from None
-        return parse_result_json(text, str(result_file))
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+        return read_result_json(result_file)
+    if not Path(log_path).is_file():
         return None
-    return parse_final_line(text)
+    return parse_final_line(read_tail(log_path, LOG_TAIL_BYTES))
 
 
 def partial_from_progress(record: dict) -> Optional[EvalResult]:
@@ -245,11 +258,11 @@ def _jsonl(text: str) -> list[dict]:
     out = []
     for line in text.splitlines():
         line = line.strip()
-        if not line:
+        if not line or len(line) > MAX_LINE:
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
+            rec = stage_json.loads(line, "a JSON line")
+        except stage_json.StageJsonError:
             continue  # a line being written when we read, or junk: skip it
         if isinstance(rec, dict):
             out.append(rec)
@@ -310,10 +323,18 @@ def trainer_bar(line: str) -> Optional[tuple[int, int]]:
     """(done, total) of the Hugging Face Trainer's own tqdm bar (the one without a
     description: "Map", "Loading checkpoint shards" and the colocated vLLM's "Processed
     prompts" bars are not optimizer steps)."""
-    m = TQDM_RE.search(line)
+    m = tqdm_bar(line)
     if m is None or m.group("desc") is not None:
         return None
     return int(m.group("done")), int(m.group("total"))
+
+
+def tqdm_bar(line: str) -> Optional[re.Match]:
+    """TQDM_RE on a line that can be a bar: its lazy description scan is quadratic in the
+    line's length, and a bar redrawn with \\r is a short line of its own."""
+    if len(line) > MAX_BAR_LINE or "%|" not in line:
+        return None
+    return TQDM_RE.search(line)
 
 
 def summarize_log(log_text: str) -> TrainSummary:
@@ -327,6 +348,7 @@ def summarize_log(log_text: str) -> TrainSummary:
     curve = []
     final: dict = {}
     for line in re.split(r"[\r\n]", log_text):
+        line = line[:MAX_LINE]
         bar = trainer_bar(line)
         if bar is not None:
             bar_step = bar[0]
@@ -392,22 +414,20 @@ def read_train_summary(stage_dir: Path, log_path: Path) -> Optional[TrainSummary
     totals = None
     if totals_file.is_file():
         try:
-            totals = json.loads(totals_file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
+            totals = stage_json.read(totals_file)
+        except stage_json.StageJsonError:
             totals = None
         if not isinstance(totals, dict):
             totals = None
     if metrics.is_file() or totals is not None:
-        records = _jsonl(metrics.read_text(encoding="utf-8", errors="replace")) if metrics.is_file() else []
+        records = _jsonl(read_tail(metrics, STATS_TAIL_BYTES)) if metrics.is_file() else []
         summary = summarize_metrics(records, totals)
         summary.source = "+".join(n for n, ok in (("train_result.json", totals is not None), ("metrics.jsonl", metrics.is_file())) if ok)
         if not summary.empty():
             return summary
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    if not Path(log_path).is_file():
         return None
-    summary = summarize_log(text)
+    summary = summarize_log(read_tail(log_path, STATS_TAIL_BYTES))
     return None if summary.empty() else summary
 
 
@@ -473,7 +493,7 @@ class LogProgress:
             self._buf = self._buf[-65536:]
         out = []
         for line in parts:
-            rec = self._line(line)
+            rec = self._line(line[:MAX_LINE])
             if rec is not None:
                 out.append(rec)
         return out
@@ -497,7 +517,7 @@ class LogProgress:
                                    "step": self.step, "max_steps": self.max_steps, "source": "log"}
                         break
             return out
-        m = TQDM_RE.search(line)
+        m = tqdm_bar(line)
         if m and (m.group("desc") is None or _about_prompts(m.group("desc"))):
             return {"done": int(m.group("done")), "total": int(m.group("total")), "unit": "prompts", "source": "log"}
         return None

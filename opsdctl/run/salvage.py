@@ -8,8 +8,9 @@ A worker that dies (or fails) mid-chain used to throw the chain's work away: in 
   eval-only chain of that checkpoint, trained_by the old chain;
 - otherwise it is re-queued whole, as before.
 A checkpoint is complete when its train stage succeeded, or when it exists and the training
-had finished: train_result.json was written, or the log has the Trainer's final
-`{'train_runtime': ...}` line (both come after the last checkpoint is saved). In the second case
+had finished: the stage had exited 0 (recorded before the worker reads its output, so a worker
+killed while reading a huge log does not train again), train_result.json was written, or the log
+has the Trainer's final `{'train_runtime': ...}` line (both come after the last checkpoint is saved). In the second case
 the worker never ran the effective-config check: it runs here, and a log that contradicts the
 recipe is not salvaged (the chain trains again, and fails there with the reason).
 """
@@ -67,7 +68,9 @@ def _complete_checkpoint(session, cfg: Config, chain: Chain, row: Stage) -> tupl
         return None, ""
     stage_dir = Path(row.stage_dir)
     tail = read_tail(row.log_path, FINAL_LOG_BYTES) if row.log_path else ""
-    if (stage_dir / "train_result.json").is_file():
+    if row.exit_code == 0:
+        why = "its train stage had exited 0"
+    elif (stage_dir / "train_result.json").is_file():
         why = "its training had finished (train_result.json)"
     elif "'train_runtime'" in tail:
         why = "its training had finished (the Trainer's final train_runtime line)"
@@ -82,7 +85,7 @@ def _contradicts_recipe(session, cfg: Config, chain: Chain, row: Stage) -> bool:
     variant = session.get(Variant, chain.variant_id)
     profile = PROFILES.get(chain.profile)
     try:
-        check = check_log(read_tail(row.log_path, 32 << 20) if row.log_path else "", variant.hparams, variant.method,
+        check = check_log(read_tail(row.log_path, results.STATS_TAIL_BYTES) if row.log_path else "", variant.hparams, variant.method,
                           max_steps=profile.max_steps if profile else None,
                           lr_scale=profile.learning_rate_scale if profile else 1.0,
                           expect=frozen_stages.settings(chain.stage_spec, cfg).expect)

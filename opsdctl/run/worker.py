@@ -10,8 +10,9 @@ Loop (opsdctl/plan/loop.py, the one loop; the simulator runs it too): ask the ga
 order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/run/executors.py: `local` runs it here to
 its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
 the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
-running stage's process group and mark its chain `interrupted` (not re-queued: the user stopped
-it; `opsdctl requeue ID` runs it again); a second signal skips the TERM grace period.
+running stage's process group and mark its chain `interrupted`, re-queued as after a SIGKILL
+(finished work salvaged: a trained chain resumes at its eval; `opsdctl cancel` drops it); a
+second signal skips the TERM grace period.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from opsdctl.plan.gate import ChainInfo, Gate, chain_info
 from opsdctl.plan.loop import LoopOptions, WallClock, WorkerLoop
 from opsdctl.plan.planner import make_planner_gate
 from opsdctl.errors import EnvironmentProblem, UserError
-from opsdctl.run import procs, recipe_file
+from opsdctl.run import disk_reserve, procs, recipe_file
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.auto_export import exporter_for
 from opsdctl.run.salvage import recover_chain
@@ -176,6 +177,7 @@ class Worker:
         """Run until drained (with --drain) or stopped. Returns the number of chains run."""
         with worker_lock(self.cfg, self.store) as lock, self._signals():
             self._register()
+            disk_reserve.keep(disk_reserve.reserve_path(self.store.sqlite_path))  # room to re-queue on a full disk
             ran = 0
             exit_reason = "stopped"
             try:
