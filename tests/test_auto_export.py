@@ -17,31 +17,40 @@ from opsdctl.recipes import knobs
 from opsdctl.run.auto_export import due, pick_leader
 
 
-def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False):
+def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best=0.2):
     return {"name": name, "variants": [name.split(" @")[0]], "verdict": verdict, "p_beat": p_beat, "mean": mean,
-            "n": n, "partial": partial}
+            "n": n, "partial": partial, "forecast": {"mean": fc, "low80": None if fc is None else fc - 2,
+                                                     "high80": None if fc is None else fc + 2,
+                                                     "p_above_reference": 0.5, "p_best": p_best}}
 
 
-def _report(*entries):
-    return {"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs"}, "variants": list(entries)}
+def _report(*entries, base_fc=50.0):
+    return {"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs",
+                         "forecast": {"mean": base_fc, "low80": 48.0, "high80": 52.0, "p_above_reference": 0.5,
+                                      "p_best": 0.3}},
+            "variants": list(entries)}
 
 
-def test_leader_rule():
-    # the highest P(beat) among `better`, whatever the undecided ones say
-    r = _report(_entry("a", "better", 0.97), _entry("b @3f2a1c", "better", 0.995), _entry("c", "undecided", 0.999))
+def test_leader_rule_is_the_highest_forecast():
+    # the bet: the highest forecast official mean, whatever the verdicts and P(beat) say
+    r = _report(_entry("a", "better", 0.999, fc=51.0), _entry("b @3f2a1c", "undecided", 0.9, fc=52.5),
+                _entry("c", "undecided", 0.97, fc=51.9))
     lead = pick_leader(r)
-    assert (lead.name, lead.variant, lead.verdict) == ("b @3f2a1c", "b", "better")
-    # no `better`: the undecided one with the highest P(beat), if ahead of the baseline
-    r = _report(_entry("a", "undecided", 0.7), _entry("b", "undecided", 0.9), _entry("w", "worse", 0.0),
-                _entry("p", "undecided", 0.99, partial=True))
-    assert pick_leader(r).name == "b" and pick_leader(r).verdict == "undecided"
-    # an undecided candidate behind the baseline is a worse bet than the baseline itself
-    base = pick_leader(_report(_entry("a", "undecided", 0.3), _entry("w", "worse", 0.01)))
+    assert (lead.name, lead.variant, lead.verdict) == ("b @3f2a1c", "b", "undecided")
+    assert lead.forecast["mean"] == 52.5 and "highest forecast" in lead.rule
+    # partial evaluations never lead, even with the highest forecast
+    r = _report(_entry("a", "undecided", 0.7, fc=51.0), _entry("p", "undecided", 0.99, partial=True, fc=60.0))
+    assert pick_leader(r).name == "a"
+    # none forecast above the baseline: the baseline's empty recipe, with the baseline's forecast
+    base = pick_leader(_report(_entry("a", "undecided", 0.6, fc=49.9), _entry("w", "worse", 0.01, fc=45.0)))
     assert base.variant is None and base.name == "baseline" and "empty recipe" in base.rule
+    assert base.forecast["mean"] == 50.0
     # what has no recipe (the base model, an outside checkpoint) never leads
-    r = _report(_entry("base", "better", 0.99), _entry("a", "undecided", 0.8))
+    r = _report(_entry("base", "better", 0.99, fc=58.0), _entry("a", "undecided", 0.8, fc=51.0))
     assert pick_leader(r, lambda label: label != "base").name == "a"
     assert pick_leader(_report()).variant is None  # nothing scored yet
+    # no forecast (no noise estimate): nothing can be bet on, the baseline
+    assert pick_leader(_report(_entry("a", "undecided", None, fc=None))).variant is None
 
 
 def test_when_it_is_due():
@@ -75,7 +84,8 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert "export: wrote" in first.stdout and "<- baseline (the released recipe)" in first.stdout
     text = target.read_text()
     assert knobs.parse_recipe_env(text, "recipe.env") == {}  # the empty recipe: the released one
-    assert "no candidate is `better`" in _header(text) and "before the deadline" in _header(text)
+    assert "no candidate's forecast official mean is above the baseline's" in _header(text)
+    assert "before the deadline" in _header(text) and "forecast of the official 5-run mean: baseline " in _header(text)
     st = ws.status()["export"]
     assert st["path"] == str(target) and st["active"] and st["last"]["leader"] == "baseline"
     written_at = st["last"]["written_at"]
@@ -91,7 +101,11 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert f"leader: hot, verdict better, P(beat baseline) {last['p_beat']:.3f}" in head
     assert "the leader changed" in head or "new runs behind the evidence" in head
     assert "evidence: 3 runs, mean" in head and "vs baseline " in head and "runs in the store)" in head and "95% CI [" in head
-    assert "the highest P(beat) among `better`" in head
+    assert "the highest forecast official mean, above the baseline's" in head
+    f = last["forecast"]
+    assert f"forecast of the official 5-run mean: hot {f['mean']:.2f}, 80% interval [{f['low80']:.2f}" in head
+    assert "the baseline's forecast: " in head
+    assert "code: the live code dir (snapshot_code = false)" in head
     assert "clip_mode" in head and "cannot travel in recipe.env" in head  # the method knob is named
     assert "opsdctl export-recipe: variant hot" in head  # export-recipe's own header follows ours
     # the compare report agrees with what was written
@@ -99,7 +113,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert pick_leader(doc).name == "hot"
     st = ws.status()["export"]["last"]
     assert st["leader"] == "hot" and st["verdict"] == "better" and st["written_at"] >= written_at
-    assert f"<- hot (better, P(beat) {last['p_beat']:.3f}) at" in ws.cli("status").stdout
+    assert f"<- hot (forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], better) at" in ws.cli("status").stdout
 
     # nothing changed: a worker start leaves the file alone
     mtime = target.stat().st_mtime_ns
@@ -117,6 +131,16 @@ def test_not_written_before_its_time(ws):
     st = ws.status()["export"]
     assert st["active"] is False and st["last"] is None and st["when"].startswith("starts 10 min before the deadline")
     assert "nothing written yet; starts 10 min before the deadline" in ws.cli("status").stdout
+    # before it is due, the worker keeps the bet current for status (the file is not touched)
+    ws.cli("queue", "hot", "--repeats", "2")
+    ws.cli("queue", "baseline", "--repeats", "1")
+    ws.run("worker", "--drain")
+    bet = ws.status()["export"]["bet"]
+    doc = ws.cli_json("compare")
+    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(doc).forecast}
+    f = bet["forecast"]
+    assert f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in ws.cli("status").stdout
+    assert not (ws.root / "submission").exists()
 
 
 def test_written_while_a_chain_runs_when_the_time_comes(ws):

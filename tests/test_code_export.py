@@ -68,6 +68,10 @@ def test_code_refuses_non_empty_dir_and_unknown_chain(ws, tmp_path):
     r = ws.cli("code", "99", "--to", str(tmp_path / "new"), check=False)
     assert r.returncode == 2 and "no such chain" in r.stderr
     assert not (tmp_path / "new").exists()
+    r = ws.cli("code", str(2**70), "--to", str(tmp_path / "new"), check=False)
+    assert r.returncode == 2 and "CHAIN_ID" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = ws.cli("code", "1", "--to", str(tmp_path / "no" / "such" / "parent"), check=False)
+    assert r.returncode == 2 and "parent directory" in r.stderr
     assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 

@@ -76,18 +76,23 @@ def test_store_baseline_combined_with_the_reference_by_hand():
     # token-clip SS; single runs add nothing
     ssb = sum((y - ybar_b) ** 2 for y in (54.0, 55.5, 53.5))
     sst = 2 * 0.75**2
-    assert nz["nu_local"] == 3 and nz["prior_check"]["p"] == pytest.approx(ss.chi2.sf((ssb + sst) / 1.48**2, 3))
-    assert nz["prior_check"]["kept"] and nz["nu0"] == 4
-    s2 = (4 * 1.48**2 + ssb + sst) / (4 + 2 + 1)
-    assert nz["nu"] == 7 and nz["s"] == pytest.approx(math.sqrt(s2), rel=1e-12)
+    # the prior's weight: min(1, p / 0.5) of the one-sided F test of the local scatter against it
+    p = ss.f.sf((ssb + sst) / 3 / 1.48**2, 3, 4)
+    assert nz["nu_local"] == 3 and nz["prior_check"]["p"] == pytest.approx(p, rel=1e-10)
+    w = min(1.0, p / 0.5)
+    assert nz["prior_check"]["kept"] and nz["prior_check"]["weight"] == pytest.approx(w) and nz["nu0"] == 4 * w
+    s2 = (4 * w * 1.48**2 + ssb + sst) / (4 * w + 2 + 1)
+    assert nz["nu"] == 4 * w + 3 and nz["s"] == pytest.approx(math.sqrt(s2), rel=1e-12)
     # the published mean: tested against the 3 local runs (no offset term), then combined by precision
+    # with the offset sd widened by the difference sampling does not explain
     diff, se_d = ybar_b - 54.22, math.sqrt(s2) * math.sqrt(1 / 3 + 1 / 5)
     rc = b["reference_check"]
     assert rc["diff"] == pytest.approx(diff) and rc["se"] == pytest.approx(se_d, rel=1e-12)
     assert rc["p"] == pytest.approx(2 * ss.t.sf(abs(diff) / se_d, 7), rel=1e-10) and not rc["significant"]
-    v_ref = s2 / 5 + 1.0**2  # offset_sd defaults to 1 point
+    o2 = 1.0 + max(0.0, diff**2 - se_d**2)  # offset_sd defaults to 1 point
+    v_ref = s2 / 5 + o2
     w_l, w_r = 3 / s2, 1 / v_ref
-    assert b["source"] == "runs+reference" and b["n"] == 3 and b["offset_sd"] == 1.0
+    assert b["source"] == "runs+reference" and b["n"] == 3 and b["offset_sd"] == pytest.approx(math.sqrt(o2))
     assert b["mean"] == pytest.approx((w_l * ybar_b + w_r * 54.22) / (w_l + w_r), rel=1e-12)
     assert b["se_mean"] == pytest.approx(math.sqrt(1 / (w_l + w_r)), rel=1e-12)
     tc = by_name(r, "token-clip")
@@ -142,30 +147,45 @@ def test_reference_stands_in_without_baseline_runs_with_its_offset():
     assert by_name(r0, "token-clip")["se"] == pytest.approx(math.sqrt(s2 / 2 + s2 / 5), rel=1e-12)
 
 
-def test_published_mean_is_dropped_when_the_local_baseline_differs():
-    # a local setup 4 points above the published mean: significant, so only the local runs count
-    runs = [rec("baseline", i, y) for i, y in enumerate((58.0, 58.6, 57.5, 58.3))]
+def test_published_mean_fades_when_the_local_baseline_differs():
+    # a local setup 4 points above the published mean: the offset sd widens to the difference seen,
+    # so the published mean keeps only a small weight (no switch at a test's level)
+    ys_b = (58.0, 58.6, 57.5, 58.3)
+    runs = [rec("baseline", i, y) for i, y in enumerate(ys_b)]
     runs += [rec("a", 10 + i, y) for i, y in enumerate((58.5, 59.0, 58.1))]
     r = build_report(runs, baseline="baseline", reference=REF)
-    b = r["baseline"]
-    assert b["reference_check"]["significant"] and b["source"] == "runs" and b["offset_sd"] is None
-    assert b["mean"] == pytest.approx(sum((58.0, 58.6, 57.5, 58.3)) / 4)
-    s = r["noise"]["s"]
-    assert by_name(r, "a")["se"] == pytest.approx(s * math.sqrt(1 / 3 + 1 / 4), rel=1e-12)
-    assert "no longer used" in render(r, width=250)
+    b, s2 = r["baseline"], r["noise"]["s"] ** 2
+    assert b["reference_check"]["significant"] and b["source"] == "runs+reference"
+    ybar = sum(ys_b) / 4
+    diff, se2 = ybar - 54.22, s2 * (1 / 4 + 1 / 5)
+    o2 = 1.0 + diff**2 - se2
+    assert b["offset_sd"] == pytest.approx(math.sqrt(o2), rel=1e-12)
+    w_l, w_r = 4 / s2, 1 / (s2 / 5 + o2)
+    assert b["mean"] == pytest.approx((w_l * ybar + w_r * 54.22) / (w_l + w_r), rel=1e-12)
+    assert abs(b["mean"] - ybar) < 0.1  # mostly the local runs
+    assert by_name(r, "a")["se"] == pytest.approx(math.sqrt(s2 / 3 + 1 / (w_l + w_r)), rel=1e-12)
+    assert "widened from 1 to fit the difference seen" in " ".join(render(r, width=250).split())
 
 
-def test_prior_is_dropped_when_the_local_scatter_is_too_large():
+def test_prior_is_down_weighted_when_the_local_scatter_is_too_large():
     ys = {"baseline": (50.0, 55.0, 58.0), "a": (52.0, 59.0, 55.0)}
     runs = [rec(v, 10 * i + j, y) for i, (v, yy) in enumerate(ys.items()) for j, y in enumerate(yy)]
     r = build_report(runs, baseline="baseline", reference=REF)
     nz = r["noise"]
     ssl = sum(sum((y - sum(yy) / 3) ** 2 for y in yy) for yy in ys.values())
-    assert nz["prior_check"]["p"] == pytest.approx(ss.chi2.sf(ssl / 1.48**2, 4), rel=1e-10)
-    assert not nz["prior_check"]["kept"] and nz["nu0"] == 0 and nz["nu"] == 4
-    assert nz["s"] == pytest.approx(math.sqrt(ssl / 4), rel=1e-12)
-    assert any(n.startswith("prior dropped") for n in r["notes"])
-    assert "prior dropped" in render(r, width=250)
+    p = ss.f.sf(ssl / 4 / 1.48**2, 4, 4)
+    w = min(1.0, p / 0.5)
+    assert nz["prior_check"]["p"] == pytest.approx(p, rel=1e-10) and 0 < w < 1
+    assert nz["prior_check"]["weight"] == pytest.approx(w) and nz["nu0"] == pytest.approx(4 * w)
+    assert nz["nu"] == pytest.approx(4 + 4 * w)
+    assert nz["s"] == pytest.approx(math.sqrt((4 * w * 1.48**2 + ssl) / (4 + 4 * w)), rel=1e-12)
+    assert any(n.startswith("prior down-weighted") for n in r["notes"])
+    assert f"weight {w:.0%}" in " ".join(render(r, width=250).split())
+    # smooth: a little more scatter moves the weight a little, never a jump to 0
+    ys2 = {"baseline": (50.0, 55.0, 58.1), "a": (52.0, 59.0, 55.0)}
+    runs2 = [rec(v, 10 * i + j, y) for i, (v, yy) in enumerate(ys2.items()) for j, y in enumerate(yy)]
+    w2 = build_report(runs2, baseline="baseline", reference=REF)["noise"]["prior_check"]["weight"]
+    assert 0 < w2 < w and w - w2 < 0.02
 
 
 def test_prior_off_and_no_reference():
@@ -240,7 +260,7 @@ def test_eval_variance_and_runs_without_counts():
     s2 = nz["s"] ** 2
     assert nz["tau2"] == pytest.approx(max(0.0, s2 - sum(v) / 3))
     assert nz["eval_dominates"] == (nz["v_eval"] > nz["tau2"])
-    out = render(r, width=250)
+    out = " ".join(render(r, width=250).split())
     assert "1 without per-problem counts left out" in out
 
 
@@ -258,7 +278,7 @@ def test_paired_by_problem_se_aligns_problem_ids():
     base = [counted("baseline", 1, (6, 6, 0, 12), ids=ids), counted("baseline", 2, (6, 4, 2, 12), ids=ids)]
     # the candidate's evaluator lists the problems in another order
     cand = [counted("x", 3, (12, 10, 1, 3), ids=["d", "a", "c", "b"])]
-    r = build_report(base + cand, baseline="baseline", reference=REF)
+    r = build_report(base + cand, baseline="baseline", reference=None)  # the local baseline alone
     x = by_name(r, "x")
     want = stats.paired_problem_se([[10 / 12, 3 / 12, 1 / 12, 12 / 12]],
                                    [[6 / 12, 6 / 12, 0, 1], [6 / 12, 4 / 12, 2 / 12, 1]])

@@ -13,7 +13,7 @@ from opsdctl.stats import forecast as fc
 
 NOISE = fc.NoiseParts(train_var=1.2, eval_var=1.0)
 REF = fc.PublishedRef(54.22, 1.48, 5, offset_sd=1.0)
-FIXED = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0, mean_sd=0.0)
+FIXED = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0, mean=0.0, mean_sd=0.0)
 
 
 def arm(name, ys, v=None):
@@ -93,7 +93,7 @@ def _simulate(rng, sessions, prior_draw_tau, fam, n_b, n_c, use_ref=True):
     out_f, out_y = [], []
     for _ in range(sessions):
         tau = math.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal()) if prior_draw_tau else fam.spread
-        m = fam.mean_sd * rng.standard_normal()
+        m = fam.mean + fam.mean_sd * rng.standard_normal()
         b_true = 54.0
         d = REF.offset_sd * rng.standard_normal()
         theta = np.concatenate([[0.0], m + tau * rng.standard_normal(len(n_c))])
@@ -129,7 +129,7 @@ def test_p_above_reference_is_calibrated_in_a_simulation():
     fam = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0)
     for _ in range(1500):
         d = rng.standard_normal()
-        theta = 2.0 * rng.standard_normal()
+        theta = fam.mean + math.hypot(2.0, fam.mean_sd) * rng.standard_normal()  # m + tau z
         b_true = 54.0
         r_mean = b_true + rng.normal(0, 1.48 / math.sqrt(5))
         ref = fc.PublishedRef(r_mean, 1.48, 5, 1.0)
@@ -164,3 +164,42 @@ def test_spread_is_learned_from_a_large_family():
 
 def test_nothing_to_forecast_from():
     assert fc.posterior(fc.ArmRuns("b"), [fc.ArmRuns("c")], NOISE, None) is None
+
+
+def test_compare_gives_every_entry_exactly_the_forecast_keys():
+    from opsdctl.config import Reference
+    from opsdctl.stats.compare import RunRecord, build_report
+
+    runs = [RunRecord("baseline", i, y, 12, 30, None, None, False) for i, y in enumerate((54.0, 55.5, 53.5))]
+    runs += [RunRecord("a", 10 + i, y, 12, 30, None, None, False) for i, y in enumerate((57.0, 58.5))]
+    runs += [RunRecord("b", 20, 52.0, 12, 30, None, None, False), RunRecord("a", 30, 60.0, 4, 15, None, None, True)]
+    rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5),
+                       variants=["baseline", "a", "b", "ghost"])
+    keys = {"mean", "low80", "high80", "p_above_reference", "p_best"}
+    entries = [rep["baseline"], *rep["variants"]]
+    assert {e["name"] for e in rep["variants"]} == {"a", "b", "ghost"} and any(e.get("partial") for e in entries)
+    assert all(set(e["forecast"]) == keys for e in entries)
+    full = [e for e in entries if e.get("n") and not e.get("partial")]
+    assert all(e["forecast"]["mean"] is not None for e in full)
+    assert sum(e["forecast"]["p_best"] for e in full) == pytest.approx(1.0, abs=1e-9)  # a, b, baseline: all arms
+    a = next(e for e in full if e["name"] == "a")
+    assert a["forecast"]["low80"] < a["forecast"]["mean"] < a["forecast"]["high80"]
+    assert a["forecast"]["mean"] < a["mean"]  # shrunk toward the family: the winner's curse
+
+
+def test_forecast_noise_is_sigma_squared_posterior_mean():
+    from opsdctl.stats.compare import forecast_noise
+
+    n = forecast_noise(2.0, 0.5, nu=10)
+    assert n.run_var == pytest.approx(2.0 * 10 / 8) and n.eval_var == 0.5  # E[sigma^2] on 10 dof
+    assert forecast_noise(2.0, 0.5, nu=4).run_var == pytest.approx(4.0)  # capped at twice s^2 ...
+    assert forecast_noise(2.0, 0.5, nu=4.0001).run_var == pytest.approx(4.0, rel=1e-3)  # ... continuously
+    assert forecast_noise(2.0, None, nu=30).eval_var == 0.0 and forecast_noise(None, 0.5) is None
+
+
+def test_an_untried_idea_is_forecast_at_the_family_mean():
+    fam = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
+    post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, fam)
+    assert post.mean[1] - post.mean[0] == pytest.approx(-0.5, abs=1e-9)
+    var_effect = post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1]
+    assert var_effect == pytest.approx(2.0**2 + 1.0**2, rel=1e-9)  # tau^2 + mean_sd^2

@@ -306,14 +306,25 @@ def test_futility_rule():
 
 def test_prior_check_against_scipy():
     got = stats.prior_check(30.0, 6, 1.48, 4)
-    assert got.chi2 == pytest.approx(30.0 / 1.48**2) and got.p == pytest.approx(ss.chi2.sf(30.0 / 1.48**2, 6), rel=1e-12)
-    assert got.s_local == pytest.approx(math.sqrt(5.0)) and got.kept == (got.p >= 0.10)
-    assert not stats.prior_check(60.0, 6, 1.48, 4).kept  # s_local 3.2 vs 1.48: dropped
-    assert stats.prior_check(3.0, 6, 1.48, 4).kept  # smaller scatter: the prior is conservative, kept
+    p = ss.f.sf(30.0 / 6 / 1.48**2, 6, 4)  # s0 is itself an estimate on 4 dof: F, not chi-square
+    assert got.chi2 == pytest.approx(30.0 / 1.48**2) and got.p == pytest.approx(p, rel=1e-12)
+    assert got.s_local == pytest.approx(math.sqrt(5.0)) and got.weight == pytest.approx(min(1.0, p / 0.5))
+    assert stats.prior_check(60.0, 6, 1.48, 4).weight < 0.2  # s_local 3.2 vs 1.48: little weight left
+    assert stats.prior_check(3.0, 6, 1.48, 4).weight == 1.0  # smaller scatter: the prior is conservative
     unchecked = stats.prior_check(0.0, 0, 1.48, 4)
-    assert unchecked.kept and unchecked.p is None  # nothing to check it with yet
+    assert unchecked.kept and unchecked.weight == 1.0 and unchecked.p is None  # nothing to check it with yet
     assert not stats.prior_check(10.0, 3, None, 0).kept
+    # smooth in the evidence: no jump anywhere along a fine grid of local scatters
+    ws = stats.prior_weight(np.linspace(0.0, 200.0, 4001), 6, 1.48, 4)
+    assert np.all(np.diff(ws) <= 0) and np.max(np.abs(np.diff(ws))) < 0.01
     assert stats.within_ss([[1.0, 2.0, 3.0], [4.0, 6.0], [9.0]]) == (4.0, 3)
+
+
+def test_offset_sd_seen_by_hand():
+    assert stats.offset_sd_seen(0.5, 1.0, 1.0) == pytest.approx(1.0)  # explained by sampling: as configured
+    assert stats.offset_sd_seen(3.0, 1.0, 1.0) == pytest.approx(math.sqrt(1.0 + 9.0 - 1.0))
+    xs = np.linspace(-6, 6, 1201)
+    assert np.max(np.abs(np.diff(stats.offset_sd_seen(xs, 1.3, 1.0)))) < 0.02  # continuous
 
 
 def test_reference_check_against_scipy():

@@ -144,10 +144,9 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
 
 
 def best_variant(report: dict) -> str | None:
-    """The candidate most likely to beat the baseline (or the baseline, if none has full runs)."""
-    full = [v for v in report["variants"] if not v.get("partial") and v.get("n")]
-    ranked = sorted(full, key=lambda v: (v.get("p_beat") is None, -(v.get("p_beat") or 0.0),
-                                         -(v.get("delta") or 0.0)))
-    if ranked and (ranked[0].get("delta") or 0.0) > 0:
-        return ranked[0]["name"]
-    return report["baseline"].get("name")
+    """What the submission rule picks (opsdctl.run.auto_export.pick_leader, as export-recipe --leader):
+    the candidate with the highest forecast official mean, or the baseline when none is above it."""
+    from opsdctl.run.auto_export import pick_leader
+
+    lead = pick_leader(report)
+    return lead.variant or report["baseline"].get("name")

@@ -458,30 +458,71 @@ def gc(
 
 @app.command("export-recipe")
 def export_recipe_cmd(
-    variant: str = typer.Argument(..., metavar="VARIANT", help="Variant name (latest version) or NAME@vN."),
+    variant: Optional[str] = typer.Argument(None, metavar="[VARIANT]", help="Variant name (latest version) or NAME@vN."),
+    leader: bool = typer.Option(False, "--leader", help="Export the bet instead of a named variant: the candidate with the "
+                                                        "highest forecast official mean, or the baseline's empty recipe "
+                                                        "when none is forecast above it; the header gives the forecast."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH", help="Write recipe.env here [default: stdout]."),
     method_defaults: Optional[Path] = typer.Option(None, "--method-defaults", metavar="PATH", help="Also write the method knobs as a [method] TOML our trainer reads."),
     force: bool = typer.Option(False, "--force", help="Export even without a succeeded chain."),
     all_keys: bool = typer.Option(False, "--all-keys", help="Write every whitelisted key, not only those that differ from the release."),
 ) -> None:
     """Write a variant as the official recipe.env: the keys that differ from the released recipe (or --all-keys), stable order, a header with its hash."""
+    from opsdctl.errors import UserError
     from opsdctl.fsutil import atomic_write_text
     from opsdctl.recipes.export import export_recipe
 
+    if leader == (variant is not None):
+        raise UserError("export-recipe: give a VARIANT or --leader (not both, not neither); "
+                        "--leader exports the candidate with the highest forecast official mean")
+    if leader and all_keys:
+        raise UserError("export-recipe --leader --all-keys: --all-keys needs a named VARIANT")
     cfg = _config()
     _refuse_directories(("-o", output), ("--method-defaults", method_defaults))
-    exp = export_recipe(_store(cfg), variant, force=force, all_keys=all_keys)
+    store = _store(cfg)
+    if leader:
+        text, label, variant = _leader_text(cfg, store)
+        if variant is None and method_defaults is not None:
+            raise UserError("export-recipe --leader --method-defaults: the leader is the baseline's empty recipe, "
+                            "which has no method knobs to write; leave --method-defaults out")
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            atomic_write_text(output, text)
+            _console(stderr=True).print(f"wrote {_escape(str(output))} ({_escape(label)})")
+        if method_defaults is None:
+            return
+    exp = export_recipe(store, variant, force=force or leader, all_keys=all_keys)
     warning = exp.warning()
     if warning and method_defaults is None:
         _warn(warning)
     if method_defaults is not None:
         atomic_write_text(method_defaults, exp.method_defaults)
         _console(stderr=True).print(f"wrote method defaults to {_escape(str(method_defaults))}")
+    if leader:
+        return
     if output is None:
         sys.stdout.write(exp.recipe_env)
     else:
         atomic_write_text(output, exp.recipe_env)
         _console(stderr=True).print(f"wrote {_escape(str(output))} ({exp.label}, sha256 {exp.hash[:12]})")
+
+
+def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
+    """(recipe.env text with the forecast header, the leader's label, its variant or None) of
+    `export-recipe --leader`: the same rule and header as the worker's auto-export."""
+    import datetime as dt
+
+    from opsdctl.plan.report import compare_doc
+    from opsdctl.run.auto_export import pick_leader, render_file
+
+    reader = store.reader()
+    report = compare_doc(cfg, reader, None, None)
+    kinds = {v.label: v.kind for v in reader.all_variants()}
+    lead = pick_leader(report, lambda label: kinds.get(label) == "recipe")
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    text = render_file(store, report, lead, when, "the leader by the forecast", source="opsdctl export-recipe --leader")
+    return text, lead.name, lead.variant
 
 
 def _refuse_directories(*options) -> None:

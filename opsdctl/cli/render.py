@@ -143,17 +143,28 @@ def render_export_line(con: Console, ex: dict) -> None:
     """[export]: what the worker last wrote to the submission recipe.env, and when; or when it starts."""
     last = ex.get("last")
     if last and last.get("path") == ex["path"]:
-        if last.get("verdict"):
-            p = f", P(beat) {last['p_beat']:.3f}" if last.get("p_beat") is not None else ""
-            what = f"{escape(last['leader'])} ({last['verdict']}{p})"
+        fc = _forecast_words(last.get("forecast"))
+        if last.get("variant"):
+            what = f"{escape(last['leader'])} ({fc}" + (f", {last['verdict']}" if last.get("verdict") else "") + ")"
         else:
-            what = f"{escape(last['leader'])} (the released recipe)"
+            what = f"{escape(last['leader'])} (the released recipe, {fc})"
         con.print(f"[bold]export[/bold]  {escape(ex['path'])} <- {what} at {_local(last['written_at'])}"
                   + ("" if ex["active"] else f"; {escape(ex['when'])}"))
     elif ex["active"]:
         con.print(f"[bold]export[/bold]  {escape(ex['path'])}: due now ({escape(ex['when'])}); the worker writes it")
     else:
         con.print(f"[bold]export[/bold]  {escape(ex['path'])}: nothing written yet; {escape(ex['when'])}")
+    bet = ex.get("bet")
+    if bet and not (last and last.get("path") == ex["path"]):
+        what = escape(bet["leader"]) + ("" if bet.get("variant") else " (the released recipe)")
+        con.print(f"[bold]bet[/bold]  {what}: {_forecast_words(bet.get('forecast'))}")
+
+
+def _forecast_words(f) -> str:
+    """'forecast 56.10 [54.02, 58.18]' (the official 5-run mean and its 80% interval)."""
+    if not f or f.get("mean") is None:
+        return "no forecast"
+    return f"forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]"
 
 
 def _in(seconds) -> str:

@@ -124,18 +124,21 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
 
 def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     """[export]: where the worker writes the best recipe.env, whether it has started, and what it
-    wrote last (leader, verdict, P(beat), when); None when [export] path is unset."""
+    wrote last (leader, its forecast, verdict, when), and the bet the worker keeps current before
+    then; None when [export] path is unset. (status shows the worker's figures: computing a forecast
+    here would import scipy, which status must not.)"""
     sec = cfg.section("export")
     if not sec.get("path"):
         return None
-    from opsdctl.run.auto_export import due, last_written
+    from opsdctl.run.auto_export import current_bet, due, last_written
 
     path = export_path(cfg)
     active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
     last = last_written(reader)
     if last is not None:
         last = {k: v for k, v in last.items() if k != "key"}
-    return {"path": str(path), "active": active, "when": why, "last": last}
+    # the bet the worker keeps current before the file is due: {leader, variant, forecast}
+    return {"path": str(path), "active": active, "when": why, "last": last, "bet": current_bet(reader)}
 
 
 def _in_run_order(chains: list[dict], planner: dict) -> None:

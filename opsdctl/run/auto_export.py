@@ -10,11 +10,13 @@ runs behind its evidence change (so the header never goes stale), so a session t
 late on purpose: a workspace's own train script often reads its recipe from that very file.
 
 The leader, from the compare report (opsdctl.plan.report.compare_doc, the same numbers `compare`
-prints): the highest P(beat) among candidates whose verdict is `better`; else the undecided
-candidate with the highest P(beat), provided its estimate is ahead of the baseline (P(beat) >=
-0.5: one behind it would be a worse bet than the baseline); else the baseline's empty recipe (an
-empty recipe.env reproduces the released recipe). Partial evaluations never lead. The file is
-the export-recipe text (opsdctl.recipes.export) under a header with the verdict and its evidence.
+prints), is the bet, not the claim: the candidate with the highest forecast of its official 5-run
+mean (opsdctl.stats.forecast: shrunk across the family, so the best-looking of several noisy
+candidates is not taken at face value), provided that forecast is above the baseline's; else the
+baseline's empty recipe (an empty recipe.env reproduces the released recipe). Partial evaluations
+and what has no recipe never lead. The file is the export-recipe text (opsdctl.recipes.export)
+under a header with the forecast, its 80% interval, the verdict and its evidence, and, when the
+method lives in code, the code tree and how to get it back (`opsdctl code CHAIN --to DIR`).
 What was last written, and when, is kept in the store (Meta `auto_export`) for `opsdctl status`.
 """
 
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -37,56 +41,68 @@ from opsdctl.recipes import knobs
 # last_written through here and must not import SQLAlchemy)
 
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
-UNDECIDED_AT = 0.5  # an undecided candidate leads only when its estimate is ahead of the baseline
+BET_KEY = "bet"  # Meta: JSON of the current bet, refreshed before the export is due (status shows it)
+BET_EVERY_S = 30.0  # how often the bet is refreshed before the export is due
+RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
+RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
 
 
 @dataclass(frozen=True)
 class Leader:
     name: str  # the candidate's label ("token-clip @3f2a1c"), or the baseline's name
     variant: Optional[str]  # the variant to export; None: the baseline's empty recipe
-    verdict: Optional[str]  # better | undecided | None (baseline)
+    verdict: Optional[str]  # its compare verdict (better | undecided | worse), None for the baseline
     entry: Optional[dict]  # its compare entry
     rule: str  # which branch of the rule chose it
 
     baseline_n: int = 0
+    forecast: Optional[dict] = None  # the leader's compare `forecast` (the baseline's, for the baseline)
 
     @property
     def key(self) -> str:
-        """What a rewrite follows: the leader, its verdict, and the runs behind the evidence."""
-        return json.dumps([self.name, self.variant, self.verdict, (self.entry or {}).get("n"), self.baseline_n])
+        """What a rewrite follows: the leader, its verdict, the runs behind the evidence, and its
+        forecast (to the hundredth of a point)."""
+        mean = (self.forecast or {}).get("mean")
+        return json.dumps([self.name, self.variant, self.verdict, (self.entry or {}).get("n"), self.baseline_n,
+                           None if mean is None else round(mean, 2)])
 
 
-def _rank(e: dict) -> tuple:
-    return (e["p_beat"] if e.get("p_beat") is not None else -1.0, e.get("mean") or 0.0)
+def _forecast_mean(x: Optional[dict]) -> Optional[float]:
+    return ((x or {}).get("forecast") or {}).get("mean")
 
 
 def pick_leader(report: dict, exportable: Callable[[str], bool] = lambda label: True) -> Leader:
-    lead = _pick(report, exportable)
-    return Leader(lead.name, lead.variant, lead.verdict, lead.entry, lead.rule,
-                  int((report.get("baseline") or {}).get("n") or 0))
-
-
-def _pick(report: dict, exportable: Callable[[str], bool]) -> Leader:
-    """The recipe to submit now, from a compare report. `exportable(variant label)`: False for
-    what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
+    """The recipe to submit now, from a compare report (module docstring). `exportable(variant
+    label)`: False for what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
     base = report.get("baseline") or {}
     full = [e for e in report.get("variants", [])
-            if not e.get("partial") and e.get("n") and e.get("variants") and exportable(e["variants"][0])]
-    better = [e for e in full if e.get("verdict") == "better"]
-    if better:
-        e = max(better, key=_rank)
-        return Leader(e["name"], e["variants"][0], "better", e, "the highest P(beat) among `better`")
-    ahead = [e for e in full if e.get("verdict") == "undecided" and (e.get("p_beat") or 0.0) >= UNDECIDED_AT]
-    if ahead:
-        e = max(ahead, key=_rank)
-        return Leader(e["name"], e["variants"][0], "undecided", e,
-                      f"no candidate is `better`: the undecided one with the highest P(beat) (>= {UNDECIDED_AT:g})")
-    return Leader(base.get("name") or "baseline", None, None, None,
-                  "no candidate is `better` and no undecided one is ahead: the baseline's empty recipe")
+            if not e.get("partial") and e.get("n") and e.get("variants") and exportable(e["variants"][0])
+            and _forecast_mean(e) is not None]
+    b_mean = _forecast_mean(base)
+    if full:
+        e = max(full, key=lambda e: (_forecast_mean(e), e["forecast"].get("p_best") or 0.0))
+        if b_mean is None or _forecast_mean(e) > b_mean:
+            return Leader(e["name"], e["variants"][0], e.get("verdict"), e, RULE_CANDIDATE,
+                          int(base.get("n") or 0), e["forecast"])
+    return Leader(base.get("name") or "baseline", None, None, None, RULE_BASELINE, int(base.get("n") or 0),
+                  base.get("forecast"))
+
+
+def _fc_words(f: Optional[dict]) -> str:
+    if not f or f.get("mean") is None:
+        return "no forecast (no noise estimate yet)"
+    text = f"{f['mean']:.2f}, 80% interval [{f['low80']:.2f}, {f['high80']:.2f}]"
+    if f.get("p_above_reference") is not None:
+        text += f", P(above the published reference) {f['p_above_reference']:.2f}"
+    return text + f", P(best) {f['p_best']:.2f}"
 
 
 def _evidence(report: dict, leader: Leader) -> list[str]:
     b, e = report.get("baseline") or {}, leader.entry
+    runs = (report.get("forecast_model") or {}).get("official_runs", 5)
+    lines = [f"forecast of the official {runs}-run mean: {leader.name} {_fc_words(leader.forecast)}"]
+    if e is not None:
+        lines.append(f"the baseline's forecast: {_fc_words(b.get('forecast'))}")
     base = (f"{b.get('name') or 'the reference'} {b['mean']:.2f}" if b.get("mean") is not None else "no baseline")
     runs = f"{b.get('n_local') or b.get('n')} run{'s' if (b.get('n_local') or b.get('n')) != 1 else ''} in the store"
     if b.get("n") and b.get("source") == "runs":
@@ -98,11 +114,12 @@ def _evidence(report: dict, leader: Leader) -> list[str]:
     elif b.get("n"):
         base += f" (the published reference, n = {b['n']})"
     if e is None:
-        return [f"evidence: {base}; candidates: " + (", ".join(
-            f"{x['name']} {x.get('verdict') or '-'}" + (f" P(beat) {x['p_beat']:.3f}" if x.get("p_beat") is not None else "")
-            for x in report.get("variants", []) if not x.get("partial") and x.get("n")) or "none scored")]
-    lines = [f"leader: {leader.name}, verdict {leader.verdict}"
-             + (f", P(beat baseline) {e['p_beat']:.3f}" if e.get("p_beat") is not None else "")]
+        lines.append(f"evidence: {base}; candidates: " + (", ".join(
+            f"{x['name']} forecast {_forecast_mean(x):.2f}" if _forecast_mean(x) is not None else f"{x['name']} -"
+            for x in report.get("variants", []) if not x.get("partial") and x.get("n")) or "none scored"))
+        return lines
+    lines.append(f"leader: {leader.name}, verdict {leader.verdict or '-'}"
+                 + (f", P(beat baseline) {e['p_beat']:.3f}" if e.get("p_beat") is not None else ""))
     ev = f"evidence: {e['n']} run{'s' if e['n'] != 1 else ''}, mean {e['mean']:.2f} vs {base}"
     if e.get("delta") is not None:
         ev += f"; delta {e['delta']:+.2f}"
@@ -113,20 +130,31 @@ def _evidence(report: dict, leader: Leader) -> list[str]:
     if bon.get("m"):
         lines.append(f"verdicts: Bonferroni over m = {bon['m']}, better at P(beat) >= {bon['better_at']:.4g}"
                      + (f"; noise s = {nz['s']:.2f} points per run" if nz.get("s") is not None else ""))
-    if e.get("code") == "live":
-        lines.append("code: the live code dir (snapshot_code = false); recipe.env carries only hyper-parameters")
-    elif e.get("code"):
-        lines.append(f"code: trained with code tree @{e['code']}; recipe.env carries only hyper-parameters, "
-                     "so submit that code with it")
+    lines += _code_lines(e, b)
     return lines
 
 
-def render_file(store, report: dict, leader: Leader, when: str, why: str) -> str:
+def _code_lines(e: dict, b: dict) -> list[str]:
+    """Where the leader's method lives: the live code dir, the baseline's code tree, or its own
+    (then recipe.env alone does not reproduce it: say how to get the code back)."""
+    code, chain = e.get("code"), (e.get("chain_ids") or [None])[-1]
+    if code == "live":
+        return ["code: the live code dir (snapshot_code = false); recipe.env carries only hyper-parameters"]
+    if not code:
+        return []
+    if b.get("code") and b["code"] == code:
+        return [f"code: tree @{code}, the baseline's own: recipe.env is the whole change"]
+    was = f" (the baseline ran on @{b['code']})" if b.get("code") else ""
+    return [f"code: the method lives in code: trained with code tree @{code}{was}; recipe.env carries only "
+            f"hyper-parameters, so submit that code with it: `opsdctl code {chain} --to DIR` writes it out"]
+
+
+def render_file(store, report: dict, leader: Leader, when: str, why: str,
+                source: str = "opsdctl auto-export ([export] in opsdctl.toml)") -> str:
     """The recipe.env text: our header, then export-recipe's own text for the leader."""
     from opsdctl.recipes.export import export_recipe
 
-    head = [f"opsdctl auto-export ([export] in opsdctl.toml) at {when}: {why}",
-            f"rule: {leader.rule}"]
+    head = [f"{source} at {when}: {why}", f"rule: {leader.rule}"]
     if leader.variant is None:
         head.append(f"leader: {leader.name}, the released recipe (this file sets no key)")
     head += _evidence(report, leader)
@@ -154,6 +182,15 @@ def due(view: BudgetView, minutes_before: float) -> tuple[bool, str]:
     return False, f"starts {minutes_before:g} min before the deadline (in {fmt_duration(left - minutes_before * 60)})"
 
 
+def current_bet(reader) -> Optional[dict]:
+    """The bet the worker computed last before the export was due: {leader, variant, forecast}."""
+    text = reader.get_meta(BET_KEY)
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return None
+
+
 def last_written(reader) -> Optional[dict]:
     """What the exporter wrote last; `reader`: opsdctl.store.reader (`Store.reader()`)."""
     text = reader.get_meta(EXPORT_KEY)
@@ -175,21 +212,29 @@ class AutoExporter:
         self.every_s = every_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._bet_at = -math.inf
 
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
         from opsdctl.plan.report import compare_doc
 
-        now, why = due(self.budget(), self.minutes_before)
-        if not now:
-            return None
         from opsdctl.store.engine import set_meta
 
+        now, why = due(self.budget(), self.minutes_before)
+        if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
+            return None
         reader = self.store.reader()
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
+        if not now:  # not yet time to write the file: keep the bet current for `status`
+            self._bet_at = time.monotonic()
+            bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast})
+            if reader.get_meta(BET_KEY) != bet:  # written only when it changed
+                with self.store.write() as s:
+                    set_meta(s, BET_KEY, bet)
+            return None
         last = last_written(reader)
         if last and last.get("key") == leader.key and last.get("path") == str(self.path) and self.path.is_file():
             return None
@@ -206,12 +251,14 @@ class AutoExporter:
         e = leader.entry or {}
         record = {"path": str(self.path), "written_at": when, "leader": leader.name, "variant": leader.variant,
                   "verdict": leader.verdict, "p_beat": e.get("p_beat"), "n": e.get("n"), "mean": e.get("mean"),
-                  "reason": reason, "key": leader.key}
+                  "forecast": leader.forecast, "reason": reason, "key": leader.key}
         with self.store.write() as s:
             set_meta(s, EXPORT_KEY, json.dumps(record))
+        fm = (leader.forecast or {}).get("mean")
         self.report(f"export: wrote {self.path} <- {leader.name}"
-                    + (f" ({leader.verdict}, P(beat) {e['p_beat']:.3f})" if e.get("p_beat") is not None else
-                       f" ({leader.verdict})" if leader.verdict else " (the released recipe)") + f"; {reason}")
+                    + (" (the released recipe)" if leader.variant is None else "")
+                    + (f" (forecast {fm:.2f} [{leader.forecast['low80']:.2f}, {leader.forecast['high80']:.2f}])"
+                       if fm is not None else "") + f"; {reason}")
         return record
 
     def _safe_check(self) -> None:
@@ -237,6 +284,7 @@ class AutoExporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self._bet_at = -math.inf  # the last chain's score counts for the bet too
         self._safe_check()
 
 

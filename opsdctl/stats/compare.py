@@ -11,13 +11,16 @@ Rules:
   ("partial: screening only") with their mean and their own, wider SE
   sqrt((tau^2 + mean V_r) / n) (training noise plus their eval-sampling noise).
 - Noise: one s^2 pooled over the full runs of every variant in `runs` (whatever is shown),
-  with the reference's sd as prior (s0 = sd, nu0 = n - 1) unless `prior = false`, and only while
-  the local scatter does not reject it (inference.prior_check: one-sided chi-square at 0.10).
+  with the reference's sd as prior (s0 = sd, nu0 = n - 1) unless `prior = false`, weighted by
+  how well the local scatter agrees with it (inference.prior_check: weight min(1, p / 0.5) of a
+  one-sided F test; smooth, no drop at one look).
 - Baseline: the published mean is one more measurement of the user's baseline, with a setup
   offset of sd `offset_sd` (default 1.0 point). Without local baseline runs it stands in with
-  variance s^2/n_ref + offset_sd^2; with local runs it is tested against them
-  (inference.reference_check) and, unless significantly different, combined with them by
-  precision; when it differs, only the local runs count.
+  variance s^2/n_ref + offset_sd^2; with local runs it is combined with them by precision, the
+  offset sd widened to the difference they show (inference.offset_sd_seen), so the published
+  mean fades smoothly as the evidence of an offset grows.
+- Forecast (the bet, opsdctl.stats.forecast): every arm's official 5-run mean, shrunk across the
+  family; the verdicts stay the claim.
 - Family: verdicts are Bonferroni-corrected over the m candidates of the family: every
   candidate with a run in `runs` (or those of the `family` variants given, plus the candidates
   shown). A candidate is a run's key (knobs x code tree, opsdctl.stats.candidates): a variant
@@ -31,7 +34,7 @@ Rules:
 
 JSON (points; variances in points^2):
   baseline: name, source ("runs" | "runs+reference" | "reference" | null), n (local runs, or
-            the reference's n), n_local, mean, sd, se_mean, mean_ci_low/high, runs, chain_ids,
+            the reference's n), n_local, mean, sd, se_mean, mean_ci_low/high, runs, chain_ids, code,
             reference, offset_sd, reference_check {diff, se, ci_low, ci_high, p, significant},
             local_runs_would_buy [{runs, se_mean}]
   noise:    s, nu, nu_local, s_local, tau2, v_eval, s0, nu0 (as used), prior_check {chi2, p,
@@ -40,6 +43,9 @@ JSON (points; variances in points^2):
             growth, c};  screen: {problems, k, se, resolves} (a 15x4 screen against the baseline's
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);
+  forecast_model: official_runs, spread (tau, points, posterior mean), spread_sd, spread_prior, train_var,
+            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
+            (null without a noise estimate)
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
@@ -47,6 +53,9 @@ JSON (points; variances in points^2):
             mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k, n_problems,
             runs, chain_ids, note   (partial entries: se, se_eval, label, vs_baseline {delta, se,
             p_effect, baseline_runs} against the baseline's partial on the same problems; no tests)
+  forecast (every entry, the baseline's too): {mean, low80, high80, p_above_reference, p_best}: the
+            predictive distribution of the official 5-run mean (opsdctl.stats.forecast; all null for
+            partial entries, entries without runs, and without a noise estimate)
 Every value in the report is a plain JSON type; no NaN (null instead).
 """
 
@@ -57,7 +66,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import inference, sequential
+from opsdctl.stats import forecast, inference, sequential
 from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
 PARTIAL_LABEL = "partial: screening only"
@@ -199,6 +208,53 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
     return _f(need), (None if minutes_left is None else bool(need <= minutes_left))
 
 
+FORECAST_KEYS = ("mean", "low80", "high80", "p_above_reference", "p_best")
+NO_FORECAST = dict.fromkeys(FORECAST_KEYS)
+
+
+def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
+    """The run-to-run variance for the forecast, split into its training part and one full eval's
+    sampling part (no counts: all of it counts as training). Not s^2 itself but its posterior mean
+    s^2 nu / (nu - 2) (sigma^2 scaled-inverse-chi^2 on the pooled nu dof; factor 2 at nu <= 4): s^2
+    plugged in ignores that it is itself an estimate, and the 80% intervals covered 78% in
+    benchmarks/forecast_model.py."""
+    if s2 is None:
+        return None
+    ev = float(v_eval) if v_eval is not None else 0.0
+    f = nu / (nu - 2.0) if nu is not None and nu > 4 else 2.0
+    return forecast.NoiseParts(max(0.0, float(s2) * f - ev), ev)
+
+
+def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v_of: dict[int, float],
+                       noise: forecast.NoiseParts | None, reference: Reference | None,
+                       offset_sd: float | None = None) -> forecast.Posterior | None:
+    """The forecast's joint posterior over the baseline and every candidate with full runs that is
+    a recipe (the base model and outside checkpoints are no idea of the family, and cannot be
+    submitted). `full`: full runs by candidate key; `v_of`: each run's V_r by id(); `offset_sd`: the
+    setup offset's sd in use (default: the reference's)."""
+    if noise is None:
+        return None
+
+    def arm(name: str, rs: list[RunRecord]) -> forecast.ArmRuns:
+        return forecast.ArmRuns(name, tuple(r.score for r in rs), tuple(v_of.get(id(r)) for r in rs))
+
+    cands = [arm(k, rs) for k, rs in full.items() if k != baseline and rs and rs[0].kind == "recipe"]
+    # the published mean's own sampling noise: n_ref runs of the same run-to-run noise (as the verdicts
+    # take it: s^2 / n_ref), not the published sd, which a store with more noise has outgrown
+    ref = None if reference is None else forecast.PublishedRef(
+        float(reference.mean), math.sqrt(noise.run_var), int(reference.n),
+        float(offset_sd if offset_sd is not None else getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)))
+    return forecast.posterior(arm(baseline or "baseline", full.get(baseline, []) if baseline else []), cands,
+                              noise, ref)
+
+
+def _forecast_json(post: forecast.Posterior | None) -> dict[str, dict]:
+    """{arm name: the `forecast` dict of compare --json} (points, plain floats)."""
+    if post is None:
+        return {}
+    return {name: {k: _f(v) for k, v in f.to_json().items()} for name, f in zip(post.names, post.forecasts())}
+
+
 def build_report(
     runs: list[RunRecord],
     *,
@@ -245,15 +301,14 @@ def build_report(
     ss_local, nu_local = inference.within_ss([[r.score for r in rs] for rs in full.values()])
     s0, nu0 = (None, 0) if reference is None else inference.prior_from_reference(reference.sd, reference.n, reference.prior)
     check = inference.prior_check(ss_local, nu_local, s0, nu0)
-    nu0_used = nu0 if check.kept else 0
-    nu = nu0_used + nu_local
-    s2 = ((nu0_used * s0**2 if nu0_used else 0.0) + ss_local) / nu if nu > 0 else None
+    nu0_used = check.weight * nu0 if s0 is not None else 0.0
+    s2, nu = inference.pooled_with_weight(ss_local, nu_local, s0, nu0, check.weight)
     s = math.sqrt(s2) if s2 is not None else None
-    if s0 is not None and not check.kept:
+    if s0 is not None and check.weight < 1.0:
         notes.append(
-            f"prior dropped: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than the "
-            f"published sd {s0:.2f} allows (chi2 = {check.chi2:.1f}, p = {check.p:.3f} < "
-            f"{inference.PRIOR_CHECK_LEVEL:g}); the noise is the local runs' alone")
+            f"prior down-weighted: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than "
+            f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
+            f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
 
     pooled_runs = [r for rs in full.values() for r in rs]
     v_runs = [v_of[id(r)] for r in pooled_runs if id(r) in v_of]
@@ -274,10 +329,10 @@ def build_report(
         "tau2": _f(split.tau2),
         "v_eval": _f(split.v_eval),
         "s0": _f(s0),
-        "nu0": nu0_used,
+        "nu0": _f(nu0_used),
         "prior_check": None if s0 is None else {
-            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_CHECK_LEVEL, "kept": check.kept,
-            "checked": check.p is not None},
+            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_FULL_AT, "kept": check.kept,
+            "weight": _f(check.weight), "checked": check.p is not None},
         "eval_dominates": split.eval_dominates,
         "runs_with_counts": len(v_runs),
         "runs_without_counts": n_no_counts,
@@ -294,9 +349,12 @@ def build_report(
     ref_check = None
     if reference is not None and n_local and s is not None and nu > 0:
         ref_check = inference.reference_check(local_mean, n_local, float(reference.mean), int(reference.n), s, nu)
-    use_ref = reference is not None and (n_local == 0 or (ref_check is not None and not ref_check.significant))
+    use_ref = reference is not None and (n_local == 0 or ref_check is not None)
     if reference is not None and n_local and s is None:
         use_ref = False  # nothing to weigh the two with: the local runs alone
+    cfg_offset_sd = offset_sd
+    if ref_check is not None:  # the offset the local baseline shows widens the published mean's offset sd
+        offset_sd = float(inference.offset_sd_seen(ref_check.diff, ref_check.se**2, offset_sd))
     if n_local and use_ref:
         b_source = "runs+reference"
     elif n_local:
@@ -318,18 +376,13 @@ def build_report(
         b_var = inference.baseline_var(s2, n_local, ref_n, offset_sd, use_ref)
     if ref_check is not None:
         rc = ref_check
-        if rc.significant:
-            notes.append(
-                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
-                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
-                f"{rc.ci_high:+.2f}], p = {rc.p:.3f} < {inference.OFFSET_TEST_LEVEL:g}: your setup differs, "
-                "so the published mean is no longer used")
-        else:
-            notes.append(
-                f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
-                f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
-                f"{rc.ci_high:+.2f}], p = {rc.p:.2f}: combined with the local runs by precision "
-                f"(setup offset sd {offset_sd:g})")
+        widened = (f", widened from {cfg_offset_sd:g} to fit the difference seen" if offset_sd > cfg_offset_sd + 1e-9
+                   else "")
+        notes.append(
+            f"published mean {reference.mean:.2f} vs the local baseline {local_mean:.2f} ({n_local} run"
+            f"{'s' if n_local != 1 else ''}): difference {rc.diff:+.2f}, 95% CI [{rc.ci_low:+.2f}, "
+            f"{rc.ci_high:+.2f}], p = {rc.p:.3f}: combined with the local runs by precision "
+            f"(setup offset sd {offset_sd:.2f}{widened})")
     would_buy = []
     if b_source == "reference" and s2 is not None:
         for extra in (1, 2):
@@ -483,15 +536,29 @@ def build_report(
         "mean_ci_high": _f(None if b_half is None else b_mean + b_half),
         "runs": [_f(y) for y in b_scores],
         "chain_ids": [r.chain_id for r in base_runs],
+        "code": base_runs[-1].code if base_runs else None,
         "reference": None if reference is None else {
             "mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior,
-            "offset_sd": _f(offset_sd)},
+            "offset_sd": _f(cfg_offset_sd)},
         "offset_sd": _f(offset_sd) if use_ref else None,
         "reference_check": None if ref_check is None else {
             "diff": _f(ref_check.diff), "se": _f(ref_check.se), "ci_low": _f(ref_check.ci_low),
             "ci_high": _f(ref_check.ci_high), "p": _f(ref_check.p), "significant": ref_check.significant},
         "local_runs_would_buy": would_buy,
     }
+
+    # -- the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
+    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval, nu), reference, offset_sd)
+    fj = _forecast_json(post)
+    base["forecast"] = fj.get(baseline or "baseline", dict(NO_FORECAST)) if b_source is not None else dict(NO_FORECAST)
+    for e in entries:
+        e["forecast"] = dict(NO_FORECAST) if e.get("partial") else fj.get(e["name"], dict(NO_FORECAST))
+    forecast_model = None if post is None else {
+        "official_runs": post.official_runs, "spread": _f(post.spread), "spread_sd": _f(post.spread_sd),
+        "spread_prior": forecast.DEFAULT_SPREAD, "train_var": _f(post.noise.train_var),
+        "eval_var": _f(post.noise.eval_var), "reference": _f(post.reference_mean),
+        "offset_sd": _f(offset_sd) if reference is not None else None,
+        "arms": list(post.names), "interval": forecast.INTERVAL}
 
     # -- what a screen can resolve: its SE read against the baseline's partial on the same problems
     screen = None
@@ -513,6 +580,7 @@ def build_report(
                       "min_local_dof": inference.MIN_LOCAL_DOF},
         },
         "screen": screen,
+        "forecast_model": forecast_model,
         "budget": {"chain_minutes": _f(chain_minutes), "minutes_left": _f(minutes_left)},
         "full_k": full_k,
         "full_n": full_n,
@@ -556,6 +624,13 @@ def _next_cell(e: dict, with_time: bool = False) -> str:
     return text
 
 
+def _forecast_cells(f: dict | None) -> list[str]:
+    """'56.10 [54.02, 58.18]' and P(best), or dashes."""
+    if not f or f.get("mean") is None:
+        return ["-", "-"]
+    return [f"{f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]", f"{f['p_best']:.2f}"]
+
+
 def render_compare(report: dict, console) -> None:
     """Print the report: the table (baseline on top, candidates by P(beat)), then the
     Bonferroni note, the noise line, the ranked next actions (report["advice"], when the caller
@@ -572,7 +647,7 @@ def render_compare(report: dict, console) -> None:
     elif b["source"] == "runs+reference":
         ref = b["reference"]
         title = (f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store, "
-                 f"combined with the published {ref['mean']:.2f}; setup offset sd {ref['offset_sd']:g})")
+                 f"combined with the published {ref['mean']:.2f}; setup offset sd {b['offset_sd']:.3g})")
     elif b["source"] == "reference":
         title = f"Against the published reference {b['mean']:.2f} (n = {b['n']}; no store runs of the baseline)"
     else:
@@ -582,19 +657,21 @@ def render_compare(report: dict, console) -> None:
     cols = [
         ("variant", "left"), ("runs", "right"), ("mean", "right"), ("sd", "right"), ("delta", "right"),
         ("95% CI of delta", "center"), ("P(beat)", "right"), ("verdict", "left"), ("next", "left"),
+        ("forecast [80%]", "center"), ("P(best)", "right"),
     ] + ([("by-problem SE", "right")] if paired else [])
     for col, justify in cols:
         t.add_column(col, justify=justify)
-    blank = ["-"] * (len(cols) - 4)
+    blank = ["-"] * (len(cols) - 6)
     bname = escape(b["name"] or ("reference" if b["source"] == "reference" else ""))
     bname = bname if bname == "baseline" else f"{bname} (baseline)".strip()
     if b["source"] == "reference" and b["name"]:
         bname += " (reference)"
-    t.add_row(bname, str(b["n"]), _pt(b["mean"]), _pt(b["sd"]), *blank, style="bold")
+    t.add_row(bname, str(b["n"]), _pt(b["mean"]), _pt(b["sd"]), *blank[:5], *_forecast_cells(b.get("forecast")),
+              *blank[5:], style="bold")
     t.add_section()
     for e in full:
         if e["n"] == 0:
-            t.add_row(escape(e["name"]), "0", *["-"] * 6, "no runs", *(["-"] if paired else []))
+            t.add_row(escape(e["name"]), "0", *["-"] * 6, "no runs", "-", "-", *(["-"] if paired else []))
             continue
         ci = "-" if e["ci_low"] is None else f"[{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
         v = e["verdict"] or "-"
@@ -603,12 +680,19 @@ def render_compare(report: dict, console) -> None:
             "-" if e["p_beat"] is None else f"{e['p_beat']:.3f}",
             f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
             _next_cell(e, with_time=True),
+            *_forecast_cells(e.get("forecast")),
         ]
         if paired:
             row.append("-" if e.get("paired_se") is None else f"±{e['paired_se']:.2f}")
         t.add_row(*row)
     console.print(t)
 
+    fm = report.get("forecast_model")
+    if fm:
+        console.print(
+            f"Forecast (the bet): each arm's official {fm['official_runs']}-run mean, from the local runs, the published "
+            f"reference and the family's spread (tau ~ {fm['spread']:.1f} points; prior centre {fm['spread_prior']:g}); "
+            "P(best) = chance it is the highest official mean. The verdicts below are the claim.")
     bon = report["bonferroni"]
     if bon["m"]:
         lk = bon["looks"]
@@ -626,14 +710,15 @@ def render_compare(report: dict, console) -> None:
     else:
         pc = nz.get("prior_check") or {}
         if nz["nu0"]:
-            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']} dof from the reference, " + (
-                f"kept: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}" if pc.get("checked")
+            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']:.3g} dof from the reference, " + (
+                f"weight {pc['weight']:.0%}: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}"
+                if pc.get("checked")
                 else "not yet checked: no repeated runs")
         elif nz.get("s0") is not None:
-            prior = "prior dropped (see the note)"
+            prior = "prior weight 0 (see the note)"
         else:
             prior = "no prior"
-        line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']}; {prior})."
+        line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']:.3g}; {prior})."
         if nz["v_eval"] is not None:
             line += (
                 f" Split: training tau^2 = {nz['tau2']:.2f} vs eval sampling mean V_r = {nz['v_eval']:.2f} "
