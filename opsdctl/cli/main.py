@@ -217,18 +217,18 @@ def _eval_words(c) -> str:
 def worker(
     drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
     policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
-                                         help="Run order [default: [planner] policy]. adaptive: the chains that settle the "
-                                              "most verdicts in the time left (value of information)."),
+                                         help="Run order [default: [planner] policy]. adaptive: the next chain by `opsdctl advise`'s "
+                                              "ranking (expected gain of the submission's official score)."),
     futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
                                             help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
     auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
-                                               help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
+                                               help="adaptive: queue the repeat `opsdctl advise` ranks first when no queued chain is."),
     auto_repeat_first: Optional[bool] = typer.Option(None, "--auto-repeat-first/--user-queue-first",
                                                      help="adaptive: let auto-repeat chains run before chains you "
                                                           "queued earlier (default: your queue first)."),
     try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
                                                      help="adaptive: first runs of every queued variant before any "
-                                                          "repeat, or (default) let value of information pick."),
+                                                          "repeat, or (default) let `opsdctl advise`'s ranking pick."),
 ) -> None:
     """Run queued chains, one at a time, on the configured GPUs (one worker per store).
 
@@ -659,6 +659,30 @@ def compare(
     render_training(con, report.get("training", []))
     if plot is not None:
         con.print(f"plot: {_escape(str(plot))}")
+
+
+@app.command()
+def advise(as_json: bool = typer.Option(False, "--json", help="Print the ranked actions as JSON.")) -> None:
+    """The next actions, ranked by how much each is expected to raise the submission's official score.
+
+    The submission is the arm of highest forecast mean (the baseline included); an action's gain
+    is its value of information (the knowledge gradient, in points), priced at the learned
+    durations and checked against the time left. `stop` (gain 0) ranks above whatever is not
+    worth its minutes.
+    """
+    from opsdctl.cli.docs import compare_report
+
+    cfg = _config()
+    ranked = compare_report(cfg, _reader(cfg))["advice"]
+    if as_json:
+        _print_json([{k: v for k, v in a.items() if k != "text"} for a in ranked])
+        return
+    con = _console()
+    if not ranked:
+        con.print("No advice yet: no noise estimate (repeat a variant, or give \\[baseline] reference = {mean, sd, n}).")
+        return
+    for i, a in enumerate(ranked, start=1):
+        con.print(f"{i:>2}. {_escape(a['text'])}")
 
 
 @app.command()

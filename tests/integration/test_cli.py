@@ -9,7 +9,7 @@ import sys
 from conftest import clean_env, opsdctl_argv
 
 COMMANDS = ["init", "queue", "worker", "status", "cancel", "requeue", "export-recipe", "variants",
-            "recipes", "logs", "budget", "chain", "serve"]
+            "recipes", "logs", "budget", "chain", "serve", "advise"]
 HEAVY = ("torch", "transformers", "vllm", "peft", "trl", "datasets", "accelerate", "matplotlib", "scipy")
 
 
@@ -31,7 +31,7 @@ def test_help_reads_well():
         after = lines[lines.index(next(l for l in lines if l.startswith("Usage:"))) + 1:]
         summary = next((l for l in after if l), "")
         assert len(summary) > 20 and "╭" not in summary, f"{cmd} needs a one-line summary"
-    for cmd in ("queue", "status", "variants", "recipes", "budget", "requeue", "chain"):
+    for cmd in ("queue", "status", "variants", "recipes", "budget", "requeue", "chain", "advise"):
         assert "--json" in runner.invoke(app, [cmd, "--help"]).output, cmd
 
 

@@ -24,7 +24,11 @@ def test_partial_reaches_the_eval_through_env_and_is_flagged_everywhere(ws):
     ws.write_config(eval=f"{PY} {FAKE_EVAL} {{checkpoint}} --output-dir {{stage_dir}} --final-only")
     ws.cli("queue", "baseline", "--repeats", "2")
     queued = ws.cli_json("queue", "token-clip", "--partial", "3x2", "--repeats", "2")
-    assert [q["partial"] for q in queued] == [{"num_problems": 3, "k": 2}] * 2
+    # the baseline's partial on the same problems comes with it, once per setting
+    assert [q["partial"] for q in queued] == [{"num_problems": 3, "k": 2}] * 3
+    assert [q["variant"] for q in queued] == ["token-clip", "token-clip", "baseline"]
+    assert [q["variant"] for q in ws.cli_json("queue", "cosine", "--partial", "3x2")] == ["cosine"]
+    ws.cli("cancel", "6")
     # queued chains are flagged before they run
     before = ws.chains()
     assert [before[i]["partial"] for i in (1, 2, 3, 4)] == [False, False, True, True]
@@ -49,18 +53,20 @@ def test_partial_reaches_the_eval_through_env_and_is_flagged_everywhere(ws):
     rows = {r["variant"]: r for r in ws.cli_json("variants")}
     assert rows["token-clip"]["scores"] == [] and len(rows["token-clip"]["partial_scores"]) == 2
     assert rows["token-clip"]["partial_scores"][0] | {"score": 0} == {"chain_id": 3, "score": 0, "n_problems": 3, "k": 2}
-    assert len(rows["baseline"]["scores"]) == 2 and rows["baseline"]["partial_scores"] == []
+    assert len(rows["baseline"]["scores"]) == 2 and [r["chain_id"] for r in rows["baseline"]["partial_scores"]] == [5]
     assert "(partial 3x2)" in ws.cli("variants").stdout
 
     # compare: the partial runs are a screening entry of their own, with no verdict
     report = ws.cli_json("compare")
     (tc,) = [e for e in report["variants"] if e["name"] == "token-clip"]
     assert tc["partial"] is True and tc["verdict"] is None and (tc["n_problems"], tc["k"]) == (3, 2)
+    (bp,) = [e for e in report["variants"] if e["name"] == "baseline" and e["partial"]]
+    assert bp["n"] == 1 and tc["vs_baseline"] is None and "no SE to read it against" in tc["note"]
 
     # durations: the partial eval has its own cost key, apart from the full one
     keys = {e["cost_key"]: e for e in ws.cli_json("durations")["estimates"]}
     assert {"eval|tiny", "eval|tiny|partial=3x2"} <= set(keys)
-    assert keys["eval|tiny"]["n"] == 2 and keys["eval|tiny|partial=3x2"]["n"] == 2
+    assert keys["eval|tiny"]["n"] == 2 and keys["eval|tiny|partial=3x2"]["n"] == 3  # with the baseline's
 
 
 def test_a_store_of_only_partial_runs_never_settles(ws):

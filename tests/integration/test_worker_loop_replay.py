@@ -132,17 +132,24 @@ def test_standin_session_no_idle_user_queue_first(ws):
 
 
 def _next_fits(ws, chain_s: float, left_s: float) -> list[str]:
-    """compare's `Next:` lines that fit in left_s (the positive-value actions users see)."""
+    """The actions the worker can take that `opsdctl advise` (compare's `Next:` line) ranks above
+    `stop` and that fit in left_s (the positive-value actions users see)."""
     from opsdctl.config import load_config
+    from opsdctl.plan import advise
     from opsdctl.stats.compare import build_report
     from opsdctl.stats.scores import run_records
     from opsdctl.store.engine import open_store
 
     cfg = load_config(ws.root / "opsdctl.toml")
     store = open_store(f"sqlite:///{ws.db}")
-    rep = build_report(run_records(store.reader(), baseline="baseline"), baseline="baseline",
-                       reference=cfg.reference, chain_minutes=chain_s / 60.0, minutes_left=left_s / 60.0)
-    return [e["name"] for e in rep["variants"] if e.get("fits")]
+    rep = build_report(run_records(store.reader(), baseline="baseline"), baseline="baseline", reference=cfg.reference)
+    out = []
+    for a in advise.from_report(rep, advise.Costs(chain_s, chain_s, chain_s), left_s):
+        if a.action == advise.Action.STOP:
+            break
+        if a.action in (advise.Action.REPEAT, advise.Action.BASELINE):
+            out.append(a.variant)
+    return out
 
 
 def test_status_order_is_the_order_the_worker_starts(ws):

@@ -83,11 +83,10 @@ def test_winner_drop_rate_is_at_most_five_percent():
 
 
 def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_stop_buys_nothing():
-    """PlannerGate with the adaptive policy: the value-of-information pick queued by --auto-repeat
-    goes before the queued chains only with the opt-in, and an evaluation whose stop could not buy another chain before
-    the deadline is not watched by futility (its score is worth more than the minutes)."""
-    from dataclasses import replace
-
+    """PlannerGate with the adaptive policy: the pick of `opsdctl advise`'s ranking queued by
+    --auto-repeat (a repeat of the candidate close to the baseline: no new idea is queued and the
+    baseline has no run of its own) goes first, and its evaluation is not watched by futility (its
+    score is the observation it was ranked for)."""
     from opsdctl.config import Reference
     from opsdctl.plan.gate import ChainInfo, Grant
     from opsdctl.plan.planner import PlannerGate, PlannerSettings
@@ -99,7 +98,7 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
 
     class Facts:
         def runs(self):
-            return [RunRecord("a", 1, 57.4, 12, 30, None, None, False), RunRecord("a", 2, 56.2, 12, 30, None, None, False)]
+            return [RunRecord("a", 1, 55.4, 12, 30, None, None, False), RunRecord("a", 2, 54.2, 12, 30, None, None, False)]
 
         def samples(self):
             return []
@@ -121,10 +120,11 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
     # by default the user's queued chain goes first and auto-repeat queues nothing ahead of it
     gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
     assert [c.chain_id for c in gate.order([info(5, "new")])] == [5] and gate.extra_queued == 0
-    # the opt-in ([planner] auto_repeat_first): the value-of-information pick runs first
-    gate = PlannerGate(replace(settings, auto_repeat_first=True), Facts(), budget_left=lambda: 140 * 60.0)
-    order = gate.order([info(5, "new")])
+    # with nothing of the user's queued, auto-repeat queues the ranking's pick and runs it first
+    gate = PlannerGate(settings, Facts(), budget_left=lambda: 140 * 60.0)
+    order = gate.order([])
     assert [c.chain_id for c in order][0] == 9 and order[0].variant == "a"
+    assert gate.plan.extra_why.startswith("advise: one more run of a")
     assert gate.plan.extra_first and gate.plan.full_eval == ["a"]
     assert isinstance(gate.grant(order[0], "eval"), Grant)
     low = {"problems": [{"id": str(i), "correct": 0, "samples": 4} for i in range(30)]}

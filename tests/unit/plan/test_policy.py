@@ -86,7 +86,7 @@ def test_baseline_repeats_when_a_candidate_needs_them():
     # so they help too
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
     p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
-    assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "v"} and p.order == [3, 2]  # a's repeat by value of information
+    assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "2a"}
 
 
 def test_no_baseline_at_all_runs_it_first():
@@ -139,44 +139,3 @@ def by_name_worse(rep, name):
     return next(e["worse_at"] for e in rep["variants"] if e["name"] == name)
 
 
-def test_value_of_information_tries_new_ideas_early_and_backs_the_leader_late():
-    """With the time left known, the next chain goes to the allocation of the chains that still fit
-    with the most verdicts expected to settle: early, a new idea's first run; late, the leader's
-    repeat before a new idea (trying one more raises Bonferroni's m for every verdict)."""
-    start = plan(q((1, "c1"), (2, "c1"), (3, "c2"), (4, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
-                 usable_s=355 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
-    assert start.order[0] == 1 and start.slots[0].tier == "v" and "first run of a new idea" in start.slots[0].why
-    rep = report(cand("a", 2, 2.8, 0.97), cand("b", 1, 0.3, 0.58), cand("c", 1, -0.5, 0.4), nu=5)
-    late = plan(q((1, "b"), (2, "new"), (3, "new"), (4, "a")), rep, baseline="baseline", usable_s=140 * MIN,
-                chain_s=CHAIN, chain_median_s=43 * MIN)
-    assert late.order[0] == 4 and late.slots[0].tier == "v"
-    assert "3 chain(s) fit; best plan a x1" in late.slots[0].why  # no --auto-repeat: a has one queued chain and late.order[1:] == [2, 1, 3]
-    early = plan(q((1, "b"), (2, "new"), (3, "new"), (4, "a")), rep, baseline="baseline", usable_s=280 * MIN,
-                 chain_s=CHAIN, chain_median_s=43 * MIN)
-    assert early.order[0] == 2  # six chains fit: room to try one more idea
-    # the tier order stays the fallback: no budget, or voi off
-    assert plan(q((1, "b"), (2, "new"), (4, "a")), rep, baseline="baseline", usable_s=None, chain_s=CHAIN).order[0] == 2
-
-
-def test_value_of_information_queues_the_leader_first_with_auto_repeat():
-    rep = report(cand("a", 2, 2.8, 0.97), cand("b", 1, 0.3, 0.58), nu=5)
-    p = plan(q((1, "b"), (2, "new")), rep, baseline="baseline", usable_s=140 * MIN, chain_s=CHAIN,
-             chain_median_s=43 * MIN, auto_repeat=True, known_variants=["a", "b"])
-    assert p.extra == "a" and p.extra_first and "a repeat of a raises its chance to settle" in p.extra_why
-    p = plan(q((1, "b"), (2, "new")), rep, baseline="baseline", usable_s=140 * MIN, chain_s=CHAIN,
-             chain_median_s=43 * MIN, auto_repeat=False)
-    assert p.extra is None and p.order[0] in (1, 2)  # without --auto-repeat only the queued chains
-
-
-def test_futility_spares_a_repeat_run_to_settle_worse_and_stops_that_cannot_buy_a_chain():
-    rep = report(cand("d", 2, -2.8, 0.03), cand("b", 1, 0.2, 0.55), nu=5)
-    p = plan(q((1, "b"), (2, "d"), (3, "d")), rep, baseline="baseline", usable_s=190 * MIN, chain_s=CHAIN,
-             chain_median_s=43 * MIN)
-    assert p.order[0] in (2, 3) and p.full_eval == ["d"]  # its full score is what settles `worse`
-    start = plan(q((1, "c1"), (2, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
-                 usable_s=355 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
-    # 355 - (7 x 43 + 46) = 8 min of slack: a stop's ~15 min cannot buy a 9th chain -> no futility
-    assert start.full_eval == ["c1"]
-    roomy = plan(q((1, "c1"), (2, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
-                 usable_s=340 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
-    assert roomy.full_eval == []  # 340 - (6 x 43 + 46) = 36 min: a ~15 min stop makes room for an 8th

@@ -57,7 +57,7 @@ def test_a_bug_in_the_loop_changes_the_benchmarks_output(monkeypatch, tmp_path):
     assert good["baseline_share"] != bad["baseline_share"]  # the baseline, queued first, now runs last
 
 
-def _gate(scores=(57.4, 56.2), **settings):
+def _gate(scores=(55.4, 54.2), others=None, **settings):
     from opsdctl.config import Reference
     from opsdctl.plan.gate import ChainInfo
     from opsdctl.plan.planner import PlannerGate, PlannerSettings
@@ -70,8 +70,11 @@ def _gate(scores=(57.4, 56.2), **settings):
                          repeat=0, priority=0, profile="p", hparams={}, method={}, auto=auto)
 
     class Facts:
-        def runs(self):  # candidate "a"'s scores
-            return [RunRecord("a", i, y, 12, 30, None, None, False) for i, y in enumerate(scores, 1)]
+        def runs(self):  # candidate "a"'s scores (and `others`: {variant: scores})
+            out = [RunRecord("a", i, y, 12, 30, None, None, False) for i, y in enumerate(scores, 1)]
+            for v, ys in (others or {}).items():
+                out += [RunRecord(v, 50 + len(out), y, 12, 30, None, None, False) for y in ys]
+            return out
 
         def samples(self):
             return []
@@ -114,17 +117,21 @@ def test_an_auto_repeat_chain_goes_after_the_users_queue():
     gate, queued, _, info = _gate()
     order = gate.order([info(1, "new"), info(2, "a", auto=True), info(3, "b")])
     assert [c.chain_id for c in order] == [1, 3, 2] and queued == []  # users first; nothing more queued
-    gate, queued, _, info = _gate(auto_repeat_first=True)
-    order = gate.order([info(1, "new")])
+    # a user chain of a loser ("b", well below): the ranking's pick is a repeat of the leader "a",
+    # which waits behind the user's chain, unless the user opted in
+    gate, queued, _, info = _gate(scores=(54.6, 54.2), others={"b": (50.0, 50.6)})
+    assert [c.chain_id for c in gate.order([info(1, "b")])] == [1] and queued == []
+    gate, queued, _, info = _gate(scores=(54.6, 54.2), others={"b": (50.0, 50.6)}, auto_repeat_first=True)
+    order = gate.order([info(1, "b")])
     assert order[0].auto and queued == ["a"]  # the opt-in
 
 
 def test_no_zero_value_chain_is_queued():
-    """A candidate level with the baseline: no repeat can settle it in the time left (compare's
-    Next: has nothing that fits) and its value of information is nil, so nothing is queued and
-    the worker idles with the time left, rather than spend it on a chain worth nothing."""
-    gate, queued, _, _ = _gate(scores=(54.3, 54.1, 54.2, 54.25))
+    """A clear leader (+7.8 points over the published mean in three runs): no run can change what is
+    submitted, so `opsdctl advise` ranks `stop` first, nothing is queued and the worker idles with
+    the time left, rather than spend it on a chain worth nothing."""
+    gate, queued, _, _ = _gate(scores=(62.4, 61.6, 62.0))
     assert gate.order([]) == [] and queued == [] and gate.plan.extra is None
-    assert "no repeat has value in the time left" in gate.idle_reason()  # the worker log and status say why
-    gate, queued, _, _ = _gate()  # the leader: a repeat has value
-    assert gate.order([]) and queued == ["a"] and "0.00 verdicts" not in gate.plan.extra_why
+    assert "no repeat has value in the time left (advise: stop" in gate.idle_reason()  # log and status say why
+    gate, queued, _, _ = _gate()  # a close race: a repeat has value
+    assert gate.order([]) and queued == ["a"] and gate.plan.extra_why.startswith("advise: one more run of a")
