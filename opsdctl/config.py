@@ -328,13 +328,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "planner": {
         "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
         "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
-        "auto_repeat": Key(_bool, False, "adaptive: let the worker queue extra repeats of undecided candidates itself"),
+        "auto_repeat": Key(_bool, False, "adaptive: let the worker queue the repeat `advise` ranks first itself"),
         "auto_repeat_max": Key(_int(lo=0, hi=10_000), None, "at most this many auto-repeat chains per worker run "
                                "[default: no cap: the worker queues while a repeat has value and fits]"),
         "auto_repeat_first": Key(_bool, False, "auto-repeat chains may run before chains you queued earlier "
                                  "(off: your queue first)"),
         "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
-                                 "(off: value of information may leave an idea untried when runs settle more elsewhere)"),
+                                 "(off: the `advise` ranking may leave an idea untried when a repeat is worth more)"),
         "train_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "train duration before any history [default: the profile's]"),
         "eval_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "eval duration before any history [default: the profile's]"),
     },

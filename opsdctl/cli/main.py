@@ -16,13 +16,13 @@ from typing import Optional
 import typer
 
 from opsdctl.cli.app import App
-from opsdctl.cli.commands import (budget, cancel, chain, code, compare, demo, diff, durations, export_recipe, gc,
+from opsdctl.cli.commands import (advise, budget, cancel, chain, code, compare, demo, diff, durations, export_recipe, gc,
                                   gpus, init, logs, queue, recipes, requeue, serve, show, simulate, status, variants,
                                   wait, worker)
 
 # In the order `opsdctl --help` lists them.
 COMMANDS = (init, queue, worker, status, wait, cancel, requeue, gc, export_recipe, variants, recipes, logs, budget,
-            compare, diff, code, gpus, durations, simulate, show, chain, serve, demo)
+            compare, advise, diff, code, gpus, durations, simulate, show, chain, serve, demo)
 
 app = typer.Typer(
     name="opsdctl",

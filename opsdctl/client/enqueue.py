@@ -205,7 +205,41 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                 session.add(chain)
                 session.flush()
                 out.append(QueuedChain.of(chain, variant))
+        if setting.partial:
+            base = _baseline_partial(cfg, session, recipes, setting, snapshot_row, frozen.path, spec, spec_hash, seed)
+            if base is not None:
+                out.append(base)
+                notes.append(f"queued chain {base.chain_id}: {base.variant} with the same {setting.text()} eval, so "
+                             "the screen is read against the baseline on the same problems (once per setting)")
     return QueueResult(out, notes, frozen, snapshot_warnings(cfg, frozen))
+
+
+def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: partial.EvalSetting, snapshot_row,
+                      code_dir: str, spec: dict, spec_hash: str, seed: int) -> Optional[QueuedChain]:
+    """One chain of the baseline with this partial eval, when the baseline has a variant in the store,
+    is not among the recipes queued, and has never had a chain with this setting. It runs on the
+    code of the baseline's latest chain (its own code), else on the code frozen now."""
+    from sqlalchemy import select
+
+    name = (cfg.baseline_variant or "").split("@")[0]
+    versions = variants_named(session, name) if name else []
+    if not versions or any(r.name == name for r in recipes):
+        return None
+    ids = [v.id for v in versions]
+    chains = list(session.scalars(select(Chain).where(Chain.variant_id.in_(ids)).order_by(Chain.id)))
+    if any(c.eval_problems == setting.problems and c.eval_k == setting.k for c in chains):
+        return None
+    variant = versions[-1]
+    last = next((c for c in reversed(chains) if c.variant_id == variant.id and not c.eval_only), None)
+    chain = Chain(variant_id=variant.id, seed=seed, repeat=next_repeat(session, variant.id), priority=0,
+                  seq=next_seq(session), state=State.QUEUED.value, profile=cfg.profile,
+                  snapshot_id=last.snapshot_id if last else snapshot_row.id,
+                  code_dir=last.code_dir if last else code_dir, stage_spec=last.stage_spec if last else spec,
+                  commands_hash=last.commands_hash if last else spec_hash, queued_at=utcnow(),
+                  eval_problems=setting.problems, eval_k=setting.k)
+    session.add(chain)
+    session.flush()
+    return QueuedChain.of(chain, variant)
 
 
 def snapshot_warnings(cfg: Config, frozen: snap.Snapshot) -> list[str]:

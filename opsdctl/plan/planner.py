@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Protocol, Sequence
 
-from opsdctl.plan import admission, policy
+from opsdctl.plan import admission, advise, policy
 from opsdctl.plan.durations import Estimator, Sample
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.gate import (
@@ -49,7 +49,7 @@ class PlannerSettings:
     auto_repeat: bool = False
     auto_repeat_max: Optional[int] = None  # a cap only when the user sets one
     auto_repeat_first: bool = False  # opt-in: auto-repeat chains may run before the user's queued ones
-    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no value of information
+    try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no `advise` ranking
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
@@ -154,11 +154,17 @@ class PlannerGate:
         candidates = getattr(self.facts, "candidates", None)
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
+        advice = None
+        if s.policy == policy.ADAPTIVE and not s.try_every_variant:
+            costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
+                     advise.Costs(chain_s, s.defaults["eval"], chain_s))
+            advice = advise.from_report(self.report_doc, costs, usable,
+                                        list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
 
         def plan(auto_repeat: bool) -> policy.Plan:
             return policy.plan(items, self.report_doc, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
                                chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
-                               known_variants=known, voi=not s.try_every_variant)
+                               known_variants=known, voi=not s.try_every_variant, advice=advice)
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -180,7 +186,8 @@ class PlannerGate:
             elif p.extra is not None:
                 self.auto_next = (p.extra, p.extra_why)
             elif s.policy != policy.FIFO and (usable is None or usable >= chain_s):
-                self.idle_note = "auto-repeat: no repeat has value in the time left (compare's Next: has nothing that fits)"
+                self.idle_note = ("auto-repeat: no repeat has value in the time left ("
+                                  + (p.extra_why or "compare's Next: has nothing that fits") + ")")
         elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
             self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
         if dry_run:

@@ -1,4 +1,4 @@
-"""Which queued chain next: `fifo` (the queue as it is) or `adaptive` (settle the most questions).
+"""Which queued chain next: `fifo` (the queue as it is) or `adaptive` (`opsdctl advise`'s ranking first).
 
 A pure function of the queue, the compare report (opsdctl.stats.compare.build_report over the
 store's scored runs) and the time left. The worker's gate and the simulator both call `plan`.
@@ -8,19 +8,18 @@ What the adaptive policy may do on its own (and nothing else):
 2. skip queued chains, each with a reason, in exactly two cases: the variant's verdict is
    already `worse`, or one of its evaluations was stopped as futile;
 3. with --auto-repeat only: propose ONE extra chain at a time (a fresh seed of an existing
-   variant, same code snapshot) when no queued chain can settle anything, for the candidate
-   (or the baseline) that the rules below rank first and whose runs fit in the time left,
-   never one worth nothing (a value-of-information pick below EXTRA_MIN_GAIN expected verdicts
-   falls back to compare's own `Next:` rule: runs_needed that fit). The gate queues it only
-   once the user's queued chains have run (before them with [planner] auto_repeat_first), up to
-   [planner] auto_repeat_max when the user sets one.
+   variant, same code snapshot): the repeat or baseline run `opsdctl advise` ranks first (see
+   below), or, without a ranking (no noise estimate yet), for the candidate the tiers rank first
+   and whose runs fit in the time left. The gate queues it only once the user's queued chains
+   have run (before them with [planner] auto_repeat_first), up to [planner] auto_repeat_max when
+   the user sets one.
 It never cancels a running chain, never changes recipes, never skips the first run of a
 variant, and a user's --priority always ranks first.
 
 Tiers, in this order (ties: higher priority, then tier key, then queue order):
   0  the baseline's first run, when there is no baseline at all (no store runs, no reference);
   1  the first run of every variant without a full run yet (queue order; see "value of
-     information" below for when a first run waits);
+     information" below for when a ranked action goes first);
   2  repeats that can settle a verdict in the time left:
      2a candidates with delta > 0, `undecided`, whose runs_needed (inference.runs_needed) chains
         fit; by P(beat), highest first; only as many repeats as runs_needed;
@@ -38,24 +37,17 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
      second chains of variants not yet run, the baseline when nothing needs it), queue order.
 Skipped: variants `worse`, and variants with a stopped-futile chain.
 
-Value of information (tier "v", ahead of the tiers): when the time left, the chain estimates and a
-noise estimate are known and the baseline is the published reference (alone or combined with local
-runs), the next chain is picked
-from the allocation of the R chains that still fit with the most verdicts expected to settle by the
-end (_Voi: compare's own rule, |delta| >= c_j sqrt(s^2/n + var_b), c_j the critical t of the look
-j = n + local baseline runs (alpha spent over the looks, none before enough repeat dof), var_b the
-baseline mean's variance, predicted from a
-N(0, PRIOR_EFFECT_SD^2) prior on each idea's effect updated by its runs; m' counts the new ideas
-the allocation tries, so trying one more idea is weighed against the bar it raises for all; the
-queued baseline chains (plus --auto-repeat's) may go to the baseline, whose runs shrink var_b for
-every candidate at once, and a plan that wants them runs a baseline chain first):
-a new idea's first run if the allocation tries any, else the repeat that most raises its chance to
-settle (with --auto-repeat, Plan.extra_first: the extra chain is that pick). The tiers order the rest, and
-decide alone when there is no budget, no noise estimate, or baseline runs. So a queued idea may
-never get its first run when the chains are worth more on the leaders; [planner] try_every_variant
-(worker --try-every-variant) turns value of information off for users who want every idea tried. Plan.full_eval names the
-variant whose evaluation futility must not stop: a repeat run to settle `worse`, or any chain when
-the minutes a stop saves could not buy one more chain before the deadline.
+Value of information (tier "v", ahead of the tiers): the worker passes `opsdctl advise`'s ranking
+(opsdctl.plan.advise: each action's expected gain of the submission's official score, per minute,
+`stop` above whatever is not worth its minutes) and the pick is its first action the worker can
+take: a queued chain of that variant (a repeat, the baseline, a new idea's first run) runs first;
+with --auto-repeat, one more chain of a variant with a run is queued and run first
+(Plan.extra_first). Re-evals and screens are the user's to queue. When `stop` ranks first, the
+queued chains run in the tier order and nothing is added. The tiers decide alone without a noise
+estimate (no ranking) or when a baseline run is missing altogether; [planner] try_every_variant
+(worker --try-every-variant) turns the ranking off for users who want every idea tried first.
+Plan.full_eval names the variant whose evaluation futility must not stop: the ranked repeat, whose
+full score is the observation it was ranked for.
 
 "Fits in the time left": r more chains fit when (r - 1) x median + high <= usable seconds (the
 chains before the last take their median; the last must still pass admission with its high
@@ -64,10 +56,10 @@ quantile). `runs_needed` assumes the observed delta and s hold (inference.runs_n
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from opsdctl.plan.advise import Action, Advice
 from opsdctl.stats import inference
 
 FIFO, ADAPTIVE = "fifo", "adaptive"
@@ -149,10 +141,12 @@ def plan(
     auto_repeat: bool = False,
     known_variants: Sequence[str] = (),
     voi: bool = True,
+    advice: Optional[Sequence[Advice]] = None,
 ) -> Plan:
     """Order (and skip) the queued chains. `chain_s` / `chain_median_s`: one chain's high-quantile
     and median estimates; `dropped`: variant -> reason for variants with a stopped-futile chain;
-    `known_variants`: variants that may receive an --auto-repeat chain (every variant with a run)."""
+    `known_variants`: variants that may receive an --auto-repeat chain (every variant with a run);
+    `advice`: `opsdctl advise`'s ranking (opsdctl.plan.advise), which then makes the pick."""
     if policy == FIFO:
         return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, "-", "queue order") for q in queued])
     cost = _Cost(chain_s, chain_median_s, usable_s)
@@ -187,11 +181,14 @@ def plan(
         tier, key, why = _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost)
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     pick = None
-    if voi and noise_known and base_source in ("reference", "runs+reference") and not any(t[1].tier == "0" for t in slots):
-        pick = _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
-                         baseline_known=baseline in set(known_variants))
+    if advice is not None and voi and not any(t[1].tier == "0" for t in slots):
+        pick = _advice_pick(advice, {t[1].variant for t in slots}, dropped, auto_repeat, set(known_variants))
+        if pick is not None and pick[0] is None:  # stop: nothing is worth its minutes; no chain of our own
+            slots.sort(key=lambda t: t[0])
+            ordered = [s for _, s in slots]
+            return Plan([s.chain_id for s in ordered], skips, slots=ordered, extra_why=pick[1])
     if pick is not None:
-        variant, why, full, _gain = pick
+        variant, why, full = pick
         first = next((t for t in slots if t[1].variant == variant), None)
         if first is not None:
             slots.remove(first)
@@ -202,14 +199,31 @@ def plan(
     out = Plan([s.chain_id for s in ordered], skips, slots=ordered)
     if pick is not None:
         out.full_eval = [pick[0]] if pick[2] else []
-        if not any(s.tier == "v" for s in ordered) and pick[3] >= EXTRA_MIN_GAIN:
+        if not any(s.tier == "v" for s in ordered):
             out.extra, out.extra_why, out.extra_first = pick[0], pick[1], True
-            return out
-    if auto_repeat and not any(s.tier in ("v", "0", "1", "2a", "2b", "2c") for s in ordered):
-        # compare's own `Next:` rule: a repeat whose runs_needed fit (never a zero-value chain)
+        return out
+    if auto_repeat and not any(s.tier in ("0", "1", "2a", "2b", "2c") for s in ordered):
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
                                                set(known_variants), noise_known)
     return out
+
+
+def _advice_pick(advice: Sequence[Advice], queued: set, dropped: Mapping[str, str], auto_repeat: bool,
+                 known: set) -> Optional[tuple[Optional[str], str, bool]]:
+    """(variant, why, full) from `opsdctl advise`'s ranking: its first action the worker can take
+    (a queued chain of that variant first; with --auto-repeat, one more chain of a variant with a
+    run); (None, why, False) when `stop` ranks above every such action; None without any (the
+    tiers order). Re-evals and screens are the user's to queue: the worker never changes an eval."""
+    for a in advice:
+        why = f"advise: {a.text()}"
+        if a.action == Action.STOP:
+            return None, why, False
+        if a.action not in (Action.REPEAT, Action.BASELINE, Action.NEW) or a.variant is None or a.variant in dropped:
+            continue
+        if a.variant in queued or (auto_repeat and a.action != Action.NEW and a.variant in known):
+            # a repeat's evaluation is the observation it was ranked for: futility must not stop it
+            return a.variant, why, a.action != Action.NEW
+    return None
 
 
 def _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost):
@@ -269,227 +283,3 @@ def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise
         e, w = min(down, key=lambda t: t[0]["p_beat"] or 0.0)
         return e["name"], f"undecided, P(beat) {e['p_beat']:.3f}: +{w} run(s) could settle worse"
     return None, ""
-
-
-# --- value of information: which next chain most raises the settled verdicts expected by the end --
-
-PRIOR_EFFECT_SD = 2.0  # points: a queued idea's true effect ~ N(0, 2^2) before its first run
-VOI_MAX_CHAINS = 12  # plan at most this many chains ahead
-VOI_MIN_GAIN = 1e-3
-EXTRA_MIN_GAIN = 0.01  # a chain the worker queues itself must add at least this many expected verdicts
-FUTILITY_SAVES = 0.35  # of a chain: a stop at k = 4 of 12 saves 2/3 of the eval's sampling (~58% of a chain)  # below this expected gain, fall back to the tier order
-
-
-def _ncdf(x: float) -> float:
-    return 0.5 * math.erfc(-x / math.sqrt(2.0))
-
-
-@dataclass(frozen=True)
-class _Arm:
-    name: str
-    n: int  # full runs so far (0: a queued idea not yet run)
-    delta: float  # observed delta (0 for a new idea)
-    cap: int  # most further chains it may get (0: settled worse, futile, or nothing queued)
-
-
-class _Voi:
-    """Expected number of settled verdicts (`better` or `worse`) at the end of the budget for an
-    allocation of the R chains that fit: each arm's final delta is predicted from a normal prior
-    N(0, PRIOR_EFFECT_SD^2) on its true effect, updated by its runs; its final verdict settles
-    when |delta| >= t_{1-alpha/m', nu'} s sqrt(1/(n+r) + 1/n_b), with m' the variants tried by
-    then (every new idea tried raises it for all) and nu' the pooled dof by then. The verdict
-    rules are compare's; this only predicts them."""
-
-    def __init__(self, s: float, nu: int, n_b: int, m: int, alpha: float, var_b: Optional[float] = None,
-                 nu_local: Optional[int] = None):
-        # n_b: local baseline runs (looks count them); var_b: variance of the baseline mean
-        # (compare's se_mean^2: the published mean's offset included); nu_local: the store's repeat dof
-        self.s, self.nu, self.n_b, self.m, self.alpha = s, nu, n_b, m, alpha
-        self.var_b = var_b if var_b is not None else s**2 / max(n_b, 1)
-        self.nu_local = nu_local
-        self._t: dict[tuple, float] = {}
-
-    def crit(self, m: int, nu: int, j: Optional[int] = None) -> float:
-        """The verdict's critical t at look j (compare's rule: Bonferroni over m, alpha spent over
-        the looks, none before enough local dof); inf when no verdict is possible there."""
-        local = None if self.nu_local is None else self.nu_local + (nu - self.nu)
-        key = (m, nu, j, local)
-        if key not in self._t:
-            if j is None or local is None:
-                self._t[key] = inference.t_ppf(inference.bonferroni_level(m, self.alpha), nu)
-            else:
-                lvl = inference.look_level(j, m, local, self.alpha)
-                self._t[key] = inference.upper_t(lvl, nu) if lvl > 0 else math.inf
-        return self._t[key]
-
-    def p_settle(self, a: _Arm, r: int, m: int, nu: int) -> float:
-        s, n = self.s, a.n + r
-        if n == 0:
-            return 0.0
-        c = self.crit(m, nu, n + self.n_b if self.nu_local is not None else None)
-        if not math.isfinite(c):
-            return 0.0
-        thr = c * math.sqrt(s**2 / n + self.var_b)
-        s0 = PRIOR_EFFECT_SD
-        if a.n:
-            v_post = 1.0 / (1.0 / s0**2 + a.n / s**2)
-            mu_post = v_post * a.n * a.delta / s**2
-            if r == 0:  # no more runs of its own: only s moves, with the dof the other runs add
-                extra = nu - self.nu
-                if extra <= 0:
-                    return float(abs(a.delta) >= thr)
-                from scipy.special import chdtr
-
-                # s'^2 = (nu s^2 + s^2 chi2_extra) / nu'; settled while s' <= s |delta| / thr
-                x = nu * (abs(a.delta) / thr) ** 2 - self.nu
-                return float(chdtr(extra, x)) if x > 0 else 0.0
-            w = r / n
-            mean = (a.n * a.delta + r * mu_post) / n
-            sd = w * math.sqrt(v_post + s**2 / r)
-        else:
-            mean, sd = 0.0, math.sqrt(s0**2 + s**2 / r)
-        return _ncdf((mean - thr) / sd) + _ncdf((-thr - mean) / sd)
-
-    def value_now(self, arms: Sequence[_Arm]) -> float:
-        return sum(self.p_settle(a, 0, self.m, self.nu) for a in arms)
-
-    def curve(self, a: _Arm, top: int, m: int, nu: int) -> list[float]:
-        return [self.p_settle(a, r, m, nu) if r <= a.cap else -1.0 for r in range(top + 1)]
-
-    def best(self, arms: Sequence[_Arm], chains: int) -> tuple[float, list[int]]:
-        """The allocation of the `chains` runs that fit with the highest expected settled count.
-        With k new ideas tried, m' = m + k and nu' = nu + chains - k are fixed, so the count is a
-        sum over arms: a small knapsack per k. Runs may also go to none of the arms (a settled
-        variant, the baseline): they add dof only. New ideas are tried in queue order."""
-        old = [i for i, a in enumerate(arms) if a.n]
-        new = [i for i, a in enumerate(arms) if not a.n and a.cap > 0]
-        best_v, best_a = -1.0, [0] * len(arms)
-        for k in range(0, min(len(new), chains) + 1):
-            m, nu = self.m + k, self.nu + chains - k
-            items = [(i, self.curve(arms[i], chains, m, nu), 0) for i in old]
-            items += [(i, self.curve(arms[i], chains, m, nu), 1) for i in new[:k]]
-            # dp[b] = (value, allocation) using at most b runs over the items so far
-            dp = [(0.0, ())] * (chains + 1)
-            for _, f, lo in items:
-                nxt = [(-1e9, ())] * (chains + 1)
-                for b in range(chains + 1):
-                    for r in range(lo, b + 1):
-                        if f[r] < 0:
-                            break
-                        v = dp[b - r][0] + f[r]
-                        if v > nxt[b][0] + 1e-12:
-                            nxt[b] = (v, dp[b - r][1] + (r,))
-                dp = nxt
-            v, rs = dp[chains]
-            if v > best_v + 1e-12:
-                alloc = [0] * len(arms)
-                for (i, _, _), r in zip(items, rs):
-                    alloc[i] = r
-                best_v, best_a = v, alloc
-        return best_v, best_a
-
-
-def _with_baseline_runs(voi: _Voi, r_b: int, ref_n: Optional[int], offset_sd: float, use_ref: bool) -> _Voi:
-    """The same valuation after r_b more local baseline runs: a smaller variance of the baseline
-    mean (compare's inference.baseline_var: the published mean's offset shrinks away), more dof,
-    later looks."""
-    if r_b == 0:
-        return voi
-    n_b = voi.n_b + r_b
-    dof = r_b - (1 if voi.n_b == 0 else 0)
-    out = _Voi(voi.s, voi.nu + dof, n_b, voi.m, voi.alpha,
-               var_b=inference.baseline_var(voi.s**2, n_b, ref_n, offset_sd, use_ref),
-               nu_local=None if voi.nu_local is None else voi.nu_local + dof)
-    return out
-
-
-def _best_with_baseline(voi: _Voi, arms, chains: int, base_cap: int, ref_n, offset_sd, use_ref):
-    """(value, candidate allocation, baseline runs) of the best plan when up to base_cap of the
-    chains may go to the baseline: its runs tighten every candidate's comparison at once."""
-    best = (-1.0, [0] * len(arms), 0)
-    for r_b in range(0, min(base_cap, chains) + 1):
-        sub = _with_baseline_runs(voi, r_b, ref_n, offset_sd, use_ref)
-        v, alloc = sub.best(arms, chains - r_b) if chains - r_b > 0 else (sub.value_now(arms), [0] * len(arms))
-        if v > best[0] + 1e-12:
-            best = (v, alloc, r_b)
-    return best
-
-
-def _voi_pick(queued, entries, report, baseline, cost, dropped, auto_repeat,
-              baseline_known: bool = False) -> Optional[tuple[str, str, bool, float]]:
-    """(variant, why, full, gain) of the next chain by value of information, or None (fall back to the
-    tiers): the allocation of the chains that fit with the most verdicts expected to settle by the
-    end; from it, a new idea's first run if it tries any (queue order), else the repeat whose runs
-    raise its chance to settle the most. full: a repeat run to settle `worse` (delta < 0), whose
-    evaluation futility must not stop (a futility drop would forfeit the very verdict it is for)."""
-    chains = 0
-    while chains < VOI_MAX_CHAINS and cost.fits(chains + 1):
-        chains += 1
-    if chains == 0 or cost.usable is None:
-        return None
-    nz, b, bf = report["noise"], report["baseline"], report["bonferroni"]
-    if not nz.get("s") or not nz.get("nu") or not b.get("n"):
-        return None
-    n_queued: dict[str, int] = {}
-    for q in queued:
-        if q.variant != baseline and q.variant not in dropped:
-            n_queued[q.variant] = n_queued.get(q.variant, 0) + 1
-    extra = chains if auto_repeat else 0
-    arms = []
-    for e in entries.values():
-        if e["name"] == baseline or not e.get("n") or e.get("delta") is None:
-            continue
-        closed = e["name"] in dropped or e.get("verdict") == inference.WORSE
-        cap = 0 if closed else min(chains, n_queued.get(e["name"], 0) + extra)
-        arms.append(_Arm(e["name"], int(e["n"]), float(e["delta"]), cap))
-    seen = {a.name for a in arms}
-    for q in queued:
-        if q.variant in n_queued and q.variant not in seen:
-            seen.add(q.variant)
-            arms.append(_Arm(q.variant, 0, 0.0, min(chains, n_queued[q.variant] + extra)))
-    rule = b.get("se_mean") is not None and "nu_local" in nz  # compare's verdict rule
-    # the baseline's runs count when compare combines local runs with the published mean
-    base_queued = sum(1 for q in queued if q.variant == baseline)
-    base_cap = (base_queued + (extra if baseline_known else 0)) if rule and baseline else 0
-    if not any(a.cap for a in arms) and not base_cap:
-        return None
-    voi = _Voi(float(nz["s"]), int(nz["nu"]), int(b.get("n_local", 0)) if rule else int(b["n"]),
-               int(bf.get("m") or 0), float(bf.get("alpha") or inference.ALPHA),
-               var_b=float(b["se_mean"]) ** 2 if rule else None, nu_local=int(nz["nu_local"]) if rule else None)
-    ref = b.get("reference") or {}
-    use_ref = b.get("source") in ("reference", "runs+reference")
-    now = voi.value_now(arms)
-    best, alloc, r_b = _best_with_baseline(voi, arms, chains, base_cap, ref.get("n"),
-                                           float(ref.get("offset_sd") or 0.0), use_ref)
-    if r_b:
-        plan_txt = ", ".join([f"{baseline} x{r_b}"] + [f"{a.name} x{r}" for a, r in zip(arms, alloc) if r])
-        if best - now < VOI_MIN_GAIN:
-            return None
-        return baseline, (f"{chains} chain(s) fit; best plan {plan_txt}: {best:.2f} verdicts expected to settle "
-                          f"(now {now:.2f}); a baseline run first: it tightens every comparison"), True, best - now
-    voi = _with_baseline_runs(voi, 0, None, 0.0, False)
-    k = sum(1 for a, r in zip(arms, alloc) if a.n == 0 and r > 0)
-    m, nu = voi.m + k, voi.nu + chains - k
-    # A futility stop forfeits the run's score (and drops the variant, not a verdict); it pays only
-    # when the time it saves (FUTILITY_SAVES of a chain, a stop at k = 4) buys one more chain.
-    slack = cost.usable - ((chains - 1) * cost.median + cost.high)
-    stop_pays = slack + FUTILITY_SAVES * cost.median >= cost.median
-    new = [(a, r) for a, r in zip(arms, alloc) if a.n == 0 and r > 0]
-    plan_txt = ", ".join(f"{a.name} x{r}" for a, r in zip(arms, alloc) if r) or "no new idea"
-    head = f"{chains} chain(s) fit; best plan {plan_txt}: {best:.2f} verdicts expected to settle (now {now:.2f})"
-    if new:
-        if best - now < VOI_MIN_GAIN:
-            return None
-        return new[0][0].name, f"{head}; first run of a new idea", not stop_pays, best - now
-    gain = [(voi.p_settle(a, r, m, nu) - voi.p_settle(a, 0, m, nu), a) for a, r in zip(arms, alloc) if r]
-    g, a = max(gain, key=lambda t: t[0]) if gain else (0.0, None)
-    if g < VOI_MIN_GAIN:
-        # No run changes a verdict's chances, and a new idea would raise m for every verdict: the
-        # chains go to repeats (dof for the pooled s, tighter intervals), the strongest candidate first.
-        open_ = [x for x in arms if x.n and x.cap]
-        if not open_:
-            return None
-        a = max(open_, key=lambda x: x.delta)
-        return (a.name, f"{head}; no new idea (m would rise for every verdict): a repeat of {a.name}",
-                a.delta < 0 or not stop_pays, g)
-    return a.name, f"{head}; a repeat of {a.name} raises its chance to settle by {g:.2f}", a.delta < 0 or not stop_pays, g

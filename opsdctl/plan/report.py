@@ -95,16 +95,33 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
         shown = [base] + [k for k in dict.fromkeys(r.key for r in runs if r.variant in shown_labels) if k != base]
     budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
     usable = budget.usable_seconds
-    report = build_report(
-        runs,
-        baseline=base,
-        reference=cfg.reference,
-        variants=shown,
-        family=fam,
-        chain_minutes=chain_minutes,
-        minutes_left=None if usable is None else max(0.0, usable / 60.0),
-    )
+    def report_of(variants):
+        return build_report(runs, baseline=base, reference=cfg.reference, variants=variants, family=fam,
+                            chain_minutes=chain_minutes, minutes_left=None if usable is None else max(0.0, usable / 60.0))
+
+    report = report_of(shown)
     report["notes"] = [*notes, *report.get("notes", [])]
     report["pool_code"] = pool_code
     report["training"] = training_rows(reader, report)  # compare's training columns
+    # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
+    ranked = _advice_for(cfg, reader, report if shown is None else report_of(None))
+    report["advice"] = [{**a.to_json(), "text": a.text()} for a in ranked]
     return report
+
+
+def _advice_for(cfg, reader, report: dict) -> list:
+    """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
+    learned durations, the usable time left, and the queued ideas not yet run (queue order)."""
+    from opsdctl.plan import advise
+    from opsdctl.plan.durations import estimator_for
+
+    hparams = {}
+    if cfg.baseline_variant:
+        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
+        hparams = dict(versions[-1].hparams) if versions else {}
+    costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams)
+    budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
+    tried = {e["name"] for e in report["variants"] if e.get("n")} | {report["baseline"].get("name")}
+    labels = {v.id: v.label for v in reader.all_variants()}
+    ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
+    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)))

@@ -8,7 +8,7 @@ executor asks it: grant, released, on_progress at every look) and the clock is t
 `simulate_session` is the entry point another benchmark can call with its own world and policy.
 Only the world is simulated:
 
-- stage durations: train ~ U(16, 19) min, eval ~ U(22, 27) min (domain.md), and STAGE_GAP_S
+- stage durations: train ~ U(16, 19) min, eval ~ U(22, 27) min (the users' figures, DEVELOPERS.md), and STAGE_GAP_S
   of idle GPU between stages (release wait + the next start), for every policy alike;
 - the benchmark: 30 problems with fixed per-problem solve rates p_i (Beta quantiles, mean
   54.22%); a run of a variant with true effect e has a true mean u ~ N(54.22 + e, tau^2) and
@@ -168,7 +168,7 @@ class SessionResult:
     chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
     estimate_overruns: int = 0  # stages that took longer than the estimate admission used
     baseline_chains: int = 0  # chains started of the baseline (user-queued and auto-repeat)
-    idle_while_fits_s: float = 0.0  # GPUs idle at the end while compare's Next: run fitted
+    idle_while_fits_s: float = 0.0  # GPUs idle at the end while advise ranked a repeat above stop
     idle_note: Optional[str] = None  # the worker's idle reason at the end (a cap), if any
     run_order: list = field(default_factory=list)  # chain ids, in the order they started
     verdicts: dict = field(default_factory=dict)
@@ -448,17 +448,18 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
 
 
 def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
-    """Seconds the GPUs sat idle at the end while compare's `Next:` proposed a run that fits
-    (its runs_needed chains within the time left) and at least one chain still fit."""
+    """Seconds the GPUs sat idle at the end while `opsdctl advise` (compare's `Next:`) ranked an
+    action the worker can take above `stop` and at least one chain still fit."""
+    from opsdctl.plan import advise
+
     usable = s.usable()
     ests = gate.estimator.of_chain(s.info(s.chains[0]))
     if usable < sum(e.high_s for e in ests):
         return 0.0
-    med = sum(e.median_s for e in ests)
-    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE, chain_minutes=med / 60.0,
-                       minutes_left=usable / 60.0)
-    fits = any(e.get("fits") for e in rep["variants"] if e.get("n") and not e.get("partial"))
-    return usable if fits else 0.0
+    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
+    ranked = advise.from_report(rep, advise.costs_of(gate.estimator, PROFILE, HPARAMS), usable)
+    top = ranked[0].action if ranked else advise.Action.STOP
+    return usable if top in (advise.Action.REPEAT, advise.Action.BASELINE) else 0.0
 
 
 def judge(s: Session, res: SessionResult) -> None:

@@ -40,7 +40,9 @@ JSON (points; variances in points^2):
   noise:    s, nu, nu_local, s_local, tau2, v_eval, s0, nu0 (as used), prior_check {chi2, p,
             level, kept, checked}, eval_dominates, runs_with_counts, runs_without_counts, note, advice
   bonferroni: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
-            growth, c};  design: [{effect, power, runs_per_arm, chains, minutes, fits}];
+            growth, c};  screen: {problems, k, se, resolves} (a 15x4 screen against the baseline's
+            partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
+            a noise split);
   forecast_model: official_runs, spread (tau, points, posterior mean), spread_sd, spread_prior, train_var,
             eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
             (null without a noise estimate)
@@ -49,7 +51,8 @@ JSON (points; variances in points^2):
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
             needs_baseline_runs, runs_needed_both_arms, minutes_needed, fits, partial, se_mean,
             mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k, n_problems,
-            runs, chain_ids, note   (partial entries: se, se_eval, label; no tests)
+            runs, chain_ids, note   (partial entries: se, se_eval, label, vs_baseline {delta, se,
+            p_effect, baseline_runs} against the baseline's partial on the same problems; no tests)
   forecast (every entry, the baseline's too): {mean, low80, high80, p_above_reference, p_best}: the
             predictive distribution of the official 5-run mean (opsdctl.stats.forecast; all null for
             partial entries, entries without runs, and without a noise estimate)
@@ -64,6 +67,7 @@ from typing import Iterable, Optional, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
 from opsdctl.stats import forecast, inference, sequential
+from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
 PARTIAL_LABEL = "partial: screening only"
 
@@ -189,6 +193,11 @@ def _paired(cand: list[RunRecord], base: list[RunRecord]) -> inference.PairedSE 
     if len(order) < 2:
         return None
     return inference.paired_problem_se([[d[p] for p in order] for d in dv], [[d[p] for p in order] for d in db])
+
+
+def _same_problems(a: RunRecord, b: RunRecord) -> bool:
+    """Two partial runs on the same problems (ids when both have them; else the same count)."""
+    return a.problem_ids is None or b.problem_ids is None or a.problem_ids == b.problem_ids
 
 
 def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: float | None):
@@ -474,26 +483,43 @@ def build_report(
         if not full.get(v) and not any(key[0] == v for key in part):
             entries.append({"name": v, "n": 0, "partial": False, "verdict": None, "note": "no runs"})
     tau2 = split.tau2 if split.tau2 is not None else s2  # without a split, training noise at most s^2
-    for (v, k, n_p), pr in part.items():
-        if variants and v not in names and v != baseline:
-            continue
+
+    def partial_se(pr: list[RunRecord]) -> tuple[float | None, float | None]:
         vv = [v_of[id(r)] for r in pr if id(r) in v_of]
         mean_vr = sum(vv) / len(vv) if vv else None
         se_eval = math.sqrt(mean_vr / len(pr)) if mean_vr is not None else None
-        se = math.sqrt((tau2 + mean_vr) / len(pr)) if tau2 is not None and mean_vr is not None else None
-        entries.append(
-            {
-                **_entry_head(v, pr),
-                "partial": True,
-                "label": PARTIAL_LABEL,
-                "se": _f(se),
-                "k": k,
-                "n_problems": n_p,
-                "se_eval": _f(se_eval),
-                **_entry_runs(pr),
-                "note": f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict",
-            }
-        )
+        return (math.sqrt((tau2 + mean_vr) / len(pr)) if tau2 is not None and mean_vr is not None else None), se_eval
+
+    for (v, k, n_p), pr in part.items():
+        if variants and v not in names and v != baseline:
+            continue
+        se, se_eval = partial_se(pr)
+        e = {
+            **_entry_head(v, pr),
+            "partial": True,
+            "label": PARTIAL_LABEL,
+            "se": _f(se),
+            "k": k,
+            "n_problems": n_p,
+            "se_eval": _f(se_eval),
+            "vs_baseline": None,
+            **_entry_runs(pr),
+            "note": f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict",
+        }
+        bp = [r for r in part.get((baseline, k, n_p), []) if _same_problems(r, pr[0])]
+        if v != baseline and bp and se is not None:
+            b_se, _ = partial_se(bp)
+            if b_se is not None:
+                d = e["mean"] - sum(r.score for r in bp) / len(bp)
+                read = screen_reading(d, math.sqrt(se**2 + b_se**2))
+                e["vs_baseline"] = {"delta": _f(read.delta), "se": _f(read.se), "p_effect": _f(read.p_effect),
+                                    "baseline_runs": len(bp)}
+        elif v != baseline and bp:
+            e["note"] += "; without per-problem counts there is no SE to read it against the baseline's partial"
+        elif v != baseline:
+            e["note"] += ("; no baseline partial on these problems to read it against yet (the worker queues one: "
+                          f"`opsdctl queue {baseline or 'BASELINE'} --partial {n_p}x{k}`)")
+        entries.append(e)
 
     # -- baseline entry
     b_se = math.sqrt(b_var) if b_var is not None else None
@@ -534,19 +560,11 @@ def build_report(
         "offset_sd": _f(offset_sd) if reference is not None else None,
         "arms": list(post.names), "interval": forecast.INTERVAL}
 
-    # -- design figure: runs per arm for a new candidate (and the baseline topped up) to detect 2 and 3
-    # points with 80% power at the verdict's level (its look, the family with it)
-    design = []
-    for eff in inference.DESIGN_EFFECTS:
-        n_arm = None
-        if s is not None and has_base:
-            arms = inference.Arms(s, 0, n_local, nu, nu_local, m + 1, ref_n if use_ref else None, offset_sd, use_ref,
-                                  alpha)
-            n_arm = inference.rule_design(eff, arms)
-        chains = None if n_arm is None else n_arm + max(0, n_arm - n_local)
-        mins, fits = _minutes(chains, chain_minutes, minutes_left)
-        design.append({"effect": eff, "power": inference.DESIGN_POWER, "runs_per_arm": n_arm, "chains": chains,
-                       "minutes": mins, "fits": fits})
+    # -- what a screen can resolve: its SE read against the baseline's partial on the same problems
+    screen = None
+    if tau2 is not None and split.v_eval is not None and full_k and full_n:
+        se_s = screen_se(tau2, split.v_eval, SCREEN[0] * SCREEN[1] / float(full_k * full_n))
+        screen = {"problems": SCREEN[0], "k": SCREEN[1], "se": _f(se_s), "resolves": _f(SCREEN_Z * se_s)}
 
     return {
         "baseline": base,
@@ -561,7 +579,7 @@ def build_report(
                       "c": _f(sequential.boundary_constant(alpha / m)) if m else None,
                       "min_local_dof": inference.MIN_LOCAL_DOF},
         },
-        "design": design,
+        "screen": screen,
         "forecast_model": forecast_model,
         "budget": {"chain_minutes": _f(chain_minutes), "minutes_left": _f(minutes_left)},
         "full_k": full_k,
@@ -615,7 +633,8 @@ def _forecast_cells(f: dict | None) -> list[str]:
 
 def render_compare(report: dict, console) -> None:
     """Print the report: the table (baseline on top, candidates by P(beat)), then the
-    Bonferroni note, the noise line, the runs-needed and design advice, and partial runs apart."""
+    Bonferroni note, the noise line, the ranked next actions (report["advice"], when the caller
+    added `opsdctl advise`'s ranking), what a screen resolves, and partial runs apart."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -660,7 +679,7 @@ def render_compare(report: dict, console) -> None:
             escape(e["name"]), str(e["n"]), _pt(e["mean"]), _pt(e["sd"]), _pt(e["delta"], signed=True), ci,
             "-" if e["p_beat"] is None else f"{e['p_beat']:.3f}",
             f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
-            _next_cell(e),
+            _next_cell(e, with_time=True),
             *_forecast_cells(e.get("forecast")),
         ]
         if paired:
@@ -714,23 +733,22 @@ def render_compare(report: dict, console) -> None:
             console.print(f"[cyan]Advice: {nz['advice']}.[/]")
 
     bud = report["budget"]
-    for e in full:
-        if e.get("n") and (e.get("runs_needed") is not None or e.get("runs_needed_worse") is not None
-                           or e.get("needs_baseline_runs")):
-            console.print(f"Next: {escape(e['name'])}: {_next_cell(e, with_time=True)}" + (
-                "" if bud["minutes_left"] is None else f" with {bud['minutes_left']:.0f} min left") + ".")
-    parts = []
-    for d in report["design"]:
-        if d["runs_per_arm"] is None:
-            continue
-        txt = f"+{d['effect']:g} points: {d['runs_per_arm']} runs per arm"
-        if d["minutes"] is not None:
-            txt += f" (a new candidate: {d['chains']} chains with the baseline's top-up, {_min(d['minutes'])}" + (
-                "" if d["fits"] is None else (", fits" if d["fits"] else ", does not fit")) + ")"
-        parts.append(txt)
-    if parts:
-        console.print("Design, a new candidate (80% power at the verdict's level, its look and family): "
-                      + "; ".join(parts) + ".")
+    advice = report.get("advice")
+    if advice:
+        top = []
+        for a in advice:
+            if a["action"] == "stop" or len(top) == 3:
+                break
+            top.append(a["text"])
+        left = "" if bud["minutes_left"] is None else f" with {bud['minutes_left']:.0f} min left"
+        console.print(f"Next (`opsdctl advise`, expected gain of the submission's official score{left}): "
+                      + ("; ".join(escape(t) for t in top) if top else
+                         "stop: nothing left is worth its minutes; submit the best forecast") + ".")
+    sc = report.get("screen")
+    if sc is not None:
+        console.print(f"A {sc['problems']}x{sc['k']} screen read against the baseline's partial on the same problems: "
+                      f"SE {sc['se']:.2f} points, so it resolves effects of about {sc['resolves']:.1f} points "
+                      "(one-sided 5%, 80% power).")
     if paired:
         console.print(
             "by-problem SE: paired over problems on run-averaged p_i; uncertainty about generalizing "
@@ -743,9 +761,13 @@ def render_compare(report: dict, console) -> None:
         console.print(f"Partial evaluations ({PARTIAL_LABEL}): fewer problems or samples than the full setting; "
                       "never pooled, never a verdict. SE: training noise plus their own eval sampling.")
         pt = Table()
-        for col in ("variant", "problems x k", "runs", "mean", "SE", "eval SE", ""):
+        for col in ("variant", "problems x k", "runs", "mean", "SE", "eval SE", "vs baseline partial", "P(effect > 0)", ""):
             pt.add_column(col, justify="left" if col in ("variant", "") else "right")
         for e in part:
+            vb = e.get("vs_baseline")
             pt.add_row(escape(e["name"]), f"{e['n_problems']} x {e['k']}", str(e["n"]), _pt(e["mean"]), _pt(e.get("se")),
-                       _pt(e.get("se_eval")), PARTIAL_LABEL)
+                       _pt(e.get("se_eval")),
+                       "-" if vb is None else f"{vb['delta']:+.2f} ± {vb['se']:.2f} ({vb['baseline_runs']} run"
+                                              + ("s" if vb["baseline_runs"] != 1 else "") + ")",
+                       "-" if vb is None else f"{vb['p_effect']:.2f}", PARTIAL_LABEL)
         console.print(pt)

@@ -24,7 +24,6 @@ import numpy as np
 ALPHA = 0.05  # family-wise error rate of the verdicts (one-sided, Bonferroni over m)
 CI_LEVEL = 0.95  # two-sided confidence level of delta's interval
 DESIGN_POWER = 0.80  # power of the design figure
-DESIGN_EFFECTS = (2.0, 3.0)  # points the design figure asks about
 MAX_EXTRA_RUNS = 1000  # beyond this many extra runs a candidate "can never get there"
 MAX_DESIGN_RUNS = 1000  # design figure search limit (runs per arm)
 FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
@@ -564,60 +563,6 @@ def rule_runs_needed(delta: float | None, arms: Arms | None, limit: int = MAX_RU
         if arms.with_runs(r, r).settles(delta):
             return RuleRunsNeeded(None, True, r)
     return RuleRunsNeeded(None, True, None)
-
-
-def rule_power(effect: float, arms: Arms, new_dof: int) -> float:
-    """Power of the `better` verdict for a true effect at the state `arms` describes, when the
-    last `new_dof` of its pooled dof come from runs not yet made (the design figure). s holds:
-    s_hat^2 / s^2 = (nu - new_dof + X) / nu with X ~ chi^2_{new_dof}; the SE of delta is
-    sqrt(s_hat^2 / n_v + baseline_var(s_hat^2)); power = E_X[Phi((effect - c SE(X)) / SD)] with
-    c = t_{1 - level, nu} and SD the SE at s (see power())."""
-    from scipy.special import ndtr
-
-    lvl = look_level(arms.n_v + arms.n_b, arms.m, arms.local_dof, arms.alpha)
-    if lvl <= 0.0 or arms.nu <= 0 or arms.n_v < 1:
-        return 0.0
-    s2 = arms.s**2
-    vb0 = baseline_var(s2, arms.n_b, arms.ref_n, arms.offset_sd, arms.use_ref)
-    if vb0 is None:
-        return 0.0
-    sd = math.sqrt(s2 / arms.n_v + vb0)
-    if sd == 0.0:
-        return 1.0 if effect > 0 else 0.0
-    c = upper_t(lvl, arms.nu)
-    nu, k = arms.nu, max(0, min(new_dof, arms.nu))
-
-    def f(x):
-        sx2 = np.atleast_1d(s2 * (nu - k + x) / nu)
-        return ndtr((effect - c * np.sqrt(sx2 / arms.n_v + _baseline_var_array(sx2, arms))) / sd)
-
-    return chi2_expect(f, k)
-
-
-def _baseline_var_array(s2: np.ndarray, arms: Arms) -> np.ndarray:
-    """baseline_var over an array of s^2 values (s^2 > 0), for the design's quadrature."""
-    v_ref = None if not arms.use_ref or not arms.ref_n else s2 / arms.ref_n + arms.offset_sd**2
-    if arms.n_b <= 0:
-        return v_ref
-    if v_ref is None:
-        return s2 / arms.n_b
-    return 1.0 / (arms.n_b / s2 + 1.0 / v_ref)
-
-
-def rule_design(effect: float, arms: Arms, target: float = DESIGN_POWER, limit: int = MAX_DESIGN_RUNS) -> int | None:
-    """Runs per arm for a new candidate: the smallest n with rule_power >= target when the
-    candidate has n runs and the baseline is topped up to n local runs (it keeps more if it has
-    them); `arms` describes the store now with n_v = 0 and m counting the new candidate. Power
-    rises with n in practice (SE ~ 1/sqrt(n) against a boundary growing as n^0.25), so a
-    doubling-then-bisection search finds n."""
-    if arms.s is None or effect <= 0:
-        return None
-
-    def state(n: int) -> tuple[Arms, int]:
-        a = arms.with_runs(n, max(0, n - arms.n_b))
-        return a, a.nu - arms.nu
-
-    return _smallest(lambda n: rule_power(effect, *state(n)) >= target, limit)
 
 
 # ---------------------------------------------------------------- noise split

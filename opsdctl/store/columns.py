@@ -1,5 +1,5 @@
 """Which store columns need decoding, for the light reader (opsdctl.store.reader), which does not
-import the SQLModel models: a mirror of opsdctl/store/models.py that tests/test_store_reader.py
+import the SQLModel models: a mirror of opsdctl/store/models.py that tests/unit/store/test_reader.py
 checks against them.
 
 The reader decodes a result column by its name, so a name means one kind in every table (that

@@ -12,7 +12,7 @@ Meta     small key/value facts (budget clock start).
 Outbox   events for [notify] hooks, written with the change they report; the worker drains it.
 
 The schema is versioned by Alembic (opsdctl/store/migrations/): a change here needs a new revision
-there (`python -m opsdctl.store.migrations revision -m ...`); tests/test_store_migrations.py checks.
+there (`python -m opsdctl.store.migrations revision -m ...`); tests/integration/test_store_migrations.py checks.
 
 No `from __future__ import annotations` here: SQLModel reads the annotations at class creation.
 """

@@ -14,18 +14,18 @@ def command(
     ctx: typer.Context,
     drain: bool = typer.Option(False, "--drain", help="Exit when nothing runnable is queued."),
     policy: Optional[str] = typer.Option(None, "--policy", metavar="fifo|adaptive",
-                                         help="Run order [default: [planner] policy]. adaptive: the chains that settle the "
-                                              "most verdicts in the time left (value of information)."),
+                                         help="Run order [default: [planner] policy]. adaptive: the next chain by `opsdctl advise`'s "
+                                              "ranking (expected gain of the submission's official score)."),
     futility: Optional[bool] = typer.Option(None, "--futility/--no-futility",
                                             help="Stop evaluations that cannot beat the baseline at a look (k = 4, 8 of 12)."),
     auto_repeat: Optional[bool] = typer.Option(None, "--auto-repeat/--no-auto-repeat",
-                                               help="adaptive: queue extra repeats of undecided candidates when the queue has none."),
+                                               help="adaptive: queue the repeat `opsdctl advise` ranks first when no queued chain is."),
     auto_repeat_first: Optional[bool] = typer.Option(None, "--auto-repeat-first/--user-queue-first",
                                                      help="adaptive: let auto-repeat chains run before chains you "
                                                           "queued earlier (default: your queue first)."),
     try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
                                                      help="adaptive: first runs of every queued variant before any "
-                                                          "repeat, or (default) let value of information pick."),
+                                                          "repeat, or (default) let `opsdctl advise`'s ranking pick."),
 ) -> None:
     """Run queued chains, one at a time, on the configured GPUs (one worker per store).
 

@@ -12,7 +12,7 @@ processes opening a new store at once migrate it exactly once.
 A store whose revision is newer than this opsdctl knows is refused with one line (upgrade
 opsdctl); nothing is ever downgraded automatically.
 
-Changing the schema (tests/test_store_migrations.py fails until you do all three):
+Changing the schema (tests/integration/test_store_migrations.py fails until you do all three):
   1. edit opsdctl/store/models.py;
   2. `python -m opsdctl.store.migrations revision -m "what changed"` writes versions/NNNN_<slug>.py from
      the difference between the models and HEAD (review it: Alembic cannot see renames);

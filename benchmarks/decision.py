@@ -1,0 +1,207 @@
+"""What to submit: three submission rules over simulated 6-hour sessions through the real worker loop.
+
+    python benchmarks/decision.py                    # the committed figures: 1,200 sessions (~6 min on 2 cores)
+    python benchmarks/decision.py --sessions 5 --out /tmp/d
+
+Every session runs opsdctl/plan/simulate.py's `simulate_session` (the worker's own loop, gate and
+adaptive policy with --auto-repeat, so `opsdctl advise`'s ranking picks the chains) with six ideas
+drawn from a realistic mix: half null, a third harmful (U(-5, -1) points), the rest helpful
+(U(+1, +4)); the run-to-run sd is 1.48 or 2.5 points (the config's published sd stays 1.48, so 2.5
+is a wrong prior) and the local setup sits 0, +1 or +2 points off the published mean; the six
+conditions take turns. On compare's final report, three rules pick the submission:
+
+  P(beat)     today's export rule: the `better` candidate with the highest P(beat), else the
+              undecided one with the highest P(beat) >= 0.5, else the baseline
+  local mean  the arm with the highest local mean (the baseline's mean as compare combines it)
+  forecast    the new rule: the arm with the highest forecast official mean, baseline included
+              (opsdctl.stats.forecast's posterior)
+
+Figures per rule: the submission's true official mean minus the baseline's (mean, 5th
+percentile), regret against the best arm tried (baseline included), P(worse than the baseline by
+more than 1 point). For the forecast: coverage of its 80% interval and calibration of
+p_above_reference by decile, against each arm's drawn official 5-run mean (the quantity the
+forecast predicts). Goals: regret >= 30% below the P(beat) rule; P(worse by > 1) <= 5%; coverage
+75-85%; every decile within 5 points of its observed frequency.
+Writes benchmarks/results/decision.json and decision.md (or --out DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+SIGMAS = (1.48, 2.5)
+OFFSETS = (0.0, 1.0, 2.0)
+IDEAS = 6
+RULES = ("P(beat)", "local mean", "forecast")
+
+
+def draw_effects(rng: np.random.Generator, n: int = IDEAS) -> tuple[float, ...]:
+    """Half null, a third harmful U(-5, -1), the rest helpful U(+1, +4)."""
+    kind = rng.choice(3, size=n, p=[1 / 2, 1 / 3, 1 / 6])
+    return tuple(0.0 if k == 0 else float(rng.uniform(-5, -1)) if k == 1 else float(rng.uniform(1, 4)) for k in kind)
+
+
+def _pbeat_rule(report: dict) -> str:
+    """Today's export rule (opsdctl/daemon/auto_export.py as it stood before the forecast)."""
+    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
+    better = [e for e in full if e.get("verdict") == "better"]
+    key = lambda e: (e["p_beat"] if e.get("p_beat") is not None else -1.0, e.get("mean") or 0.0)  # noqa: E731
+    if better:
+        return max(better, key=key)["name"]
+    ahead = [e for e in full if e.get("verdict") == "undecided" and (e.get("p_beat") or 0.0) >= 0.5]
+    return max(ahead, key=key)["name"] if ahead else report["baseline"]["name"]
+
+
+def _local_mean_rule(report: dict) -> str:
+    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
+    best = max(full, key=lambda e: e["mean"], default=None)
+    b = report["baseline"]
+    return best["name"] if best is not None and (b["mean"] is None or best["mean"] > b["mean"]) else b["name"]
+
+
+def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
+    sys.path.insert(0, str(REPO))
+    from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
+    from opsdctl.stats.belief import posterior_of_report
+
+    rng = np.random.default_rng([seed, i])
+    sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
+    effects = draw_effects(rng)
+    res = simulate_session("adaptive", seed * 1_000_003 + i, hours=hours, effects=effects,
+                           world=World.make(sigma), offset=offset)
+    rep = res.report
+    true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
+    tried = [BASELINE] + [e["name"] for e in rep["variants"] if not e.get("partial") and e.get("n")]
+    post = posterior_of_report(rep)
+    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep)}
+    arms = []
+    if post is not None:
+        fc = post.forecasts()
+        picks["forecast"] = post.names[int(np.argmax(post.mean))]
+        for name, f in zip(post.names, fc):
+            official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
+            arms.append({"name": name, "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
+                         "official": official, "above": official > BASE_MEAN})
+    else:
+        picks["forecast"] = BASELINE
+    best = max(true[n] for n in tried)
+    return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
+            "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
+            "regret": {r: best - true[p] for r, p in picks.items()}, "arms": arms}
+
+
+def _deciles(arms: list[dict]) -> list[dict]:
+    """p_above_reference by decile against how often the drawn official mean was above it."""
+    dec = []
+    ps = [a for a in arms if a["p_above"] is not None]
+    for k in range(10):
+        lo, hi = k / 10, (k + 1) / 10
+        xs = [a for a in ps if lo <= a["p_above"] < hi or (k == 9 and a["p_above"] == 1.0)]
+        dec.append({"decile": f"{lo:.1f}-{hi:.1f}", "n": len(xs),
+                    "mean_p": round(float(np.mean([a["p_above"] for a in xs])), 4) if xs else None,
+                    "observed": round(float(np.mean([a["above"] for a in xs])), 4) if xs else None})
+    return dec
+
+
+def _worst_gap(dec: list[dict]) -> float | None:
+    return max((round(abs(d["mean_p"] - d["observed"]), 4) for d in dec if d["n"] >= 20), default=None)
+
+
+def summarize(rows: list[dict]) -> dict:
+    out = {"sessions": len(rows), "rules": {}}
+    for r in RULES:
+        g = np.array([x["gain"][r] for x in rows])
+        reg = np.array([x["regret"][r] for x in rows])
+        out["rules"][r] = {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
+                           "regret_mean": round(float(reg.mean()), 4),
+                           "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
+                           "p_worse_1": round(float(np.mean(g < -1.0)), 4),
+                           "baseline_picked": round(float(np.mean([x["picks"][r] == "baseline" for x in rows])), 4)}
+    base = out["rules"]["P(beat)"]["regret_mean"]
+    out["regret_cut_vs_pbeat"] = round(1.0 - out["rules"]["forecast"]["regret_mean"] / base, 4) if base > 0 else None
+    arms = [a for x in rows for a in x["arms"]]
+    sub = [a for x in rows for a in x["arms"] if a["name"] == x["picks"]["forecast"]]
+    cover = lambda xs: round(float(np.mean([a["low80"] <= a["official"] <= a["high80"] for a in xs])), 4) if xs else None  # noqa: E731
+    out["coverage80_all_arms"] = cover(arms)
+    out["coverage80_submission"] = cover(sub)
+    out["calibration"] = _deciles(arms)
+    out["worst_decile_gap"] = _worst_gap(out["calibration"])
+    out["by_condition"] = {}
+    for s in SIGMAS:
+        for o in OFFSETS:
+            xs = [x for x in rows if x["sigma"] == s and x["offset"] == o]
+            if xs:
+                cond = [a for x in xs for a in x["arms"]]
+                out["by_condition"][f"sd {s:g}, offset {o:+g}"] = {
+                    **{r: {"gain_mean": round(float(np.mean([x["gain"][r] for x in xs])), 3),
+                           "regret_mean": round(float(np.mean([x["regret"][r] for x in xs])), 3),
+                           "p_worse_1": round(float(np.mean([x["gain"][r] < -1 for x in xs])), 3)} for r in RULES},
+                    "coverage80": cover(cond), "worst_decile_gap": _worst_gap(_deciles(cond))}
+    out["chains_per_session"] = round(float(np.mean([x["chains"] for x in rows])), 2)
+    out["ideas_tried_per_session"] = round(float(np.mean([x["tried"] for x in rows])), 2)
+    return out
+
+
+def markdown(doc: dict) -> str:
+    s = doc["summary"]
+    lines = [f"# What to submit: {s['sessions']} simulated 6-hour sessions through the worker loop", "",
+             f"Command: `{doc['command']}` ({doc['seconds']:.0f} s on {doc['processes']} processes). "
+             f"{s['chains_per_session']} scored chains and {s['ideas_tried_per_session']} ideas tried per session "
+             "(adaptive policy with --auto-repeat: `opsdctl advise`'s ranking).", "",
+             "| rule | true official gain over baseline: mean | 5th pct | regret vs best tried | P(worse by > 1) | baseline submitted |",
+             "|---|---|---|---|---|---|"]
+    for r in RULES:
+        x = s["rules"][r]
+        lines.append(f"| {r} | {x['gain_mean']:+.2f} | {x['gain_p5']:+.2f} | {x['regret_mean']:.2f} ± {x['regret_se'] or 0:.2f} "
+                     f"| {100 * x['p_worse_1']:.1f}% | {100 * x['baseline_picked']:.0f}% |")
+    lines += ["", f"Regret of the forecast rule vs the P(beat) rule: {100 * s['regret_cut_vs_pbeat']:.0f}% lower "
+              "(goal: >= 30%)." if s["regret_cut_vs_pbeat"] is not None else "",
+              f"80% forecast interval coverage of the drawn official 5-run mean: {100 * s['coverage80_all_arms']:.1f}% "
+              f"of all arms, {100 * s['coverage80_submission']:.1f}% of the submitted one (goal 75-85%).", "",
+              "Calibration of p_above_reference (all arms):", "", "| decile | arms | mean p | observed |", "|---|---|---|---|"]
+    for d in s["calibration"]:
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        lines.append(f"| {d['decile']} | {d['n']} | {fmt(d['mean_p'])} | {fmt(d['observed'])} |")
+    lines += ["", f"Largest gap over deciles with >= 20 arms: {s['worst_decile_gap']:.3f} (goal <= 0.05)."
+              if s["worst_decile_gap"] is not None else "", "",
+              "By condition (mean gain / regret / P(worse by > 1); the forecast's 80% coverage and worst decile gap):", "",
+              "| condition | " + " | ".join(RULES) + " | coverage | worst gap |", "|---" * (len(RULES) + 3) + "|"]
+    for cond, by in s["by_condition"].items():
+        fmt = lambda x, f: "-" if x is None else f.format(x)  # noqa: E731
+        lines.append(f"| {cond} | " + " | ".join(f"{by[r]['gain_mean']:+.2f} / {by[r]['regret_mean']:.2f} / "
+                                                  f"{100 * by[r]['p_worse_1']:.0f}%" for r in RULES)
+                     + f" | {fmt(by['coverage80'], '{:.1%}')} | {fmt(by['worst_decile_gap'], '{:.3f}')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=1200, help="simulated sessions (the six conditions take turns)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    with Pool(args.processes) as pool:
+        rows = pool.starmap(one_session, [(i, args.seed) for i in range(args.sessions)])
+    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1200 else f" --sessions {args.sessions}"),
+           "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
+           "summary": summarize(rows)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decision.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (args.out / "decision.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

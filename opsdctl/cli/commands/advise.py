@@ -1,0 +1,32 @@
+"""`opsdctl advise`: the next actions, ranked by the gain each is expected to bring the submission."""
+
+from __future__ import annotations
+
+import typer
+
+from opsdctl.cli.app import App
+from opsdctl.cli.console import console, escape, print_json
+
+
+def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the ranked actions as JSON.")) -> None:
+    """The next actions, ranked by how much each is expected to raise the submission's official score.
+
+    The submission is the arm of highest forecast mean (the baseline included); an action's gain
+    is its value of information (the knowledge gradient, in points), priced at the learned
+    durations and checked against the time left. `stop` (gain 0) ranks above whatever is not
+    worth its minutes.
+    """
+    from opsdctl.cli.commands.compare import compare_report
+
+    app = App.of(ctx)
+    cfg = app.config()
+    ranked = compare_report(cfg, app.reader(cfg))["advice"]
+    if as_json:
+        print_json([{k: v for k, v in a.items() if k != "text"} for a in ranked])
+        return
+    con = console()
+    if not ranked:
+        con.print("No advice yet: no noise estimate (repeat a variant, or give \\[baseline] reference = {mean, sd, n}).")
+        return
+    for i, a in enumerate(ranked, start=1):
+        con.print(f"{i:>2}. {escape(a['text'])}")

@@ -1,0 +1,130 @@
+"""The next actions, ranked by what they are expected to add to the submission's official score.
+
+The submission takes the arm of highest forecast mean (the baseline included), so an action is
+worth its knowledge gradient (opsdctl.stats.belief): E[max forecast mean after it] - max now, in
+points. A run action (repeat, baseline, new) counts the runs it opens: its gain is the best
+KG(r) / r over the r <= RUNS_AHEAD runs of it that fit (one run of a close race often cannot
+change the submission where three can; with r = 1 best, the gain is the one run's). Each action is priced at the planner's high-quantile durations (the figures admission
+uses) and `fits` when admission would start it in the usable time left. Ranked: the actions that
+fit and are worth at least MIN_GAIN, by gain per minute; then `stop` (gain 0: submit the best
+forecast now); then the rest. `opsdctl advise`, compare's `Next:` line and the adaptive policy
+read this one ranking.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from opsdctl.plan import admission
+from opsdctl.stats.belief import Belief
+from opsdctl.stats.screen import SCREEN
+
+# points: numerically nothing. Minutes left unused at the deadline buy nothing, so `stop` ranks
+# first only when nothing that fits can change what is submitted.
+MIN_GAIN = 1e-6
+RUNS_AHEAD = 6  # a run action's worth looks at most this many runs of it ahead
+
+
+class Action(str, enum.Enum):
+    REPEAT = "repeat"
+    BASELINE = "baseline"
+    REEVAL = "re-eval"
+    SCREEN = "screen"
+    NEW = "new"
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Costs:
+    """High-quantile seconds: a full chain, an eval alone (re-eval), a chain with a screen eval."""
+
+    chain_s: float
+    eval_s: float
+    screen_s: float
+
+
+@dataclass(frozen=True)
+class Advice:
+    action: Action
+    variant: Optional[str]
+    minutes: float
+    fits: bool
+    gain: float  # points of expected official score (per run, for an action that pays off over several)
+
+    @property
+    def rate(self) -> float:
+        return self.gain / self.minutes if self.minutes > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {"action": self.action.value, "variant": self.variant, "minutes": round(self.minutes, 3),
+                "fits": self.fits, "gain": round(self.gain, 4)}
+
+    def text(self) -> str:
+        what = {Action.REPEAT: f"one more run of {self.variant}", Action.BASELINE: "one more baseline run",
+                Action.REEVAL: f"re-evaluate a checkpoint of {self.variant}",
+                Action.SCREEN: f"screen {self.variant or 'a new idea'} ({SCREEN[0]}x{SCREEN[1]})",
+                Action.NEW: f"first run of {self.variant or 'a new idea'}",
+                Action.STOP: "stop: submit the best forecast now"}[self.action]
+        if self.action == Action.STOP:
+            return what
+        return (f"{what}: +{self.gain:.2f} expected official points, {admission.minutes_text(self.minutes * 60)}"
+                + ("" if self.fits else ", does not fit"))
+
+
+def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: Sequence[str] = (),
+         full_samples: Optional[int] = None) -> list[Advice]:
+    """Every action with its gain, minutes and fit, best first (see the module docstring).
+    `new_ideas`: queued variants without a run yet (the next one names `new`/`screen`);
+    `full_samples`: problems x k of a full eval (a screen's share of it)."""
+    def fit(seconds: float) -> bool:
+        return admission.fits(seconds, usable_s).ok
+
+    chain_min, eval_min, screen_min = costs.chain_s / 60.0, costs.eval_s / 60.0, costs.screen_s / 60.0
+    runs = max(1, min(RUNS_AHEAD, int(usable_s // costs.chain_s) if usable_s is not None and costs.chain_s > 0
+                      else RUNS_AHEAD))
+
+    def per_run(gain_of) -> float:
+        """A run action's worth per run: the best KG(r) / r over r runs of it that fit (r runs of one
+        arm are one observation with noise s^2 / r), so a close race that one run cannot settle
+        but three can is not ranked as worthless (the knowledge gradient's KG* form)."""
+        return max(gain_of(belief.s2 / r) / r for r in range(1, runs + 1))
+
+    out = [Advice(Action.BASELINE, belief.arms[0], chain_min, fit(costs.chain_s),
+                  per_run(lambda n: belief.gain_run(0, n)))]
+    for i, name in enumerate(belief.arms[1:], start=1):
+        out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s),
+                          per_run(lambda n, i=i: belief.gain_run(i, n))))
+    reeval = belief.reeval_noise()
+    if reeval is not None:
+        for i, name in enumerate(belief.arms):
+            out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, reeval)))
+    idea = new_ideas[0] if new_ideas else None
+    out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new)))
+    if full_samples:
+        noise = belief.screen_noise(SCREEN[0] * SCREEN[1] / float(full_samples))
+        if noise is not None:
+            out.append(Advice(Action.SCREEN, idea, screen_min, fit(costs.screen_s), belief.gain_new(noise)))
+    worth = sorted((a for a in out if a.fits and a.gain >= MIN_GAIN), key=lambda a: -a.rate)
+    rest = sorted((a for a in out if a not in worth), key=lambda a: (not a.fits, -a.rate))
+    return [*worth, Advice(Action.STOP, None, 0.0, True, 0.0), *rest]
+
+
+def costs_of(estimator, profile: str, hparams=None) -> Costs:
+    """The actions' high-quantile seconds from the learned durations (opsdctl.plan.durations)."""
+    train, evaluate = estimator.chain(profile, hparams)
+    _, screen = estimator.chain(profile, hparams, partial=SCREEN)
+    return Costs(train.high_s + evaluate.high_s, evaluate.high_s, train.high_s + screen.high_s)
+
+
+def from_report(report: Optional[dict], costs: Costs, usable_s: Optional[float],
+                new_ideas: Sequence[str] = ()) -> list[Advice]:
+    """The ranking for a compare report; [] without a noise estimate (nothing to value by)."""
+    from opsdctl.stats.belief import from_report as belief_of
+
+    belief = belief_of(report) if report else None
+    if belief is None:
+        return []
+    full = report["full_n"] * report["full_k"] if report.get("full_n") and report.get("full_k") else None
+    return rank(belief, costs, usable_s, new_ideas=new_ideas, full_samples=full)

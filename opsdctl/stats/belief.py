@@ -1,0 +1,123 @@
+"""What one more observation is worth to the submission, under the forecast's belief.
+
+The belief is the forecast's joint posterior (opsdctl.stats.forecast): latents z = (B, o, D_1..D_K),
+B the baseline's official mean, o the user's setup offset, D_i candidate i's effect; official means
+B (baseline) and B + D_i; a local run of candidate i observes B + o + D_i (of the baseline B + o)
+with the run-to-run variance s^2 = tau^2 (training) + v_eval (eval sampling).
+
+Observations the next action can make (all linear in z, so the knowledge gradient is exact):
+  repeat i / baseline  one more full run:            noise s^2
+  re-eval i            fresh eval samples of a checkpoint already scored: averaging its two
+                       evals cuts that run's variance from tau^2 + v to tau^2 + v/2, the same
+                       information as one observation of noise 1 / (1/(tau^2+v/2) - 1/(tau^2+v))
+  new                  a fresh idea from the family: a new latent D ~ N(family_mean, family_sd^2),
+                       one full run (noise s^2); it can be chosen only once observed
+  screen               a fresh idea, one run with a partial eval read against the baseline's
+                       partial on the same problems: noise tau^2 + 2 v_eval x (full / partial samples)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from opsdctl.stats import forecast
+from opsdctl.stats.knowledge_gradient import knowledge_gradient, update_direction
+from opsdctl.stats.screen import screen_se
+
+
+@dataclass(frozen=True)
+class Belief:
+    arms: tuple[str, ...]  # arms[0]: the baseline
+    mean: np.ndarray  # posterior mean of z = (B, o, D_1..D_K)
+    cov: np.ndarray  # posterior covariance of z
+    tau2: float  # training variance of one run (points^2)
+    v_eval: Optional[float]  # eval-sampling variance of one full run; None: unknown (no counts)
+    family_mean: float
+    family_sd: float
+
+    @property
+    def s2(self) -> float:
+        return self.tau2 + (self.v_eval or 0.0)
+
+    def official_mean(self) -> np.ndarray:
+        return forecast.official_map(len(self.arms)) @ self.mean
+
+    def gain_run(self, arm: int, noise_var: Optional[float] = None) -> float:
+        """Knowledge gradient of one more full run of `arm` (0: the baseline)."""
+        k = len(self.arms)
+        b = forecast.official_map(k) @ update_direction(self.cov, forecast.obs_row(arm, k),
+                                                        self.s2 if noise_var is None else noise_var)
+        return knowledge_gradient(self.official_mean(), b)
+
+    def reeval_noise(self) -> Optional[float]:
+        """The noise of the observation a re-eval is worth (see the module docstring)."""
+        if not self.v_eval:
+            return None
+        extra = 1.0 / (self.tau2 + self.v_eval / 2.0) - 1.0 / (self.tau2 + self.v_eval)
+        return 1.0 / extra
+
+    def gain_new(self, noise_var: Optional[float] = None) -> float:
+        """Knowledge gradient of a fresh idea's first run: the belief gets one more arm."""
+        k = len(self.arms)
+        mean = np.append(self.mean, self.family_mean)
+        cov = np.zeros((k + 2, k + 2))
+        cov[: k + 1, : k + 1] = self.cov
+        cov[k + 1, k + 1] = self.family_sd**2
+        m, h = forecast.official_map(k + 1), forecast.obs_row(k, k + 1)
+        b = m @ update_direction(cov, h, self.s2 if noise_var is None else noise_var)
+        return knowledge_gradient(m @ mean, b, now=[True] * k + [False])
+
+    def screen_noise(self, sample_share: float) -> Optional[float]:
+        """Noise of a screen read against the baseline's partial on the same problems: the
+        candidate's training noise plus both partials' eval sampling (share: partial / full samples)."""
+        if not self.v_eval or sample_share <= 0:
+            return None
+        return screen_se(self.tau2, self.v_eval, sample_share) ** 2
+
+
+def from_posterior(post: forecast.Posterior) -> Belief:
+    """The belief of the forecast's joint posterior (opsdctl.stats.forecast, the one model of the
+    official score). A fresh idea's effect: the family's mean as the candidates' posterior effects
+    show it, shrunk toward the family-mean prior's centre as that prior would (FAMILY_MEAN,
+    FAMILY_MEAN_SD), and the family's spread with its own uncertainty; its link to the tried ideas
+    through the family mean is left out."""
+    k = len(post.names) - 1
+    theta = post.state_mean[2:]
+    if k:
+        m2, t2 = forecast.FAMILY_MEAN_SD**2, post.spread**2
+        fam_mean = forecast.FAMILY_MEAN + (float(np.mean(theta)) - forecast.FAMILY_MEAN) * k * m2 / (t2 + k * m2)
+    else:
+        fam_mean = forecast.FAMILY_MEAN
+    fam_sd = math.sqrt(post.spread**2 + post.spread_sd**2 + forecast.FAMILY_MEAN_SD**2 / (1 + k))
+    return Belief(post.names, post.state_mean, post.state_cov, post.noise.train_var, post.noise.eval_var or None,
+                  fam_mean, fam_sd)
+
+
+def posterior_of_report(report: dict) -> Optional[forecast.Posterior]:
+    """The forecast's posterior for a compare report (`opsdctl compare --json`): its noise split,
+    baseline runs, published reference and full candidates; None without a noise estimate."""
+    nz, b = report["noise"], report["baseline"]
+    if nz.get("s") is None:
+        return None
+    s2 = float(nz["s"]) ** 2
+    v_eval = min(float(nz["v_eval"]), s2) if nz.get("v_eval") is not None else 0.0
+    noise = forecast.NoiseParts(max(s2 - v_eval, 0.0), v_eval)
+    cands = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
+    ref = b.get("reference") or {}
+    published = None
+    if ref.get("mean") is not None and ref.get("n"):
+        published = forecast.PublishedRef(float(ref["mean"]), float(ref["sd"]), int(ref["n"]),
+                                          float(ref.get("offset_sd") or 0.0))
+    base = forecast.ArmRuns(b.get("name") or "baseline", tuple(float(y) for y in b.get("runs") or ()))
+    arms = [forecast.ArmRuns(e["name"], tuple(float(y) for y in e["runs"])) for e in cands]
+    return forecast.posterior(base, arms, noise, published)
+
+
+def from_report(report: dict) -> Optional[Belief]:
+    """The belief of a compare report (posterior_of_report); None without a noise estimate."""
+    post = posterior_of_report(report)
+    return None if post is None else from_posterior(post)

@@ -1,0 +1,390 @@
+"""opsdctl.stats.inference against scipy.stats and hand float64 computations."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as ss
+
+from opsdctl.stats import inference as stats
+
+# ---------------------------------------------------------------- Student's t
+
+
+@pytest.mark.parametrize("nu", [1, 2, 3, 4, 7, 12, 30, 200])
+def test_t_cdf_and_ppf_match_scipy(nu):
+    for x in (-6.0, -2.1, -0.3, 0.0, 0.7, 1.96, 4.5):
+        assert stats.t_cdf(x, nu) == pytest.approx(ss.t.cdf(x, nu), rel=1e-12, abs=1e-15)
+    for q in (0.001, 0.025, 0.3, 0.5, 0.9, 0.975, 0.99, 1 - 0.05 / 3):
+        assert stats.t_ppf(q, nu) == pytest.approx(ss.t.ppf(q, nu), rel=1e-10, abs=1e-12)
+
+
+def test_t_closed_forms_by_hand():
+    # nu = 1 is Cauchy; nu = 2 has F(x) = 1/2 + x / (2 sqrt(2 + x^2)).
+    for x in (-3.0, -0.5, 0.0, 0.25, 2.0):
+        assert stats.t_cdf(x, 1) == pytest.approx(0.5 + math.atan(x) / math.pi, rel=1e-13)
+        assert stats.t_cdf(x, 2) == pytest.approx(0.5 + x / (2 * math.sqrt(2 + x * x)), rel=1e-13)
+    for p in (0.05, 0.4, 0.975):
+        assert stats.t_ppf(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-12)
+        assert stats.t_ppf(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-12)
+
+
+def test_t_refuses_zero_dof():
+    with pytest.raises(ValueError):
+        stats.t_cdf(1.0, 0)
+    with pytest.raises(ValueError):
+        stats.t_ppf(0.9, 0)
+
+
+# ---------------------------------------------------------------- y_r and V_r
+
+
+def test_score_and_eval_variance_on_known_counts():
+    counts, k = (0, 6, 12, 3), 12
+    assert stats.run_score(counts, k) == pytest.approx(100 / 4 * (0 + 6 + 12 + 3) / 12, rel=1e-15)
+    # c(k - c): 0, 36, 0, 27 -> sum 63; V = 100^2 / 4^2 * 63 / (12^2 * 11)
+    assert stats.eval_variance(counts, k) == pytest.approx(10000 / 16 * 63 / (144 * 11), rel=1e-15)
+    assert stats.eval_variance((0, 0, 0), 12) == 0.0 and stats.eval_variance((12, 12), 12) == 0.0
+    # k = 2, one problem with one correct: c(k - c)/(k^2 (k-1)) = 1/4, times 100^2
+    assert stats.eval_variance((1,), 2) == pytest.approx(2500.0)
+
+
+def test_eval_variance_is_unbiased():
+    # E[V_r] must equal Var(y_r) = 100^2/n^2 sum_i p_i (1 - p_i) / k under binomial sampling.
+    rng = np.random.default_rng(0)
+    n, k, reps = 30, 12, 40000
+    p = rng.beta(0.6, 0.5, n)
+    c = rng.binomial(k, p, size=(reps, n))
+    v = 1e4 / n**2 * np.sum(c * (k - c), axis=1) / (k**2 * (k - 1))
+    exact = 1e4 / n**2 * np.sum(p * (1 - p)) / k
+    assert v.mean() == pytest.approx(exact, rel=0.01)
+    assert stats.eval_variance(c[0], k) == pytest.approx(v[0], rel=1e-14)
+    y = 100 * c.mean(axis=1) / k
+    assert y.var(ddof=1) == pytest.approx(exact, rel=0.03)
+
+
+def test_counts_validation():
+    with pytest.raises(ValueError):
+        stats.eval_variance((1, 0), 1)  # k = 1: no variance estimate
+    with pytest.raises(ValueError):
+        stats.eval_variance((13,), 12)
+    with pytest.raises(ValueError):
+        stats.run_score((), 12)
+
+
+# ---------------------------------------------------------------- pooled variance
+
+
+def test_pooled_variance_without_prior_by_hand():
+    # group 1: mean 2, SS 2; group 2: mean 5, SS 2; single run adds nothing. nu = 2 + 1 = 3.
+    s2, nu = stats.pooled_variance([[1.0, 2.0, 3.0], [4.0, 6.0], [9.0]])
+    assert nu == 3 and s2 == pytest.approx(4.0 / 3.0, rel=1e-15)
+
+
+def test_pooled_variance_with_prior_by_hand():
+    s2, nu = stats.pooled_variance([[1.0, 2.0, 3.0], [4.0, 6.0]], prior_sd=1.48, prior_dof=4)
+    assert nu == 7 and s2 == pytest.approx((4 * 1.48**2 + 4.0) / 7, rel=1e-15)
+    # single runs only: the prior alone
+    s2, nu = stats.pooled_variance([[50.0], [53.0]], prior_sd=1.48, prior_dof=4)
+    assert nu == 4 and s2 == pytest.approx(1.48**2, rel=1e-15)
+
+
+def test_pooled_variance_no_prior_single_runs_has_no_estimate():
+    assert stats.pooled_variance([[50.0], [53.0], []]) == (None, 0)
+
+
+def test_prior_from_reference():
+    assert stats.prior_from_reference(1.48, 5) == (1.48, 4)
+    assert stats.prior_from_reference(1.48, 5, use=False) == (None, 0)
+    assert stats.prior_from_reference(1.48, 1) == (None, 0)
+    assert stats.prior_from_reference(None, None) == (None, 0)
+
+
+# ---------------------------------------------------------------- delta, CI, P(beat), verdict
+
+
+def test_compare_means_against_scipy():
+    d = stats.compare_means(57.0, 3, 54.22, 5, 1.5, 10)
+    se = 1.5 * math.sqrt(1 / 3 + 1 / 5)
+    half = ss.t.ppf(0.975, 10) * se
+    assert d.delta == pytest.approx(2.78, rel=1e-13)
+    assert d.se == pytest.approx(se, rel=1e-15)
+    assert (d.ci_low, d.ci_high) == (pytest.approx(2.78 - half, rel=1e-12), pytest.approx(2.78 + half, rel=1e-12))
+    assert d.p_beat == pytest.approx(ss.t.cdf(2.78 / se, 10), rel=1e-12)
+
+
+def test_compare_means_without_noise_estimate_and_zero_noise():
+    d = stats.compare_means(56.0, 1, 54.0, 1, None, 0)
+    assert d.delta == 2.0 and d.se is None and d.p_beat is None and d.ci_low is None
+    assert stats.compare_means(56.0, 2, 54.0, 2, 0.0, 2).p_beat == 1.0
+    assert stats.compare_means(54.0, 2, 54.0, 2, 0.0, 2).p_beat == 0.5
+    assert stats.compare_means(53.0, 2, 54.0, 2, 0.0, 2).p_beat == 0.0
+
+
+def test_verdict_bonferroni_thresholds():
+    assert stats.verdict(0.95, 1) == "better" and stats.verdict(0.9499, 1) == "undecided"
+    assert stats.verdict(0.05, 1) == "worse" and stats.verdict(0.0501, 1) == "undecided"
+    assert stats.verdict(0.97, 3) == "undecided" and stats.verdict(0.99, 3) == "better"
+    assert stats.verdict(0.016, 3) == "worse"
+    assert stats.verdict(None, 2) == "undecided"
+    assert stats.bonferroni_level(4) == pytest.approx(1 - 0.0125)
+
+
+# ---------------------------------------------------------------- runs needed
+
+
+def _brute_runs(delta, s, n_v, n_b, nu, m, limit=5000):
+    q = 1 - 0.05 / m
+    for r in range(0, limit):
+        if delta / (s * math.sqrt(1 / (n_v + r) + 1 / n_b)) >= ss.t.ppf(q, nu + r):
+            return r
+    return None
+
+
+@pytest.mark.parametrize(
+    "delta,s,n_v,n_b,nu,m",
+    [(2.0, 1.5, 1, 5, 4, 1), (2.0, 1.5, 1, 5, 4, 3), (3.0, 1.48, 2, 5, 5, 2), (1.2, 1.0, 1, 10, 9, 1), (4.0, 1.5, 1, 1, 4, 1)],
+)
+def test_runs_needed_matches_brute_force(delta, s, n_v, n_b, nu, m):
+    want = _brute_runs(delta, s, n_v, n_b, nu, m)
+    assert want is not None and want > 0
+    got = stats.runs_needed(delta, s, n_v, n_b, nu, m)
+    assert got.extra == want and not got.needs_baseline_runs
+
+
+def test_runs_needed_edge_cases():
+    assert stats.runs_needed(0.0, 1.5, 2, 5, 5, 1).extra is None  # zero delta
+    assert stats.runs_needed(-2.0, 1.5, 2, 5, 5, 1).extra is None  # negative delta
+    assert stats.runs_needed(10.0, 1.5, 3, 5, 6, 1).extra is None  # already settled
+    none = stats.runs_needed(2.0, None, 1, 1, 0, 1)  # no prior and single runs: noise unknown
+    assert none.extra is None and not none.needs_baseline_runs
+
+
+def test_runs_needed_n_b_one_needs_the_baseline():
+    # n_b = 1: candidate runs alone tend to delta sqrt(1)/s = 1.33 < z_0.95 = 1.645 -> never.
+    got = stats.runs_needed(2.0, 1.5, 1, 1, 4, 1)
+    assert got.extra is None and got.needs_baseline_runs
+    # runs added to both arms: brute force
+    for r in range(1, 200):
+        ok = 2.0 / (1.5 * math.sqrt(2 / (1 + r))) >= ss.t.ppf(0.95, 4 + 2 * r)
+        if ok:
+            break
+    assert got.extra_both_arms == r
+
+
+# ---------------------------------------------------------------- design figure
+
+
+def test_power_matches_noncentral_t_without_prior():
+    # nu0 = 0: s_hat^2 / s^2 ~ chi^2_nu / nu, so T is noncentral t exactly.
+    for eff, s, n, m in [(3.0, 1.48, 4, 1), (2.0, 1.48, 6, 3), (2.0, 1.5, 3, 1), (0.3, 1.5, 200, 2)]:
+        nu = 2 * (n - 1)
+        want = ss.nct.sf(ss.t.ppf(1 - 0.05 / m, nu), nu, eff / (s * math.sqrt(2 / n)))
+        assert stats.power(eff, s, n, 0, m) == pytest.approx(want, abs=1e-5)
+    assert stats.power(3.0, 1.5, 1, 0, 1) == 0.0  # one run per arm and no prior: no test
+
+
+def test_power_with_a_fixed_prior_matches_direct_integration():
+    from scipy import integrate
+
+    for eff, s, n, nu0, m in [(3.0, 1.48, 4, 4, 1), (2.0, 1.48, 6, 4, 3), (2.0, 1.48, 2, 4, 1)]:
+        nu, k = nu0 + 2 * (n - 1), 2 * (n - 1)
+        lam, c = eff / (s * math.sqrt(2 / n)), ss.t.ppf(1 - 0.05 / m, nu)
+        want, _ = integrate.quad(lambda x: ss.norm.cdf(lam - c * math.sqrt((nu0 + x) / nu)) * ss.chi2.pdf(x, k),
+                                 0, np.inf)
+        assert stats.power(eff, s, n, nu0, m) == pytest.approx(want, abs=1e-5)
+    # n = 1: no within-arm dof, s_hat = s0 exactly: Phi(lambda - t_{0.95, 4})
+    assert stats.power(2.0, 1.48, 1, 4) == pytest.approx(
+        ss.norm.cdf(2.0 / (1.48 * math.sqrt(2)) - ss.t.ppf(0.95, 4)), rel=1e-12)
+
+
+def test_chi2_expect_against_scipy():
+    for k in (1, 2, 5, 40, 1998):
+        assert stats.chi2_expect(lambda x: np.exp(-x / k), k) == pytest.approx((1 + 2 / k) ** (-k / 2), rel=1e-5)
+        assert stats.chi2_expect(lambda x: ss.norm.cdf(1 - np.sqrt(x / k)), k) == pytest.approx(
+            ss.chi2.expect(lambda x: ss.norm.cdf(1 - math.sqrt(x / k)), args=(k,)), abs=1e-5)
+
+
+def test_design_runs_per_arm_is_smallest_n():
+    for eff, m in [(2.0, 1), (3.0, 1), (2.0, 3), (3.0, 3)]:
+        n = stats.design_runs_per_arm(eff, 1.48, 4, m)
+        assert stats.power(eff, 1.48, n, 4, m) >= 0.8
+        assert n == 1 or stats.power(eff, 1.48, n - 1, 4, m) < 0.8
+    # domain figures: 3 points needs a handful of runs per arm, 2 points clearly more
+    assert stats.design_runs_per_arm(3.0, 1.48, 4) < stats.design_runs_per_arm(2.0, 1.48, 4)
+    assert stats.design_runs_per_arm(2.0, None, 4) is None
+
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_design_runs_per_arm_near_effect_over_s_1_7(m):
+    # Bug: nctdtr gave NaN at n = 1000, the search's first probe, so it returned None where a
+    # handful of runs per arm suffice (effect/s about 1.68-1.75, realistic s values).
+    for ratio in np.arange(1.60, 1.801, 0.01):
+        n = stats.design_runs_per_arm(ratio * 1.48, 1.48, 4, m)
+        assert n is not None and 3 <= n <= 12, (ratio, m, n)
+        assert stats.power(ratio * 1.48, 1.48, n, 4, m) >= 0.8 > stats.power(ratio * 1.48, 1.48, n - 1, 4, m)
+    assert math.isfinite(stats.power(1.7 * 1.48, 1.48, 1000, 4, 1))
+
+
+def _simulated_power(rng, reps, n, nu0, sigma, eff, m=1):
+    """The verdict rule itself: two fresh arms, s^2 pooled with a fixed prior s0 = sigma."""
+    a = rng.normal(0, sigma, (reps, n))
+    b = rng.normal(eff, sigma, (reps, n))
+    ssw = ((a - a.mean(1, keepdims=True)) ** 2).sum(1) + ((b - b.mean(1, keepdims=True)) ** 2).sum(1)
+    nu = nu0 + 2 * (n - 1)
+    tstat = (b.mean(1) - a.mean(1)) / np.sqrt((nu0 * sigma**2 + ssw) / nu * 2 / n)
+    return float(np.mean(tstat >= ss.t.ppf(1 - 0.05 / m, nu)))
+
+
+def test_power_formula_by_simulation():
+    # Bug: at tiny n the noncentral t (prior as random pseudo-observations) overstated power:
+    # n = 1, +2 points claimed 0.199 where the rule reaches 0.120.
+    rng = np.random.default_rng(1)
+    for n, eff in [(1, 2.0), (2, 2.0), (4, 2.5), (8, 2.0)]:
+        emp = _simulated_power(rng, 40000, n, 4, 1.48, eff)
+        assert emp == pytest.approx(stats.power(eff, 1.48, n, 4, 1), abs=0.006), (n, eff)
+
+
+def test_runs_needed_both_arms_against_the_reference_holds_after_following_it():
+    # Bug: against the published reference (n = 5) "baseline too: +r each" assumed the baseline
+    # keeps the reference's 5 runs plus r; its first local run replaces the reference, so it has r.
+    # After following the advice (delta and s holding), the verdict must be reached.
+    for delta, n_v, m in [(1.0, 1, 1), (1.0, 2, 1), (1.2, 1, 2)]:
+        got = stats.runs_needed(delta, 1.48, n_v, 5, 4, m, reference=True)
+        assert got.needs_baseline_runs and got.extra_both_arms
+        r = got.extra_both_arms
+        after = stats.compare_means(54.22 + delta, n_v + r, 54.22, r, 1.48, 4 + 2 * r - 1)
+        assert after.p_beat >= stats.bonferroni_level(m)
+        before = stats.compare_means(54.22 + delta, n_v + r - 1, 54.22, r - 1, 1.48, 4 + 2 * r - 3)
+        assert before.p_beat < stats.bonferroni_level(m)
+
+
+# ---------------------------------------------------------------- noise split
+
+
+def test_noise_split():
+    ns = stats.noise_split(2.25, [1.0, 2.0, 3.0])
+    assert ns.v_eval == 2.0 and ns.tau2 == pytest.approx(0.25) and ns.eval_dominates
+    ns = stats.noise_split(2.25, [0.5])
+    assert ns.tau2 == pytest.approx(1.75) and not ns.eval_dominates
+    assert stats.noise_split(1.0, [3.0]).tau2 == 0.0  # clipped at zero
+    assert stats.noise_split(None, [1.0]) == stats.NoiseSplit(None, 1.0, None)
+    assert stats.noise_split(2.0, []) == stats.NoiseSplit(None, None, None)
+
+
+# ---------------------------------------------------------------- paired by problem
+
+
+def test_paired_problem_se_by_hand():
+    cand = [[0.5, 1.0, 0.25], [0.75, 1.0, 0.25]]  # run-averaged: 0.625, 1.0, 0.25
+    base = [[0.5, 0.5, 0.5]]
+    got = stats.paired_problem_se(cand, base)
+    d = [12.5, 50.0, -25.0]
+    mean = sum(d) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / 2)
+    assert got.n_problems == 3
+    assert got.delta == pytest.approx(mean, rel=1e-14)
+    assert got.se == pytest.approx(sd / math.sqrt(3), rel=1e-14)
+    assert stats.paired_problem_se([[0.5]], [[0.25]]) is None
+    with pytest.raises(ValueError):
+        stats.paired_problem_se([[0.5, 0.5]], [[0.5]])
+
+
+# ---------------------------------------------------------------- futility (planner)
+
+
+def test_futility_rule():
+    assert stats.futility_z() == pytest.approx(ss.norm.ppf(1 - 0.05 / 3), rel=1e-12)
+    assert round(stats.futility_z(), 2) == 2.13
+    se = stats.futility_se(0.5, 4.0, 2.25, 5)
+    assert se == pytest.approx(math.sqrt(0.5 + 4.0 + 0.45))
+    assert stats.futility_stop(-6.0, 2.0) and not stats.futility_stop(-4.0, 2.0)
+
+
+# ---------------------------------------------------------------- prior check, offset, the rule
+
+
+def test_prior_check_against_scipy():
+    got = stats.prior_check(30.0, 6, 1.48, 4)
+    p = ss.f.sf(30.0 / 6 / 1.48**2, 6, 4)  # s0 is itself an estimate on 4 dof: F, not chi-square
+    assert got.chi2 == pytest.approx(30.0 / 1.48**2) and got.p == pytest.approx(p, rel=1e-12)
+    assert got.s_local == pytest.approx(math.sqrt(5.0)) and got.weight == pytest.approx(min(1.0, p / 0.5))
+    assert stats.prior_check(60.0, 6, 1.48, 4).weight < 0.2  # s_local 3.2 vs 1.48: little weight left
+    assert stats.prior_check(3.0, 6, 1.48, 4).weight == 1.0  # smaller scatter: the prior is conservative
+    unchecked = stats.prior_check(0.0, 0, 1.48, 4)
+    assert unchecked.kept and unchecked.weight == 1.0 and unchecked.p is None  # nothing to check it with yet
+    assert not stats.prior_check(10.0, 3, None, 0).kept
+    # smooth in the evidence: no jump anywhere along a fine grid of local scatters
+    ws = stats.prior_weight(np.linspace(0.0, 200.0, 4001), 6, 1.48, 4)
+    assert np.all(np.diff(ws) <= 0) and np.max(np.abs(np.diff(ws))) < 0.01
+    assert stats.within_ss([[1.0, 2.0, 3.0], [4.0, 6.0], [9.0]]) == (4.0, 3)
+
+
+def test_offset_sd_seen_by_hand():
+    assert stats.offset_sd_seen(0.5, 1.0, 1.0) == pytest.approx(1.0)  # explained by sampling: as configured
+    assert stats.offset_sd_seen(3.0, 1.0, 1.0) == pytest.approx(math.sqrt(1.0 + 9.0 - 1.0))
+    xs = np.linspace(-6, 6, 1201)
+    assert np.max(np.abs(np.diff(stats.offset_sd_seen(xs, 1.3, 1.0)))) < 0.02  # continuous
+
+
+def test_reference_check_against_scipy():
+    rc = stats.reference_check(56.0, 3, 54.22, 5, 1.5, 9)
+    se = 1.5 * math.sqrt(1 / 3 + 1 / 5)
+    assert rc.diff == pytest.approx(1.78) and rc.se == pytest.approx(se)
+    assert rc.p == pytest.approx(2 * ss.t.sf(1.78 / se, 9), rel=1e-12)
+    half = ss.t.ppf(0.975, 9) * se
+    assert (rc.ci_low, rc.ci_high) == (pytest.approx(1.78 - half), pytest.approx(1.78 + half))
+    assert rc.significant == (rc.p < 0.05)
+    assert stats.reference_check(60.0, 3, 54.22, 5, 1.5, 9).significant
+    assert stats.reference_check(56.0, 0, 54.22, 5, 1.5, 9) is None
+
+
+def test_baseline_mean_and_variance_by_hand():
+    s2, o = 2.19, 1.0
+    v_ref = s2 / 5 + o**2
+    assert stats.baseline_var(s2, 0, 5, o, True) == pytest.approx(v_ref)
+    assert stats.baseline_var(s2, 3, 5, o, True) == pytest.approx(1 / (3 / s2 + 1 / v_ref))
+    assert stats.baseline_var(s2, 3, 5, o, False) == pytest.approx(s2 / 3)
+    assert stats.baseline_var(s2, 0, None, o, False) is None
+    w_l, w_r = 3 / s2, 1 / v_ref
+    assert stats.baseline_mean(56.0, 3, s2, 54.22, 5, o, True) == pytest.approx((w_l * 56.0 + w_r * 54.22) / (w_l + w_r))
+    assert stats.baseline_mean(56.0, 3, s2, 54.22, 5, o, False) == 56.0
+    assert stats.baseline_mean(None, 0, s2, 54.22, 5, o, True) == 54.22
+
+
+def test_upper_t_is_exact_for_tiny_levels():
+    for nu in (3, 8, 40):
+        for a in (0.05, 1e-4, 1e-12):
+            assert stats.upper_t(a, nu) == pytest.approx(ss.t.isf(a, nu), rel=1e-9)
+
+
+def test_look_level_and_rule_verdict():
+    from opsdctl.stats import sequential
+
+    assert stats.look_level(6, 2, 3) == 0.0  # 3 local dof: the prior is not checked yet
+    assert stats.look_level(3, 1, 10) == 0.0  # 3 local runs in the comparison
+    assert stats.look_level(6, 2, 4) == pytest.approx(sequential.nominal_level(6, 0.025))
+    lvl = 0.01
+    c = ss.t.isf(lvl, 8)
+    assert stats.rule_verdict(c * 1.0001, 1.0, 8, lvl) == "better"
+    assert stats.rule_verdict(c * 0.9999, 1.0, 8, lvl) == "undecided"
+    assert stats.rule_verdict(-c * 1.0001, 1.0, 8, lvl) == "worse"
+    assert stats.rule_verdict(5.0, 1.0, 8, 0.0) == "undecided" and stats.rule_verdict(5.0, None, 8, lvl) == "undecided"
+
+
+def test_rule_runs_needed_is_the_first_r_that_settles():
+    for delta, n_v, n_b in [(2.5, 2, 3), (3.5, 1, 0), (-2.5, 2, 3), (1.5, 2, 2)]:
+        arms = stats.Arms(1.48, n_v, n_b, 4 + (n_v - 1) + max(0, n_b - 1), 4, 2, 5, 1.0, True)
+        got = stats.rule_runs_needed(delta, arms)
+        if got.extra is not None:
+            assert arms.with_runs(got.extra, 0).settles(delta)
+            assert all(not arms.with_runs(r, 0).settles(delta) for r in range(got.extra))
+        else:
+            assert got.needs_baseline_runs and got.both_arms is not None
+            assert arms.with_runs(got.both_arms, got.both_arms).settles(delta)
+            assert all(not arms.with_runs(r, 0).settles(delta) for r in range(1, stats.MAX_RULE_RUNS + 1))
+    # against the reference only, the SE has a floor: +2 points never settles on candidate runs
+    ref_only = stats.Arms(1.48, 2, 0, 5, 4, 1, 5, 1.0, True)
+    got = stats.rule_runs_needed(2.0, ref_only)
+    assert got.extra is None and got.needs_baseline_runs and got.both_arms >= 1
+    assert stats.rule_runs_needed(0.0, ref_only).extra is None
