@@ -199,14 +199,36 @@ def test_compare_gives_every_entry_exactly_the_forecast_keys():
     assert a["forecast"]["mean"] < a["mean"]  # shrunk toward the family: the winner's curse
 
 
-def test_forecast_noise_is_sigma_squared_posterior_mean():
+def test_forecast_noise_carries_s_squared_and_its_dof():
     from opsdctl.stats.compare import forecast_noise
 
     n = forecast_noise(2.0, 0.5, nu=10)
-    assert n.run_var == pytest.approx(2.0 * 10 / 8) and n.eval_var == 0.5  # E[sigma^2] on 10 dof
-    assert forecast_noise(2.0, 0.5, nu=4).run_var == pytest.approx(4.0)  # capped at twice s^2 ...
-    assert forecast_noise(2.0, 0.5, nu=4.0001).run_var == pytest.approx(4.0, rel=1e-3)  # ... continuously
+    assert n.run_var == pytest.approx(2.0) and n.eval_var == 0.5 and n.dof == 10
+    assert forecast_noise(2.0, 0.5, nu=0).dof is None  # no dof: taken as known
     assert forecast_noise(2.0, None, nu=30).eval_var == 0.0 and forecast_noise(None, 0.5) is None
+
+
+def test_an_estimated_sigma_gives_a_student_t_forecast():
+    noise = fc.NoiseParts(1.2, 1.0, dof=3.0)
+    f = fc.posterior(arm("b", [55.0, 56.0]), [], noise, REF, FIXED).forecasts()[0]
+    sd = math.sqrt(noise.run_var / 5 + 1.48**2 / 5)  # B from the reference alone, plus the official runs
+    assert f.high80 - f.mean == pytest.approx(stats.t.ppf(0.9, 3.0) * sd, rel=1e-9)
+    assert f.p_above_reference == pytest.approx(0.5)
+
+
+def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
+    # sigma drawn as a 3-dof estimate: a normal with s^2 plugged in covers ~72%, the t 80%
+    rng = np.random.default_rng(5)
+    sigma, nu, hits = 1.5, 3, []
+    for _ in range(2000):
+        s2 = sigma**2 * rng.chisquare(nu) / nu
+        b_true = 54.0
+        r = b_true + rng.normal(0, sigma / math.sqrt(5))
+        post = fc.posterior(arm("b", list(b_true + 1.0 + sigma * rng.standard_normal(2))), [],
+                            fc.NoiseParts(s2, 0.0, dof=nu), fc.PublishedRef(r, math.sqrt(s2), 5), FIXED)
+        f = post.forecasts()[0]
+        hits.append(f.low80 <= b_true + rng.normal(0, sigma / math.sqrt(5)) <= f.high80)
+    assert 0.77 <= np.mean(hits) <= 0.83, np.mean(hits)
 
 
 def test_an_untried_idea_is_forecast_at_the_family_mean():
