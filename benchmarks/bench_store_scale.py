@@ -1,9 +1,12 @@
-"""`opsdctl status` and `opsdctl compare --json` as whole processes on stores of many chains.
+"""`opsdctl status` and `opsdctl compare --json` as whole processes on stores of many chains, and
+the pages of `opsdctl serve` (HTML and ?format=json) beside them, on the same stores.
 
 Builds SQLite stores of 100 / 1,000 / 10,000 finished chains (8 variants; each chain with its
 train and eval stages, a score with 30 per-problem counts at k = 12, training statistics with a
 100-step curve), plus a running chain and 5 queued ones, then times each command as a fresh
-process (the installed `opsdctl` entry point, what a user types) several times and reports the median.
+process (the installed `opsdctl` entry point, what a user types) several times and reports the median;
+then starts `opsdctl serve` on the store and times each page's request (session, compare, a variant,
+a chain; the HTML and its ?format=json twin) the same number of times.
 
     python benchmarks/bench_store_scale.py [--sizes 100,1000,10000] [--repeats 7] [--out FILE]
 
@@ -126,6 +129,47 @@ def time_command(args: list[str], cwd: Path, repeats: int) -> dict:
             "max_s": round(max(times), 3), "runs": len(times)}
 
 
+PAGES = {"session": "/", "compare": "/compare", "variant": "/variant/baseline", "chain": "/chain/1"}
+
+
+def time_pages(cwd: Path, repeats: int) -> dict:
+    """Median seconds of each dashboard page (HTML and JSON) from a running `opsdctl serve`."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "OPSDCTL_CONFIG": str(cwd / "opsdctl.toml"), "PYTHONPATH": str(REPO)}
+    server = subprocess.Popen([*OPSDCTL, "serve", "--port", str(port)], cwd=cwd, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/changes", timeout=5).read()
+                break
+            except OSError:
+                if server.poll() is not None:
+                    raise SystemExit(f"opsdctl serve failed: {server.stderr.read()[-400:]}")
+                time.sleep(0.1)
+        out = {}
+        for name, path in PAGES.items():
+            for suffix, key in (("", name), ("?format=json", f"{name}_json")):
+                times, size = [], 0
+                for _ in range(repeats):
+                    t = time.perf_counter()
+                    with urllib.request.urlopen(base + path + suffix, timeout=120) as r:
+                        size = len(r.read())
+                    times.append(time.perf_counter() - t)
+                out[key] = {"median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3),
+                            "first_s": round(times[0], 3), "bytes": size, "runs": len(times)}
+        return out
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="100,1000,10000")
@@ -146,16 +190,20 @@ def main(argv=None) -> int:
                    "status": time_command(["status"], d, args.repeats),
                    "status_json": time_command(["status", "--json"], d, args.repeats),
                    "compare_json": time_command(["compare", "--json"], d, args.repeats),
-                   "compare": time_command(["compare"], d, args.repeats)}
+                   "compare": time_command(["compare"], d, args.repeats),
+                   "serve_pages": time_pages(d, args.repeats)}
             rows.append(row)
             print(f"{n:>6} chains: status {row['status']['median_s']:.2f} s, status --json "
                   f"{row['status_json']['median_s']:.2f} s, compare {row['compare']['median_s']:.2f} s, "
                   f"compare --json {row['compare_json']['median_s']:.2f} s (medians of {args.repeats})", flush=True)
+            print("        serve pages: " + ", ".join(f"{k} {v['median_s']:.2f} s" for k, v in row["serve_pages"].items()),
+                  flush=True)
         base = time_command(["--help"], Path(tmp), args.repeats)
     doc = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                        "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
            "opsdctl_help_s": base, "rows": rows,
-           "note": "whole processes (the opsdctl entry point), medians of the repeats; SQLite store"}
+           "note": "whole processes (the opsdctl entry point), medians of the repeats; SQLite store; serve_pages: "
+                   "one request each to a running `opsdctl serve` (HTML, and _json for ?format=json)"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"`opsdctl --help` start-up: {base['median_s']:.2f} s; wrote {args.out}")

@@ -12,7 +12,7 @@ attribution is "processes" (NVML lists the stage's pid) or says "device" where i
 Prints a summary and writes benchmarks/results/gpu_stage_usage_<device>.json (or --out).
 Exits 0 when every check passes. Takes well under a minute.
 Ran on one H200 (benchmarks/results/gpu_stage_usage_h200.json: every check passed); its CPU
-side, with the FakeProbe, is tests/test_gpu_usage.py.
+side, with the FakeProbe, is tests/integration/test_gpu_usage.py.
 """
 
 from __future__ import annotations

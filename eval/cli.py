@@ -1,8 +1,8 @@
 """`python -m eval`: parse, validate everything, then run (or resume) one evaluation.
 
 Every mistake a user can make is found before anything is written and reported as one line
-(what, where, why, how to fix) with exit code 2. Without --profile the frozen protocol of
-domain.md applies (the qwen3-1.7b profile's evaluation settings) and --model/--benchmark are
+(what, where, why, how to fix) with exit code 2. Without --profile the benchmark's frozen
+protocol applies (the qwen3-1.7b profile's evaluation settings) and --model/--benchmark are
 required.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from opsdctl.errors import EXIT_USER_ERROR, UserError
 
-FROZEN_PROFILE = "qwen3-1.7b"  # holds the frozen protocol of domain.md
+FROZEN_PROFILE = "qwen3-1.7b"  # holds the benchmark's frozen protocol
 DTYPES = ("float32", "bfloat16", "float16")
 
 

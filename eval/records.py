@@ -5,7 +5,7 @@
 - `samples.jsonl`: one line per finished (problem, sample), appended and fsynced as it lands.
   A crash can leave a torn last line: readers ignore it and the next run cuts it off first.
 - `progress.jsonl`: `{"done", "total"}` lines, plus look records carrying per-problem counts.
-- `result.json`: schema 1 of design.md's stage contract, plus extra keys.
+- `result.json`: schema 1 of the stage contract (DEVELOPERS.md), plus extra keys.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
 from opsdctl.recipes.profiles import PROFILES, get_profile
 from opsdctl.recipes.toml_file import read_toml_file
-from opsdctl.templates import STAGE_PLACEHOLDERS, check_template
+from opsdctl.templates import NOTIFY_PLACEHOLDERS, STAGE_PLACEHOLDERS, check_template
 
 CONFIG_NAME = "opsdctl.toml"
 ENV_CONFIG = "OPSDCTL_CONFIG"
@@ -242,6 +242,42 @@ def _expect(value, where):
     return out
 
 
+def _notify_command(value, where):
+    value = _nonempty_str(value, where)
+    check_template(value, NOTIFY_PLACEHOLDERS, where)
+    return value
+
+
+def _webhook(value, where):
+    from urllib.parse import urlsplit
+
+    value = _nonempty_str(value, where)
+    url = urlsplit(value)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        # the URL itself may hold a secret: name the rule, not the value
+        raise UserError(f"{where}: must be an http:// or https:// URL (got a value starting {value[:8]!r}); "
+                        "e.g. https://hooks.slack.com/services/...")
+    return value
+
+
+def _env_name(value, where):
+    value = _nonempty_str(value, where)
+    if not value.replace("_", "a").isalnum() or value[0].isdigit():
+        raise _bad(where, value, "an environment variable name such as OPSDCTL_WEBHOOK")
+    return value
+
+
+def _notify_events(value, where):
+    from opsdctl.store.outbox import EventKind
+
+    known = [k.value for k in EventKind]
+    value = _str_list(value, where)
+    for name in value:
+        if name not in known:
+            raise UserError(f"{where}: unknown event {name!r}; known: {', '.join(known)}")
+    return value
+
+
 @dataclass(frozen=True)
 class Key:
     check: Callable
@@ -329,6 +365,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "path": Key(_nonempty_str, None, "the worker writes the best variant's recipe.env here near the deadline (unset: off)"),
         "minutes_before_deadline": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 10.0,
                                        "start writing it this long before the budget ends, then on every change of leader"),
+    },
+    "notify": {
+        "command": Key(_notify_command, None, "run on each event: a template of {event} {event_id} {chain_id} {variant} "
+                       "{state} {message} {json}, each shell-quoted"),
+        "webhook": Key(_webhook, None, "POST each event as JSON ({text, content, event, ...}) to this URL"),
+        "webhook_env": Key(_env_name, None, "the environment variable holding the webhook URL (keeps a secret URL out of this file)"),
+        "events": Key(_notify_events, None, "only these event kinds [default: all]"),
+        "timeout_seconds": Key(_number(positive=True, hi=HOUR_SECONDS, unit=" (an hour)"), 10.0,
+                               "a hook running longer is stopped and logged"),
+        "budget_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 30.0,
+                              "budget.nearly_spent fires once when this little usable time is left"),
     },
     "queue": {
         "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),

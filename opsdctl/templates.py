@@ -43,6 +43,9 @@ STAGE_PLACEHOLDERS = {
     "eval": PLACEHOLDERS,
 }
 
+# A [notify] command's placeholders: what happened, to which chain, in one line and as JSON.
+NOTIFY_PLACEHOLDERS = ("event", "event_id", "chain_id", "variant", "state", "message", "json")
+
 _TOKEN = re.compile(r"\{\{|\}\}|\$\{[^}]*\}|\{([^{}]*)\}|[{}]")
 
 def check_template(template: str, allowed: tuple[str, ...], where: str, shell: bool = True) -> None:

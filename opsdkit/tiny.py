@@ -205,7 +205,7 @@ def accumulate_batch_loss(model, batch: list[tuple[list[int], int]], pad: int,
     """Backpropagate the batch's mean loss over all its answer tokens (what one padded batch's
     `.loss` is) and return it. It is summed over length-sorted sub-batches, so that a short
     example is not padded to the longest one (teacher prompts are ~3x longer): a quarter less
-    time for the same gradient (tests/test_tiny_assets.py)."""
+    time for the same gradient (tests/integration/test_tiny_assets.py)."""
     import torch
 
     n_tokens = sum(len(ids) - plen for ids, plen in batch)

@@ -1,10 +1,14 @@
 """A small store in every chain state, written through the ORM (no worker): for the tests that
-read one store through both drivers of opsdctl.store.reader and compare the documents."""
+read one store through both drivers of opsdctl.store.reader and compare the documents.
+`filled` is that store as a fixture, beside the opsdctl.toml that names it."""
 
 from __future__ import annotations
 
 import json
 from datetime import timedelta
+
+import pytest
+from conftest import default_config
 
 from opsdctl.store.models import Chain, CodeSnapshot, Meta, Score, Stage, TrainStats, Variant, WorkerRun, utcnow
 
@@ -106,3 +110,16 @@ def fill_store(store, now=None) -> None:
         s.add(Meta(key="budget_clock_started_at", value=repr(t0.timestamp())))
         s.add(Meta(key="planner_plan", value=json.dumps({"policy": "fifo", "at": "2026-01-01T00:00:00+00:00"})))
         s.add(Meta(key="auto_export", value=json.dumps({"path": "/x/recipe.env", "leader": "baseline", "key": "k"})))
+
+
+@pytest.fixture
+def filled(tmp_path):
+    """(config, store): a workspace's opsdctl.toml and its store, filled by fill_store."""
+    from opsdctl.config import load_config
+    from opsdctl.store.engine import open_store
+
+    (tmp_path / "opsdctl.toml").write_text(default_config(budget="hours = 6"))
+    cfg = load_config(tmp_path / "opsdctl.toml")
+    store = open_store(cfg.db)
+    fill_store(store)
+    return cfg, store

@@ -639,12 +639,10 @@ def compare(
     a variant on one code state (code tree and stage commands): runs on edited code are another
     candidate.
     """
-    from opsdctl.plan.report import compare_doc
+    from opsdctl.cli.docs import compare_report
 
     cfg = _config()
-    reader = _reader(cfg)
-    report = compare_doc(cfg, reader, variants, baseline, chain_minutes=_chain_minutes(cfg, reader), pool_code=pool_code,
-                         family=family)
+    report = compare_report(cfg, _reader(cfg), variants, baseline, family=family, pool_code=pool_code)
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
 
@@ -661,20 +659,6 @@ def compare(
     render_training(con, report.get("training", []))
     if plot is not None:
         con.print(f"plot: {_escape(str(plot))}")
-
-
-def _chain_minutes(cfg, reader) -> Optional[float]:
-    """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
-    the planner's high-quantile estimate from the store's history (the figure admission uses),
-    falling back to [planner] train_minutes/eval_minutes or the profile's defaults."""
-    from opsdctl.plan.durations import estimator_for
-
-    hparams = {}
-    if cfg.baseline_variant:
-        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
-        hparams = dict(versions[-1].hparams) if versions else {}
-    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams)
-    return (train.high_s + evaluate.high_s) / 60.0
 
 
 @app.command()
@@ -826,6 +810,45 @@ def show(
 
 
 @app.command()
+def chain(
+    chain_id: int = typer.Argument(..., metavar="CHAIN", callback=args.chain_ids),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, help="How many lines of its current stage's log.",
+                              callback=args.count("--lines")),
+    as_json: bool = typer.Option(False, "--json", help="Print the chain, its run and its log's tail as JSON."),
+) -> None:
+    """One chain: its stages and progress, score and per-problem counts, training statistics,
+    recipe check, code, and the tail of its current stage's log."""
+    from opsdctl.cli.docs import chain_doc
+
+    cfg = _config()
+    doc = chain_doc(_store(cfg), chain_id, lines)
+    if as_json:
+        _print_json(doc)
+        return
+    from opsdctl.cli.render import render_chain
+
+    render_chain(_console(), doc)
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs a token."),
+    port: int = typer.Option(8765, "--port", "-p", min=1, max=65535, help="Port to listen on."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="OPSDCTL_SERVE_TOKEN", show_envvar=True,
+                                        help="Secret every request must carry (?token=...); prefer the environment "
+                                             "variable: a command line is visible to every user."),
+) -> None:
+    """A live, read-only web dashboard of this store: the session, compare, each variant and chain.
+
+    Every page has a `?format=json` twin equal to the CLI's `--json` (status, compare, show, chain).
+    """
+    from opsdctl.cli.serve import serve as run_server
+
+    cfg = _config()
+    run_server(cfg, host, port, token, lambda text: _console(stderr=True).print(_escape(text)))
+
+
+@app.command()
 def demo(
     directory: Path = typer.Option(Path("opsdctl-demo"), "--dir", "-d", metavar="DIR",
                                    help="A fresh workspace for the demo (refused if it already holds one)."),
@@ -841,7 +864,7 @@ def demo(
     from opsdctl.cli.status import gather_status
     from opsdctl.config import load_config
     from opsdctl.fsutil import atomic_write_text
-    from opsdctl.plan.report import compare_doc
+    from opsdctl.cli.docs import compare_report
     from opsdctl.recipes.export import export_recipe
     from opsdctl.stats.plots import plot_compare
 
@@ -858,7 +881,7 @@ def demo(
     con.print("[bold]4/4[/bold] results\n")
     reader = store.reader()
     render_status(con, gather_status(cfg, reader, None))
-    report = compare_doc(cfg, reader, None, None, chain_minutes=_chain_minutes(cfg, reader))
+    report = compare_report(cfg, reader)
     con.print()
     from opsdctl.stats.compare import render_compare
 

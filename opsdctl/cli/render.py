@@ -519,3 +519,35 @@ def render_diff(con: Console, doc: dict) -> None:
         con.print("stage commands: the same")
     if code.get("patch"):
         con.print(code["patch"], markup=False, highlight=False, soft_wrap=True)
+
+
+def render_chain(con: Console, doc: dict) -> None:
+    """`opsdctl chain ID`: the stages, the score, the run's training and checks, the log's tail."""
+    run = doc["run"]
+    con.print(f"[bold]chain {doc['chain_id']}[/bold] {escape(doc['variant'])} seed {doc['seed']}: "
+              f"{_state(doc['state'])}" + (f" [dim]({escape(doc['reason'])})[/dim]" if doc.get("reason") else ""))
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("stage", "state", "progress", "seconds", "GPUs", "peak MiB", "exit"):
+        t.add_column(col)
+    for st in doc.get("stages") or []:
+        t.add_row(st["name"], _state(st["state"]), escape((st.get("progress") or {}).get("text") or "-"),
+                  _num(st["seconds"], "{:.1f}"), escape(st.get("gpus") or "-"), _num(st.get("gpu_peak_mib"), "{:.0f}"),
+                  "-" if st.get("exit_code") is None else str(st["exit_code"]))
+    if doc.get("stages"):
+        con.print(t)
+    if doc.get("score") is not None:
+        counts = " ".join(str(p["correct"]) for p in run["problems"] or [])
+        con.print(f"score {doc['score']:.2f} (avg@{doc['k']} on {doc['n_problems']} problems)  per problem: {counts}")
+    tr = run.get("train") or {}
+    if tr:
+        con.print(f"train: loss {_num(tr.get('final_loss'), '{:.4g}')}, KL {_num(tr.get('mean_kl'), '{:.4g}')}, "
+                  f"clipped {_num(tr.get('frac_clipped'), '{:.3g}')}, {tr.get('steps') or '-'} steps")
+    if run.get("recipe_check"):
+        con.print(f"recipe check: {escape(str(run['recipe_check'].get('status')))}")
+    code = run.get("code") or {}
+    if code:
+        con.print(f"code: {escape(code.get('kind') or '')} @{escape(code.get('short') or '')}")
+    tail = doc.get("log_tail")
+    if tail and tail["lines"]:
+        con.print(f"[dim]-- {escape(tail['path'])} (last {len(tail['lines'])} lines) --[/dim]")
+        con.print(escape("\n".join(tail["lines"])), highlight=False)

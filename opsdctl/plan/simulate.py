@@ -8,7 +8,7 @@ executor asks it: grant, released, on_progress at every look) and the clock is t
 `simulate_session` is the entry point another benchmark can call with its own world and policy.
 Only the world is simulated:
 
-- stage durations: train ~ U(16, 19) min, eval ~ U(22, 27) min (domain.md), and STAGE_GAP_S
+- stage durations: train ~ U(16, 19) min, eval ~ U(22, 27) min (the users' figures, DEVELOPERS.md), and STAGE_GAP_S
   of idle GPU between stages (release wait + the next start), for every policy alike;
 - the benchmark: 30 problems with fixed per-problem solve rates p_i (Beta quantiles, mean
   54.22%); a run of a variant with true effect e has a true mean u ~ N(54.22 + e, tau^2) and

@@ -2,7 +2,7 @@
 
 recipe.env carries only whitelisted hyper-parameters, in the whitelist's order, `true`/`false`
 for flags, under a comment header naming the variant and its hash. By default it holds only the
-keys whose value differs from the released recipe (domain.md: an absent key is the release, an
+keys whose value differs from the released recipe (the official re-training: an absent key is the release, an
 empty recipe.env is the baseline), and the header lists the keys left out for equalling it;
 `all_keys` writes every whitelisted key. Method knobs cannot travel in recipe.env (the official
 re-training ignores unknown keys): they are listed in a warning, and `--method-defaults PATH`

@@ -1,6 +1,6 @@
 """The knobs a recipe may set, their types and ranges: the one source of truth.
 
-Three kinds of knob (domain.md):
+Three kinds of knob:
 - hyper-parameters (HPARAMS): the whitelist the official re-training honours from `recipe.env`;
 - method knobs (METHOD_KNOBS): code-level choices that only count as our trainer's defaults;
 - budget knobs (BUDGET_KNOBS): fixed by the benchmark, never settable from a recipe.
@@ -111,7 +111,7 @@ def _k(name, kind, default, **kw) -> tuple[str, Knob]:
     return name, Knob(name=name, kind=kind, default=default, **kw)
 
 
-# The whitelist of domain.md, in the order recipe.env files are written. Defaults are the
+# The whitelist the official re-training honours, in the order recipe.env files are written. Defaults are the
 # released Qwen3-1.7B recipe (the baseline), so an unset key means "as released".
 HPARAMS: dict[str, Knob] = dict(
     [
@@ -168,7 +168,7 @@ METHOD_KNOBS: dict[str, Knob] = dict(
     ]
 )
 
-# Fixed by the benchmark: a recipe that sets one is refused (domain.md).
+# Fixed by the benchmark: a recipe that sets one is refused.
 BUDGET_KNOBS = frozenset(
     {
         "max_steps",

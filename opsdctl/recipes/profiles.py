@@ -31,7 +31,7 @@ class Profile:
     # hundred-thousand-parameter model needs far larger steps than 1.7B to move in 6 steps.
     learning_rate_scale: float
     gpu_memory_utilization: float  # vLLM colocated rollouts
-    # The frozen evaluation protocol (domain.md).
+    # The benchmark's frozen evaluation protocol.
     eval_k: int
     eval_num_problems: int | None  # None = all
     benchmark_problems: int  # how many problems the benchmark holds (a partial eval takes fewer)

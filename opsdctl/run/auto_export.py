@@ -218,7 +218,7 @@ class AutoExporter:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
         from opsdctl.plan.report import compare_doc
-
+        from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
         now, why = due(self.budget(), self.minutes_before)
@@ -254,6 +254,8 @@ class AutoExporter:
                   "forecast": leader.forecast, "reason": reason, "key": leader.key}
         with self.store.write() as s:
             set_meta(s, EXPORT_KEY, json.dumps(record))
+            outbox.record(s, outbox.EventKind.EXPORT_WRITTEN, f"export:{when}:{leader.key}",  # [notify]
+                          {k: v for k, v in record.items() if k != "key"})
         fm = (leader.forecast or {}).get("mean")
         self.report(f"export: wrote {self.path} <- {leader.name}"
                     + (" (the released recipe)" if leader.variant is None else "")

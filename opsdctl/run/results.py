@@ -3,7 +3,7 @@
 Nothing here touches the store or starts processes; every function takes text or a path and
 returns plain data, so each format has its own small tests.
 
-- eval:  `result.json` (schema 1, design.md), else the log's last `FINAL avg@k accuracy:` line.
+- eval:  `result.json` (schema 1 of the stage contract, DEVELOPERS.md), else the log's last `FINAL avg@k accuracy:` line.
 - train: `train_result.json` + `metrics.jsonl`, else Hugging Face Trainer dict lines in the log
          (`{'loss': ...}` parsed with ast.literal_eval) and vLLM rollout timing lines.
 - progress: `progress.jsonl` records, else log adapters (the Trainer's bar or an explicit step

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-# result.json avg_at_k may be rounded (design.md's example writes 4 decimals: 0.5278 for
+# result.json avg_at_k may be rounded (the stage contract's example in DEVELOPERS.md writes 4 decimals: 0.5278 for
 # 190/360); a fraction further than this from its own counts disagrees with them.
 AVG_TOLERANCE = 1e-4
 

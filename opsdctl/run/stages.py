@@ -1,4 +1,4 @@
-"""The stage contract (design.md): render a command template, build its environment, start it.
+"""The stage contract (DEVELOPERS.md): render a command template, build its environment, start it.
 
 A stage is a command line run by /bin/sh in its own session (so its whole process tree is one
 process group opsdctl can stop), with cwd = the chain's code snapshot, stdout+stderr appended to

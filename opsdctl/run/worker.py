@@ -35,6 +35,7 @@ from opsdctl.errors import EnvironmentProblem, UserError
 from opsdctl.run import disk_reserve, procs, recipe_file
 from opsdctl.run.env_errors import environment_problem
 from opsdctl.run.auto_export import exporter_for
+from opsdctl.run.notify import start_notifier
 from opsdctl.run.salvage import recover_chain
 from opsdctl.run.executors import make_executor, worker_gate_config
 from opsdctl.run.local import StopRequest, run_dir_of
@@ -184,6 +185,7 @@ class Worker:
                 executor = make_executor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id,
                                          self.usable_seconds)
                 exporter = None
+                notifier = start_notifier(self.cfg, self.store, self.report, self._budget_view)  # [notify]
                 try:
                     recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
                             any_host=lock.store_wide)
@@ -193,6 +195,7 @@ class Worker:
                     executor.close()  # on a stop or an error: stop what still runs elsewhere
                     if exporter is not None:
                         exporter.stop()
+                    notifier.stop()  # last: delivers the interrupted / exported events of the stop itself
                 exit_reason = f"stopped by {self.stop.reason}" if self.stop else "drained" if self.drain else "stopped"
             except BaseException as exc:
                 exit_reason = f"crashed: {type(exc).__name__}: {exc}"

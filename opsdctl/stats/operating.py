@@ -2,7 +2,7 @@
 
 `verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) vectorised over many
 simulated studies that share their run counts, so a seeded simulation of thousands of studies
-and a dozen looks runs in seconds; tests/test_stats_simulation.py checks that it gives
+and a dozen looks runs in seconds; tests/unit/stats/test_operating.py checks that it gives
 build_report's verdicts exactly, then measures the error-rate goals with it. The scenarios
 below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
 and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem
@@ -23,7 +23,7 @@ import numpy as np
 from opsdctl.stats import inference
 
 BETTER, WORSE, UNDECIDED = 1, -1, 0
-PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (domain.md)
+PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (DEVELOPERS.md)
 
 
 @dataclass(frozen=True)

@@ -193,60 +193,86 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
 
 def show_doc(store, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import (
-        chains_of_variant,
-        find_variant,
-        score_of,
-        snapshot_of,
-        stage_of,
-        stages_of,
-        train_stats_of,
-        trainer_of,
-    )
+    from opsdctl.store.engine import chains_of_variant, find_variant
 
     with store.read() as s:
         v = find_variant(s, ref)
-        runs = []
         chains = chains_of_variant(s, v.id)
-        reader = store.reader()
-        labels = candidate_labels(reader, [c.id for c in chains])
-        trained = training_snapshot_ids(reader, chains)
-        for chain in chains:
-            score = score_of(s, chain.id)
-            ts = train_stats_of(s, trainer_of(s, chain.id))  # an eval-only run shows its trainer's training
-            train = stage_of(s, trainer_of(s, chain.id), "train")  # an eval-only run: its trainer's check
-            runs.append({
-                "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
-                "reason": chain.reason,
-                "score": None if score is None else round(score.avg_at_k, 4),
-                "k": score.k if score else None,
-                "n_problems": score.n_problems if score else None,
-                "partial": partial.run_is_partial(chain, score),
-                "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full
-                "eval_only": bool(chain.eval_only),
-                "checkpoint": chain.checkpoint,
-                "trained_by": chain.trained_by,
-                "candidate": labels.get(chain.id),
-                # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
-                "code": code_view(snapshot_of(s, trained.get(chain.id))),
-                "eval_code": code_view(snapshot_of(s, chain.snapshot_id)) if trained.get(chain.id) != chain.snapshot_id
-                else None,
-                "problems": score.problems if score else None,
-                # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
-                "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
-                        for st in stages_of(s, chain.id) if st.gpu_peak_mib is not None},
-                "recipe_check": _recipe_check(train),
-                "commands_hash": chain.commands_hash,
-                "train": None if ts is None else {
-                    "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
-                    "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
-                    "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
-                    "metrics": ts.metrics or {},  # [stages.train.metrics]: name -> {mean, last, steps}
-                    "curve": ts.curve or [],  # per logged step: loss, kl, frac_clipped, learning_rate, ...
-                },
-            })
+        runs = run_views(store, s, chains)
         return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
                 "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
+
+
+def run_views(store, s, chains) -> list[dict]:
+    """Each chain as `show` lists it: score, per-problem counts, training statistics and curve,
+    the recipe check, the code it trained with. `s`: an open session of `store`. The rows are read
+    a table at a time (a variant of a 10,000-chain store has a thousand runs)."""
+    from sqlalchemy import select
+
+    from opsdctl.store.models import CodeSnapshot, Score, Stage, TrainStats
+
+    reader = store.reader()
+    labels = candidate_labels(reader, [c.id for c in chains])
+    trained = training_snapshot_ids(reader, chains)
+    # an eval-only run shows its trainer's training and recipe check
+    trainer = {c.id: c.trained_by if c.eval_only and c.trained_by else c.id for c in chains}
+    ids = sorted({c.id for c in chains} | set(trainer.values()))
+    scores = {x.chain_id: x for x in _where_in(s, select(Score), Score.chain_id, ids)}
+    stats = {x.chain_id: x for x in _where_in(s, select(TrainStats), TrainStats.chain_id, ids)}
+    stages: dict[int, list] = {}
+    # only the stage columns shown: a stage's progress, pids and command are not decoded
+    stage_cols = select(Stage.id, Stage.chain_id, Stage.name, Stage.state, Stage.gpu, Stage.gpu_peak_mib,
+                        Stage.gpu_util_pct, Stage.recipe_check)
+    for st in sorted(_where_in(s, stage_cols, Stage.chain_id, ids, rows=True), key=lambda st: st.id):
+        stages.setdefault(st.chain_id, []).append(st)
+    snap_ids = sorted({i for c in chains for i in (trained.get(c.id), c.snapshot_id) if i is not None})
+    snaps = {x.id: x for x in _where_in(s, select(CodeSnapshot), CodeSnapshot.id, snap_ids)}
+    runs = []
+    for chain in chains:
+        score = scores.get(chain.id)
+        ts = stats.get(trainer[chain.id])
+        train = next((st for st in stages.get(trainer[chain.id], []) if st.name == "train"), None)
+        runs.append({
+            "chain_id": chain.id, "seed": chain.seed, "repeat": chain.repeat, "state": chain.state,
+            "reason": chain.reason,
+            "score": None if score is None else round(score.avg_at_k, 4),
+            "k": score.k if score else None,
+            "n_problems": score.n_problems if score else None,
+            "partial": partial.run_is_partial(chain, score),
+            "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full
+            "eval_only": bool(chain.eval_only),
+            "checkpoint": chain.checkpoint,
+            "trained_by": chain.trained_by,
+            "candidate": labels.get(chain.id),
+            # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
+            "code": code_view(snaps.get(trained.get(chain.id))),
+            "eval_code": code_view(snaps.get(chain.snapshot_id)) if trained.get(chain.id) != chain.snapshot_id
+            else None,
+            "problems": score.problems if score else None,
+            # NVML, sampled by the worker: {"train": {peak_mib, util_pct, attribution, ...}, "eval": ...}
+            "gpu": {st.name: {**(st.gpu or {}), "peak_mib": st.gpu_peak_mib, "util_pct": st.gpu_util_pct}
+                    for st in stages.get(chain.id, []) if st.gpu_peak_mib is not None},
+            "recipe_check": _recipe_check(train),
+            "commands_hash": chain.commands_hash,
+            "train": None if ts is None else {
+                "final_loss": ts.final_loss, "mean_kl": ts.mean_kl, "frac_clipped": ts.frac_clipped,
+                "step_seconds": ts.step_seconds, "rollout_seconds": ts.rollout_seconds,
+                "peak_mem_mib": ts.peak_mem_mib, "steps": ts.steps,
+                "metrics": ts.metrics or {},  # [stages.train.metrics]: name -> {mean, last, steps}
+                "curve": ts.curve or [],  # per logged step: loss, kl, frac_clipped, learning_rate, ...
+            },
+        })
+    return runs
+
+
+def _where_in(s, stmt, column, values: list, rows: bool = False, chunk: int = 900) -> list:
+    """What `stmt` selects where `column` is in `values` (ORM objects, or plain rows with `rows`),
+    a chunk at a time (SQLite's parameter limit)."""
+    out = []
+    for i in range(0, len(values), chunk):
+        got = s.execute(stmt.where(column.in_(values[i:i + chunk])))
+        out += got.all() if rows else got.scalars().all()
+    return out
 
 
 def _recipe_check(train) -> Optional[dict]:

@@ -37,7 +37,7 @@ J_HORIZON = 120  # exact recursion up to here, union bound beyond
 GRID_H = 0.05  # integration grid step (standard deviations of one run's increment)
 
 # boundary_constant(0.05 / m) for m = 1..32, from `python -m opsdctl.stats.sequential`
-# (tests/test_sequential.py recomputes entries and checks them against simulation).
+# (tests/unit/stats/test_sequential.py recomputes entries and checks them against simulation).
 TABLE_ALPHA = 0.05
 TABLE: tuple[float, ...] = (
     2.152357, 2.424473, 2.573408, 2.674879, 2.751386, 2.812563,

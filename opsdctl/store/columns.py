@@ -1,5 +1,5 @@
 """Which store columns need decoding, for the light reader (opsdctl.store.reader), which does not
-import the SQLModel models: a mirror of opsdctl/store/models.py that tests/test_store_reader.py
+import the SQLModel models: a mirror of opsdctl/store/models.py that tests/unit/store/test_reader.py
 checks against them.
 
 The reader decodes a result column by its name, so a name means one kind in every table (that
@@ -14,6 +14,7 @@ JSON_COLUMNS = {
     "stage": ("progress", "pids", "gpu", "recipe_check"),
     "score": ("problems",),
     "train_stats": ("curve", "metrics"),
+    "outbox": ("payload",),
 }
 DATETIME_COLUMNS = {
     "variant": ("created_at",),
@@ -23,6 +24,7 @@ DATETIME_COLUMNS = {
     "score": ("created_at",),
     "worker_run": ("started_at", "heartbeat_at", "stopped_at"),
     "transition": ("at",),
+    "outbox": ("created_at", "sent_at"),
 }
 BOOL_COLUMNS = {
     "code_snapshot": ("dirty",),

@@ -9,9 +9,10 @@ CodeSnapshot  the code state a chain runs (git tree or content-addressed copy).
 WorkerRun  one worker process's life (pid, heartbeat, budget clock), for `status`.
 Transition  every chain state change, with its reason: the audit trail.
 Meta     small key/value facts (budget clock start).
+Outbox   events for [notify] hooks, written with the change they report; the worker drains it.
 
 The schema is versioned by Alembic (opsdctl/store/migrations/): a change here needs a new revision
-there (`python -m opsdctl.store.migrations revision -m ...`); tests/test_store_migrations.py checks.
+there (`python -m opsdctl.store.migrations revision -m ...`); tests/integration/test_store_migrations.py checks.
 
 No `from __future__ import annotations` here: SQLModel reads the annotations at class creation.
 """
@@ -230,6 +231,22 @@ class Transition(SQLModel, table=True):
     from_state: str
     to_state: str
     reason: Optional[str] = None
+
+
+class Outbox(SQLModel, table=True):
+    """One event for the [notify] hooks. `key` names the event itself (e.g. chain 7 failed), so
+    recording it twice keeps one row; `sent_at` set means delivered (or given up, with `error`)."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (UniqueConstraint("key", name="uq_outbox_key"),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    key: str
+    kind: str  # opsdctl.store.outbox.EventKind
+    payload: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    sent_at: Optional[datetime] = Field(default=None, sa_type=UTCDateTime, index=True)
+    error: Optional[str] = None
 
 
 class Meta(SQLModel, table=True):

@@ -72,11 +72,14 @@ def transition(session, chain_id: int, expected, new: State, *, reason: str | No
     """Move chain `chain_id` from one of `expected` to `new` in one guarded UPDATE.
 
     Returns False (and changes nothing) when the chain is not in an expected state any more:
-    someone else moved it first. Records the move in the transition table.
+    someone else moved it first. Records the move in the transition table, and a chain's end in
+    the [notify] outbox.
     """
     from sqlalchemy import select, update
 
+    from opsdctl.store import outbox
     from opsdctl.store.models import Chain, Transition, utcnow
+    from opsdctl.store.outbox import CHAIN_END_EVENTS
 
     expected = (expected,) if isinstance(expected, (State, str)) else tuple(expected)
     expected = tuple(State(e) for e in expected)
@@ -96,6 +99,9 @@ def transition(session, chain_id: int, expected, new: State, *, reason: str | No
     if result.rowcount != 1:
         return False
     session.add(Transition(chain_id=chain_id, from_state=current, to_state=new.value, reason=reason))
+    if new.value in CHAIN_END_EVENTS:  # the [notify] event, in this same transaction
+        outbox.record(session, CHAIN_END_EVENTS[new.value], f"chain:{chain_id}:{new.value}",
+                      {"chain_id": chain_id, "from": current, "state": new.value, "reason": reason})
     # Keep any Chain object already loaded in this session in step with the row.
     from sqlalchemy.orm.attributes import set_committed_value
 

@@ -2,7 +2,7 @@
 
 Only the common, unambiguous form is recognised: `sqlite:///PATH` whose path holds no character
 that SQLAlchemy's URL parser would unquote or re-quote; anything else returns None and the
-caller goes through SQLAlchemy's make_url (tests/test_store_reader.py checks the two agree).
+caller goes through SQLAlchemy's make_url (tests/unit/store/test_reader.py checks the two agree).
 """
 
 from __future__ import annotations

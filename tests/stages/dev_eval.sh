@@ -1,5 +1,5 @@
 #!/bin/bash
-# Stand-in for a workspace's dev_eval.sh (domain.md): a checkpoint directory (or `base`), vLLM-style
+# Stand-in for a workspace's dev_eval.sh: a checkpoint directory (or `base`), vLLM-style
 # progress lines, and the FINAL line the worker scores from.
 set -eu
 ckpt=$1

@@ -19,7 +19,7 @@ GPU use as NVML shows it (tests/stages/fake_gpu_file.py): FAKE_GPU_FILE (a FakeP
 FAKE_GPU_AS=device (no per-process entry: only the device's used memory grows).
 The learning rate follows the recipe: constant, or a cosine decay (OPSD_LR_SCHEDULER_TYPE=cosine).
 The recipe can pick a behaviour too, through the extra method knob `fake_mode` (OPSD_FAKE_MODE):
-  "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint).
+  "fail" (as FAKE_FAIL=1), "nockpt" (exit 0 without a checkpoint), "hang" (as FAKE_HANG_AT=5).
 Usage: fake_train.py --output-dir DIR --seed S [--recipe FILE]
 """
 
@@ -108,7 +108,7 @@ with open(os.path.join(out, "progress.jsonl"), "a") as prog, open(os.path.join(o
             met.write(json.dumps({"step": step, "loss": loss, "kl": 0.1 / step, "frac_clipped": 0.25, "learning_rate": lr_now,
                                   "rollout_seconds": 0.5, "step_seconds": step_s, "peak_mem_mib": 1000 + step}) + "\n")
             met.flush()
-        if step == int(os.environ.get("FAKE_HANG_AT", "0")):
+        if step == int(os.environ.get("FAKE_HANG_AT", "0")) or (mode == "hang" and step == 5):
             print("waiting on something that never comes", flush=True)
             time.sleep(600)
         if step == 1 and (os.environ.get("FAKE_FAIL") == "1" or mode == "fail"):

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Stand-in for a workspace's train_capped.sh (domain.md): SEED and OUT_DIR from the environment,
+# Stand-in for a workspace's train_capped.sh: SEED and OUT_DIR from the environment,
 # the recipe from ./submission/recipe.env (KEY=VALUE lines; absent or empty = the baseline),
 # Hugging Face Trainer dict lines and its tqdm bar in the log, the scorer's [modes] line, and
 # $OUT_DIR/capped_seed$SEED/checkpoint-100 at the end. STANDIN_SLEEP: seconds to sleep after the

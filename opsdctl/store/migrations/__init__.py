@@ -12,7 +12,7 @@ processes opening a new store at once migrate it exactly once.
 A store whose revision is newer than this opsdctl knows is refused with one line (upgrade
 opsdctl); nothing is ever downgraded automatically.
 
-Changing the schema (tests/test_store_migrations.py fails until you do all three):
+Changing the schema (tests/integration/test_store_migrations.py fails until you do all three):
   1. edit opsdctl/store/models.py;
   2. `python -m opsdctl.store.migrations revision -m "what changed"` writes versions/NNNN_<slug>.py from
      the difference between the models and HEAD (review it: Alembic cannot see renames);
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-HEAD = "0007_chain_stage_spec"  # the newest revision in versions/ (a test keeps the two in step)
+HEAD = "0008_notify_outbox"  # the newest revision in versions/ (a test keeps the two in step)
 BASE = "0001_initial"  # the schema the pre-migration opsdctl created with create_all
 VERSION_TABLE = "alembic_version"
 LEGACY_TABLES = (

@@ -1,0 +1,1 @@
+"""`opsdctl serve`: a read-only dashboard of the store (opsdctl.cli.web.app)."""

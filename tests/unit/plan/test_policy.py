@@ -1,0 +1,182 @@
+"""The adaptive policy (opsdctl.plan.policy.plan) on hand-built compare reports: first runs of new
+variants first, repeats that can settle a verdict by P(beat) within the time left, nothing for
+`worse` or futile variants (skipped with reasons), baseline repeats when candidates need them,
+priority first, fifo untouched, and --auto-repeat's one extra chain."""
+
+from __future__ import annotations
+
+from opsdctl.config import Reference
+from opsdctl.plan.policy import QueuedItem, plan
+from opsdctl.stats.compare import RunRecord, build_report
+
+MIN = 60.0
+CHAIN = 46 * MIN
+
+
+def cand(name, n, delta, p, verdict="undecided", need=None, base_too=False, both=None):
+    return {"name": name, "n": n, "delta": delta, "p_beat": p, "verdict": verdict, "runs_needed": need,
+            "needs_baseline_runs": base_too, "runs_needed_both_arms": both, "partial": False, "mean": 54.22 + delta}
+
+
+def report(*entries, base_source="reference", base_n=5, s=1.48, nu=6, m=None):
+    m = m if m is not None else len(entries)
+    return {"baseline": {"name": "baseline", "source": base_source, "n": base_n, "mean": 54.22},
+            "noise": {"s": s, "nu": nu, "tau2": 1.0},
+            "bonferroni": {"m": m, "alpha": 0.05, "better_at": 1 - 0.05 / max(m, 1), "worse_at": 0.05 / max(m, 1)},
+            "variants": list(entries)}
+
+
+def q(*pairs):
+    return [QueuedItem(i, v, p) for i, v, *rest in pairs for p in [rest[0] if rest else 0]]
+
+
+def test_first_runs_of_new_variants_before_repeats():
+    rep = report(cand("a", 1, 2.5, 0.93, need=2), cand("b", 1, 0.5, 0.62, need=30))
+    p = plan(q((1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "d"), (6, "c")), rep, baseline="baseline",
+             usable_s=300 * MIN, chain_s=CHAIN, voi=False)
+    assert p.order[:2] == [3, 5]  # c and d have no run yet: one each, queue order
+    assert p.order[2:4] == [1, 4]  # then a: undecided, P(beat) 0.93, 2 runs settle it and fit
+    assert p.order[4:] == [2, 6]  # b is out of reach (30 runs) but promising; c's second chain waits its first
+    tiers = {s.chain_id: s.tier for s in p.slots}
+    assert tiers == {3: "1", 5: "1", 1: "2a", 4: "2a", 2: "3", 6: "4"}
+    assert p.skips == {}
+
+
+def test_repeats_by_p_beat_and_only_as_many_as_needed():
+    rep = report(cand("a", 2, 1.8, 0.90, need=1), cand("b", 2, 2.6, 0.97, need=2))
+    p = plan(q((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")), rep, baseline="baseline",
+             usable_s=400 * MIN, chain_s=CHAIN, voi=False)
+    assert p.order == [3, 4, 1, 5, 2]  # b (0.97) x2, then a (0.90) x1, then the extra runs by P(beat)
+    assert [s.tier for s in p.slots] == ["2a", "2a", "2a", "3", "3"]
+    assert "beyond the +2 run(s)" in p.slots[3].why
+
+
+def test_what_does_not_fit_in_the_time_left_waits():
+    rep = report(cand("a", 1, 2.0, 0.92, need=3), cand("b", 1, 1.0, 0.75, need=1))
+    p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False)
+    assert p.order == [2, 1]  # a needs 3 x 46 min > 100 min; b's 1 run fits
+    assert {s.chain_id: s.tier for s in p.slots} == {1: "3", 2: "2a"}
+    p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False, chain_median_s=27 * MIN)
+    assert p.order == [1, 2]  # 2 x 27 + 46 = 100 min: a's 3 runs fit, and it has the higher P(beat)
+
+
+def test_nothing_for_worse_or_futile_variants():
+    rep = report(cand("bad", 2, -4.0, 0.002, verdict="worse"), cand("a", 1, 1.0, 0.7, need=4))
+    p = plan(q((1, "bad"), (2, "a"), (3, "dropped"), (4, "bad")), rep, baseline="baseline", usable_s=None,
+             chain_s=CHAIN, dropped={"dropped": "an evaluation of it was stopped as futile (chain 9: ...)"})
+    assert p.order == [2]
+    assert set(p.skips) == {1, 3, 4}
+    assert p.skips[1].startswith("verdict worse (P(beat) = 0.002 <= 0.025)")
+    assert "stopped as futile" in p.skips[3]
+
+
+def test_settling_worse_comes_after_settling_better():
+    rep = report(cand("up", 1, 1.5, 0.85, need=3), cand("down", 1, -2.5, 0.07), m=2, nu=40)
+    p = plan(q((1, "down"), (2, "up")), rep, baseline="baseline", usable_s=600 * MIN, chain_s=CHAIN, voi=False)
+    assert p.order == [2, 1]
+    assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 1: "2b"}
+
+
+def test_baseline_repeats_when_a_candidate_needs_them():
+    rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="runs", base_n=1)
+    p = plan(q((1, "x"), (2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
+    assert p.order == [1, 2, 3]  # the new variant first, then baseline and candidate runs
+    assert {s.chain_id: s.tier for s in p.slots} == {1: "1", 2: "2a", 3: "2a"}
+    # measured by the published reference instead: local baseline runs remove its setup offset,
+    # so they help too
+    rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
+    p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
+    assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "v"} and p.order == [3, 2]  # a's repeat by value of information
+
+
+def test_no_baseline_at_all_runs_it_first():
+    rep = report(base_source=None, base_n=0, s=None, nu=0)
+    p = plan(q((1, "a"), (2, "baseline")), rep, baseline="baseline", usable_s=None, chain_s=CHAIN)
+    assert p.order == [2, 1]
+
+
+def test_priority_first_and_fifo_untouched():
+    rep = report(cand("a", 1, 2.5, 0.93, need=1))
+    p = plan(q((1, "a", 0), (2, "new", 0), (3, "a", 5)), rep, baseline="baseline", usable_s=None, chain_s=CHAIN)
+    assert p.order == [3, 2, 1]
+    f = plan(q((1, "a"), (2, "new"), (3, "bad")), report(cand("bad", 2, -5, 0.001, verdict="worse")),
+             policy="fifo", baseline="baseline")
+    assert f.order == [1, 2, 3] and f.skips == {}
+
+
+def test_auto_repeat_adds_one_chain_only_when_nothing_queued_can_settle_anything():
+    rep = report(cand("a", 2, 2.0, 0.95, need=2), cand("b", 2, 1.0, 0.80, need=5), cand("s", 3, 4.0, 0.999, verdict="better"))
+    p = plan(q((1, "s")), rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
+             known_variants=["a", "b", "s"])
+    assert p.extra == "a" and "P(beat) 0.950" in p.extra_why
+    p = plan(q((1, "b")), rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
+             known_variants=["a", "b", "s"])
+    assert p.extra is None  # b's repeat can settle it: nothing added
+    p = plan([], rep, baseline="baseline", usable_s=40 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True, known_variants=["a"])
+    assert p.extra is None  # not even one chain fits
+    p = plan([], rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=False, known_variants=["a"])
+    assert p.extra is None  # opt-in
+
+
+def test_on_a_real_report():
+    """build_report's output drives the same decisions (keys and types as the policy reads them)."""
+    runs = []
+    cid = 0
+    for name, scores in {"hot": [58.5, 57.9, 58.2], "cold": [46.0, 45.1, 45.5, 46.2], "mid": [55.0]}.items():
+        for y in scores:
+            cid += 1
+            runs.append(RunRecord(name, cid, y, 12, 30, None, None, False))
+    rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5))
+    verdicts = {e["name"]: e["verdict"] for e in rep["variants"]}
+    assert verdicts["cold"] == "worse" and verdicts["hot"] in ("better", "undecided")
+    p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, baseline="baseline",
+             usable_s=300 * MIN, chain_s=CHAIN)
+    assert 10 in p.skips and set(p.order) == {11, 12, 13}
+    assert p.skips[10].endswith(f"<= {by_name_worse(rep, 'cold'):.3g}): no more runs for it")
+
+
+def by_name_worse(rep, name):
+    return next(e["worse_at"] for e in rep["variants"] if e["name"] == name)
+
+
+def test_value_of_information_tries_new_ideas_early_and_backs_the_leader_late():
+    """With the time left known, the next chain goes to the allocation of the chains that still fit
+    with the most verdicts expected to settle: early, a new idea's first run; late, the leader's
+    repeat before a new idea (trying one more raises Bonferroni's m for every verdict)."""
+    start = plan(q((1, "c1"), (2, "c1"), (3, "c2"), (4, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
+                 usable_s=355 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
+    assert start.order[0] == 1 and start.slots[0].tier == "v" and "first run of a new idea" in start.slots[0].why
+    rep = report(cand("a", 2, 2.8, 0.97), cand("b", 1, 0.3, 0.58), cand("c", 1, -0.5, 0.4), nu=5)
+    late = plan(q((1, "b"), (2, "new"), (3, "new"), (4, "a")), rep, baseline="baseline", usable_s=140 * MIN,
+                chain_s=CHAIN, chain_median_s=43 * MIN)
+    assert late.order[0] == 4 and late.slots[0].tier == "v"
+    assert "3 chain(s) fit; best plan a x1" in late.slots[0].why  # no --auto-repeat: a has one queued chain and late.order[1:] == [2, 1, 3]
+    early = plan(q((1, "b"), (2, "new"), (3, "new"), (4, "a")), rep, baseline="baseline", usable_s=280 * MIN,
+                 chain_s=CHAIN, chain_median_s=43 * MIN)
+    assert early.order[0] == 2  # six chains fit: room to try one more idea
+    # the tier order stays the fallback: no budget, or voi off
+    assert plan(q((1, "b"), (2, "new"), (4, "a")), rep, baseline="baseline", usable_s=None, chain_s=CHAIN).order[0] == 2
+
+
+def test_value_of_information_queues_the_leader_first_with_auto_repeat():
+    rep = report(cand("a", 2, 2.8, 0.97), cand("b", 1, 0.3, 0.58), nu=5)
+    p = plan(q((1, "b"), (2, "new")), rep, baseline="baseline", usable_s=140 * MIN, chain_s=CHAIN,
+             chain_median_s=43 * MIN, auto_repeat=True, known_variants=["a", "b"])
+    assert p.extra == "a" and p.extra_first and "a repeat of a raises its chance to settle" in p.extra_why
+    p = plan(q((1, "b"), (2, "new")), rep, baseline="baseline", usable_s=140 * MIN, chain_s=CHAIN,
+             chain_median_s=43 * MIN, auto_repeat=False)
+    assert p.extra is None and p.order[0] in (1, 2)  # without --auto-repeat only the queued chains
+
+
+def test_futility_spares_a_repeat_run_to_settle_worse_and_stops_that_cannot_buy_a_chain():
+    rep = report(cand("d", 2, -2.8, 0.03), cand("b", 1, 0.2, 0.55), nu=5)
+    p = plan(q((1, "b"), (2, "d"), (3, "d")), rep, baseline="baseline", usable_s=190 * MIN, chain_s=CHAIN,
+             chain_median_s=43 * MIN)
+    assert p.order[0] in (2, 3) and p.full_eval == ["d"]  # its full score is what settles `worse`
+    start = plan(q((1, "c1"), (2, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
+                 usable_s=355 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
+    # 355 - (7 x 43 + 46) = 8 min of slack: a stop's ~15 min cannot buy a 9th chain -> no futility
+    assert start.full_eval == ["c1"]
+    roomy = plan(q((1, "c1"), (2, "c2")), report(s=1.48, nu=4, m=0), baseline="baseline",
+                 usable_s=340 * MIN, chain_s=CHAIN, chain_median_s=43 * MIN)
+    assert roomy.full_eval == []  # 340 - (6 x 43 + 46) = 36 min: a ~15 min stop makes room for an 8th

@@ -1,0 +1,38 @@
+"""Stage command templates refused with a reason, and the environment a stage gets."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from opsdctl.errors import UserError
+from opsdctl.run import stages
+
+
+@pytest.mark.parametrize("template, needle", [
+    ("x {seeed}", "did you mean {seed}"),
+    ("x {checkpoint}", "only known in the eval stage"),
+    ("x { y", "stray '{'"),
+    ("x }", "stray '}'"),
+    ("awk '{print $1}'", "not a placeholder"),
+])
+def test_template_errors(template, needle):
+    with pytest.raises(UserError, match=".") as exc:
+        stages.check_template(template, stages.STAGE_PLACEHOLDERS["train"], "cfg")
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_stage_env(tmp_path):
+    env = stages.stage_env(
+        hparams={"lora_r": 8, "fixed_teacher": True}, method={"clip_mode": "token"}, chain_id=7, stage="eval",
+        stage_dir=tmp_path / "s", run_dir=tmp_path, token="tok", gpus=(), code_dir=tmp_path / "code",
+        base={"PYTHONPATH": "/old", "PATH": "/bin"},
+    )
+    assert env["OPSD_LORA_R"] == "8" and env["OPSD_FIXED_TEACHER"] == "true" and env["OPSD_CLIP_MODE"] == "token"
+    assert env["OPSDCTL_CHAIN_ID"] == "7" and env["OPSDCTL_STAGE_DIR"] == str(tmp_path / "s")
+    assert env["OPSDCTL_STAGE_TOKEN"] == "tok" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONPATH"] == f"{tmp_path / 'code'}{os.pathsep}/old"
+    env = stages.stage_env(hparams={}, method={}, chain_id=1, stage="train", stage_dir=tmp_path, run_dir=tmp_path,
+                           token="t", gpus=(2, 3), code_dir=tmp_path, base={})
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["PYTHONPATH"] == str(tmp_path)

@@ -1,0 +1,300 @@
+"""The shape of the repository, checked without importing it.
+
+The control plane's wings are folders, and imports run one way. Walks every module of opsdctl/
+with `ast` (nothing is imported), builds the graph of imports between opsdctl modules (top-level
+and inside functions alike), and checks:
+  - no circle among modules;
+  - no import from a lower wing to a higher one: cli -> run -> plan -> stats -> config -> recipes
+    -> store -> foundations (errors, fsutil, templates). `config` is the workspace's settings: it validates
+    recipes' knobs and profiles, and every wing above reads it, so it sits between them;
+  - no opsdctl module imports torch or another workload library, even inside a function.
+The trainer package is checked for circles too (its config types live apart from its CLI).
+
+The tests mirror the source: tests/unit/<wing>/ holds pure, fast, in-process tests, one folder
+per wing; tests/integration/ holds those that start subprocesses (the CLI, the worker, stage
+scripts, the workloads). No source, test or document cites an issue tracker by number: a
+comment says why, not where it was asked for. The README stays short and every document it
+moved into docs/ is reachable from it by a link that resolves.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from conftest import REPO as ROOT
+
+ORDER = ["cli", "run", "plan", "stats", "config", "recipes", "store", "foundation"]
+FOUNDATION = {"errors", "fsutil", "templates", "__init__"}
+
+
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path, name: str, package_root: str) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    is_pkg = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.split(".")[0] == package_root)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                here = name.split(".") if is_pkg else name.split(".")[:-1]
+                here = here[: len(here) - (node.level - 1)]
+                base = ".".join([*here, base] if base else here)
+            if base.split(".")[0] != package_root:
+                continue
+            out.add(base)
+            for a in node.names:  # `from opsdctl.run import procs` imports the module opsdctl.run.procs
+                out.add(f"{base}.{a.name}")
+    return out
+
+
+def graph(package_root: str) -> dict[str, set[str]]:
+    files = sorted((ROOT / package_root).rglob("*.py"))
+    names = {module_name(p, ROOT): p for p in files}
+    g = {}
+    for name, path in names.items():
+        g[name] = {m for m in imports_of(path, name, package_root) if m in names and m != name}
+    return g
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    WHITE, GREY, BLACK = 0, 1, 2
+    color = {n: WHITE for n in g}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        color[n] = GREY
+        stack.append(n)
+        for m in sorted(g[n]):
+            if color[m] == GREY:
+                return stack[stack.index(m):] + [m]
+            if color[m] == WHITE and (c := visit(m)):
+                return c
+        stack.pop()
+        color[n] = BLACK
+        return None
+
+    for n in sorted(g):
+        if color[n] == WHITE and (c := visit(n)):
+            return c
+    return None
+
+
+def wing(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "foundation"
+    head = parts[1]
+    if head in FOUNDATION:
+        return "foundation"
+    return head
+
+
+def test_every_opsdctl_module_is_in_a_wing():
+    g = graph("opsdctl")
+    assert {wing(m) for m in g} <= set(ORDER), sorted({wing(m) for m in g} - set(ORDER))
+
+
+def test_no_import_circle_in_the_control_plane():
+    assert find_cycle(graph("opsdctl")) is None, " -> ".join(find_cycle(graph("opsdctl")))
+
+
+def test_imports_run_one_way_from_the_cli_inward():
+    g = graph("opsdctl")
+    rank = {w: i for i, w in enumerate(ORDER)}
+    upward = sorted(f"{a} ({wing(a)}) imports {b} ({wing(b)})"
+                    for a, deps in g.items() for b in deps
+                    if rank[wing(b)] < rank[wing(a)] and wing(a) != "foundation" or
+                    (wing(a) == "foundation" and wing(b) != "foundation"))
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_circle_in_the_workloads():
+    for pkg in ("trainer", "eval", "opsdkit"):
+        cycle = find_cycle(graph(pkg))
+        assert cycle is None, " -> ".join(cycle)
+
+
+def test_each_package_says_what_it_is_for():
+    for init in sorted((ROOT / "opsdctl").rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and doc.strip(), f"{init.relative_to(ROOT)} has no docstring"
+
+
+def test_the_checker_finds_a_planted_circle_and_an_upward_import():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+    assert wing("opsdctl.store.engine") == "store" and wing("opsdctl.errors") == "foundation"
+
+
+# --- the control plane never imports a workload library ---------------------------------------
+
+HEAVY = {"torch", "transformers", "vllm", "peft", "trl", "datasets", "accelerate"}
+
+
+def heavy_imports(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out & HEAVY
+
+
+def test_the_control_plane_never_imports_a_workload_library():
+    found = {str(p.relative_to(ROOT)): sorted(heavy_imports(p)) for p in sorted((ROOT / "opsdctl").rglob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}
+
+
+# --- tests mirror the source ----------------------------------------------------------------------
+
+TESTS = ROOT / "tests"
+# tests/unit/<wing>/: the control plane's wings (config.py is one) and the workload packages
+UNIT_WINGS = {"cli", "run", "plan", "stats", "config", "recipes", "store", "trainer", "eval", "opsdkit"}
+# what starts a process or needs a built model: integration tests, never unit ones
+NOT_IN_UNIT = {"subprocess", "Workspace", "opsdctl_argv", "Worker"}  # imported or called
+FIXTURES_NOT_IN_UNIT = {"ws", "tiny_assets", "untrained_tiny_model"}  # requested as a fixture
+
+
+def test_test_files_live_in_unit_wings_or_integration():
+    misplaced = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        rel = path.relative_to(TESTS).parts
+        if rel[0] == "integration" and len(rel) == 2:
+            continue
+        if rel[0] == "unit" and (len(rel) == 2 or (len(rel) == 3 and rel[1] in UNIT_WINGS)):
+            continue
+        misplaced.append("/".join(rel))
+    assert not misplaced, "move these into tests/unit/<wing>/ or tests/integration/: " + ", ".join(misplaced)
+
+
+def test_every_test_folder_is_a_package_named_for_a_wing():
+    for folder in [TESTS / "unit", TESTS / "integration", *sorted(p for p in (TESTS / "unit").iterdir() if p.is_dir()
+                                                          and p.name != "__pycache__")]:
+        assert (folder / "__init__.py").is_file(), f"{folder.relative_to(ROOT)} has no __init__.py"
+        assert folder.parent.name != "unit" or folder.name in UNIT_WINGS, folder.name
+
+
+def names_used(path: Path) -> set[str]:
+    """Names a test module reads or imports, and the fixtures it requests (a local `ws` is no fixture)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Name) and node.id in NOT_IN_UNIT:
+            out.add(node.id)
+        elif isinstance(node, ast.arg) and node.arg in FIXTURES_NOT_IN_UNIT:
+            out.add(node.arg)
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_unit_tests_start_no_process_and_build_no_model():
+    banned = NOT_IN_UNIT | FIXTURES_NOT_IN_UNIT
+    found = {str(p.relative_to(TESTS)): sorted(names_used(p) & banned) for p in sorted((TESTS / "unit").rglob("*.py"))}
+    assert not {k: v for k, v in found.items() if v}, "these belong in tests/integration/"
+
+
+# --- no tracker references ------------------------------------------------------------------------
+
+TRACKER = re.compile(r"\bissues?\s*#?\s*\d+", re.I)
+TEXT = {".py", ".md", ".toml", ".sh", ".mako", ".txt", ".json", ".cfg", ".ini", ".yaml", ".yml"}
+SOURCE_DIRS = ("opsdctl", "trainer", "eval", "opsdkit", "benchmarks", "tests", "docs", "recipes", ".ci")
+
+
+def text_files():
+    for top in SOURCE_DIRS:
+        for path in sorted((ROOT / top).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and (path.suffix in TEXT or top == ".ci"):
+                yield path
+    yield from sorted(ROOT.glob("*.md"))
+    yield ROOT / "pyproject.toml"
+
+
+def tracker_references(path: Path) -> list[str]:
+    text = path.read_text(errors="replace")
+    return [f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}"
+            for m in TRACKER.finditer(text)]
+
+
+def test_no_source_cites_an_issue_tracker():
+    hits = [h for p in text_files() for h in tracker_references(p)]
+    assert not hits, "say why instead:\n" + "\n".join(hits)
+
+
+# files a clone does not have: the steering notes live outside the repository
+OUTSIDE = re.compile(r"\.\./shared/|\b(?:domain|design)\.md\b")
+
+
+def test_nothing_points_to_notes_outside_the_repository():
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in text_files() for m in OUTSIDE.finditer(p.read_text(errors="replace"))]
+    assert not hits, "restate what is needed instead:\n" + "\n".join(hits)
+
+
+# --- the README and the documents it links ---------------------------------------------------------
+
+README_MAX_LINES = 200
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def local_links(path: Path) -> list[str]:
+    return [t for t in LINK.findall(path.read_text()) if "://" not in t and not t.startswith("mailto:")]
+
+
+def test_readme_is_short_and_links_every_document():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text().splitlines()) <= README_MAX_LINES
+    linked = {(ROOT / t).resolve() for t in local_links(readme)}
+    unlinked = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if p.resolve() not in linked]
+    assert not unlinked, f"README.md links none of: {unlinked}"
+    assert (ROOT / "DEVELOPERS.md").resolve() in linked
+
+
+def test_every_local_link_in_the_documents_resolves_inside_the_repository():
+    broken = []
+    for doc in [ROOT / "README.md", ROOT / "DEVELOPERS.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in local_links(doc):
+            path = (doc.parent / target).resolve()
+            if not path.exists() or ROOT.resolve() not in path.parents:
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
+
+
+def test_the_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = next(line for line in readme.splitlines() if line.endswith("python -m pytest -q"))
+    assert command in ci
+
+
+def test_the_checkers_find_what_they_look_for(tmp_path):
+    cites = [w + n for w, n in (("issue", " 12"), ("Issue", " #3"), ("issues", " 3"))]  # never typed whole here
+    assert TRACKER.findall(f"see {cites[0]}, {cites[1]} and {cites[2]}, 16") == cites
+    assert not TRACKER.findall("an issue with the 12 runs")
+    notes = "../" + "shared/x.md, " + "domain" + ".md"  # never typed whole here
+    assert [m.group(0) for m in OUTSIDE.finditer(notes)] == ["../" + "shared/", "domain" + ".md"]
+    f = tmp_path / "x.py"
+    f.write_text("def f():\n    import torch.nn\n    from vllm import LLM\n")
+    assert heavy_imports(f) == {"torch", "vllm"}
+    f.write_text("import subprocess\ndef test_a(ws):\n    pass\n")
+    assert names_used(f) == {"subprocess", "ws"}
+    f.write_text("def test_b():\n    ws = [1]\n    return ws\n")  # a local named ws is no fixture
+    assert names_used(f) == set()
+    assert local_links_of("[a](docs/x.md#y) [b](https://e.org/z) [c](../other/d.md)", tmp_path) == ["docs/x.md", "../other/d.md"]
+
+
+def local_links_of(text: str, tmp_path: Path) -> list[str]:
+    f = tmp_path / "doc.md"
+    f.write_text(text)
+    return local_links(f)
