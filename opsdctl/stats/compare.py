@@ -214,15 +214,13 @@ NO_FORECAST = dict.fromkeys(FORECAST_KEYS)
 
 def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
     """The run-to-run variance for the forecast, split into its training part and one full eval's
-    sampling part (no counts: all of it counts as training). Not s^2 itself but its posterior mean
-    s^2 nu / (nu - 2) (sigma^2 scaled-inverse-chi^2 on the pooled nu dof; factor 2 at nu <= 4): s^2
-    plugged in ignores that it is itself an estimate, and the 80% intervals covered 78% in
-    benchmarks/forecast_model.py."""
+    sampling part (no counts: all of it counts as training), with the dof of the pooled s^2: the
+    forecast integrates sigma out (Student t on nu dof) rather than plugging s^2 in, which ignored
+    that it is itself an estimate."""
     if s2 is None:
         return None
     ev = float(v_eval) if v_eval is not None else 0.0
-    f = nu / (nu - 2.0) if nu is not None and nu > 4 else 2.0
-    return forecast.NoiseParts(max(0.0, float(s2) * f - ev), ev)
+    return forecast.NoiseParts(max(0.0, float(s2) - ev), ev, float(nu) if nu is not None and nu > 0 else None)
 
 
 def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v_of: dict[int, float],

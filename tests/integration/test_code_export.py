@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from conftest import default_config
-from test_cp_snapshot import TRAIN, git
+from integration.test_snapshot import TRAIN, git
 
 
 def _files(root):

@@ -4,7 +4,7 @@ header, and a code-only change named with the way back (`opsdctl code CHAIN --to
 from __future__ import annotations
 
 from conftest import default_config
-from test_cp_snapshot import TRAIN, git
+from integration.test_snapshot import TRAIN, git
 
 from opsdctl.recipes import knobs
 
