@@ -51,6 +51,7 @@ from opsdctl.store.models import (
 from opsdctl.store.states import StageState, State, transition
 
 POLL_S = 0.2  # how often a running stage is checked for exit
+NO_GO_EXIT_S = 5.0  # how long an eval held for its go may take to exit on its own at end of file
 PROGRESS_S = 0.5  # how often its progress files are read
 STATE_CHECK_S = 1.0  # how often the store is asked whether the chain was cancelled
 PROGRESS_WRITE_S = 2.0  # how often progress is written to the store (when it changed)
@@ -542,6 +543,12 @@ class LocalExecutor:
             with open(held.launch.log_path, "ab") as log:
                 log.write(f"opsdctl: the eval started ahead of time gets no go: {why}\n".encode())
         except OSError:
+            pass
+        # it exits on its own at end of file: a few seconds for that (a loaded machine is slow to
+        # schedule it) before its group is signalled, so it can say why it stopped
+        try:
+            held.proc.wait(timeout=min(NO_GO_EXIT_S, self._grace()))
+        except subprocess.TimeoutExpired:
             pass
         procs.stop_stage(held.ident, self._grace(), reap=lambda: held.proc.poll(), cut_short=self._forced)
 
