@@ -150,7 +150,7 @@ def _in_process(model, adapter, k, max_new) -> dict:
 
 
 def test_adapter_changes_the_samples_end_to_end(untrained_tiny_model, adapter_dir, tmp_path, one_thread):  # noqa: F811
-    from test_eval_e2e import env
+    from integration.test_eval_e2e import env
 
     bench = tmp_path / "bench.jsonl"
     bench.write_text("".join(json.dumps(p) + "\n" for p in PROBLEMS))

@@ -228,7 +228,7 @@ def test_credentials_never_printed(ws, pg_url, monkeypatch):
 
 def test_migrations_on_postgres(pg_url):
     """A pre-migration store (create_all, no alembic_version) and concurrent first opens."""
-    from test_store_migrations import T0, legacy
+    from support.legacy_store import T0, legacy
 
     engine = sa.create_engine(pg_url)
     with engine.begin() as conn:
@@ -294,7 +294,7 @@ def test_status_and_compare_documents_are_the_same_on_postgresql_and_sqlite(pg_u
     """The reader's SQLAlchemy driver on PostgreSQL (decoded JSON, timestamptz, real booleans) gives
     the documents the sqlite3 driver gives for the same rows."""
     from store_fill import fill_store
-    from test_store_reader import documents
+    from unit.store.test_reader import documents
 
     from opsdctl.store.open_read import open_reader
     from opsdctl.store.reader import SqlAlchemyDriver, SqliteDriver

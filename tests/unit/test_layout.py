@@ -190,6 +190,19 @@ def test_every_test_folder_is_a_package_named_for_a_wing():
         assert folder.parent.name != "unit" or folder.name in UNIT_WINGS, folder.name
 
 
+def test_a_test_imports_another_test_module_by_its_package_path():
+    """`from test_x import y` resolves only when test_x's folder happens to be on sys.path (its file
+    ran first in the same process): a cross-file helper is imported as unit.<wing>.test_x,
+    integration.test_x or from support/."""
+    bare = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bare += [f"{path.relative_to(TESTS)}: {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not bare, "import these by package path: " + ", ".join(bare)
+
+
 def names_used(path: Path) -> set[str]:
     """Names a test module reads or imports, and the fixtures it requests (a local `ws` is no fixture)."""
     out = set()
