@@ -1,13 +1,14 @@
 """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    python benchmarks/simulate_session.py --sessions 500 --also 0,1,3,-2   # the committed figures (~20 min CPU)
+    python benchmarks/simulate_session.py --sessions 300 --also 0,1,3,-2 --jobs 2   # the committed figures
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
-                                          [--also E1,E2,... ...] [--out DIR]
+                                          [--also E1,E2,... ...] [--policy NAME ...] [--jobs N] [--out DIR]
 
 The same as `opsdctl simulate`: every planner policy runs the worker's own loop and gate
 (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate) with a fake clock and a fake
 executor; see opsdctl/plan/simulate.py for the model and docs/planner.md for the figures. `--also` adds scenarios
-(other mixes of true effects). Prints the markdown tables and writes
+(other mixes of true effects), `--jobs` runs the scenarios in that many processes, `--policy`
+measures only the named policies (repeat it). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
 """
 
@@ -39,9 +40,16 @@ def _effects(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
 
 
+def _scenario(kwargs: dict) -> dict:
+    sys.path.insert(0, str(REPO))  # a spawned worker process does not run main()
+    from opsdctl.plan.simulate import run_benchmark
+
+    return run_benchmark(**kwargs)
+
+
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+    from opsdctl.plan.simulate import DEFAULT_EFFECTS, POLICIES, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="sessions per policy")
@@ -50,10 +58,23 @@ def main(argv=None) -> int:
     ap.add_argument("--effects", default=",".join(f"{e:g}" for e in DEFAULT_EFFECTS),
                     help="true effects of the candidates, points")
     ap.add_argument("--also", action="append", default=[], metavar="E1,E2,...", help="another scenario")
+    ap.add_argument("--policy", action="append", default=None, metavar="NAME",
+                    help="measure only this policy (repeatable; names as in the table)")
+    ap.add_argument("--jobs", type=int, default=1, help="scenarios run in this many processes")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    docs = [run_benchmark(sessions=args.sessions, seed=args.seed, hours=args.hours, effects=_effects(e))
+    unknown = [p for p in args.policy or () if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy {unknown[0]!r}: one of {', '.join(POLICIES)}")
+    jobs = [dict(sessions=args.sessions, seed=args.seed, hours=args.hours, effects=_effects(e), policies=args.policy)
             for e in [args.effects, *args.also]]
+    if args.jobs > 1 and len(jobs) > 1:
+        from multiprocessing import Pool
+
+        with Pool(min(args.jobs, len(jobs))) as pool:
+            docs = pool.map(_scenario, jobs)
+    else:
+        docs = [_scenario(j) for j in jobs]
     default = args.effects == ",".join(f"{e:g}" for e in DEFAULT_EFFECTS) and args.also == ["0,1,3,-2"]
     j, m = write_results(docs, args.out, notes=NOTES if default else "")
     print(m.read_text())

@@ -46,6 +46,7 @@ from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
 from opsdctl.store.states import State
 from opsdctl.stats import inference
+from opsdctl.stats.belief import posterior_of_report
 from opsdctl.stats.compare import RunRecord, build_report
 
 BASELINE = "baseline"
@@ -63,6 +64,7 @@ MARGIN_MIN = 5.0
 PROFILE = "qwen3-1.7b"
 HPARAMS = {"max_completion_length": 1024}
 DEFAULT_EFFECTS = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
+ORACLE_IDEAS = 3  # ideas whose two runs fit beside the baseline's two in a session's ~8 chains
 BETA_AB = (0.13, 0.11)  # per-problem solve rates: mostly near 0 or 1, as on AIME
 
 POLICIES = {
@@ -70,6 +72,9 @@ POLICIES = {
     "fifo-by-hand x1": ("hand", 1, None),
     "fifo-by-hand 1-2": ("hand", "1or2", None),
     "fifo-by-hand x2": ("hand", 2, None),
+    # not a policy: the x2 queue cut to the ORACLE_IDEAS ideas of largest |true effect|, i.e. the most
+    # verdicts chains of the user's x2 queue can buy when nothing has to be spent finding them
+    "oracle x2": ("oracle", 2, None),
     "planner fifo": ("planner", 2, dict(policy="fifo")),
     "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
     "adaptive, x1 queue": ("planner", 1, dict(policy="adaptive", auto_repeat=True)),
@@ -168,6 +173,8 @@ class SessionResult:
     chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
     estimate_overruns: int = 0  # stages that took longer than the estimate admission used
     baseline_chains: int = 0  # chains started of the baseline (user-queued and auto-repeat)
+    submitted: str = BASELINE  # the arm of highest forecast official mean at the end (the bet)
+    submission_gain: float = 0.0  # its true effect over the baseline, points
     idle_while_fits_s: float = 0.0  # GPUs idle at the end while advise ranked a repeat above stop
     idle_note: Optional[str] = None  # the worker's idle reason at the end (a cap), if any
     run_order: list = field(default_factory=list)  # chain ids, in the order they started
@@ -180,7 +187,7 @@ class Session:
     """A simulated store + clock; the Facts of a PlannerGate."""
 
     def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats,
-                 offset: float = 0.0):
+                 offset: float = 0.0, oracle: bool = False):
         self.world = world
         self.rng = np.random.default_rng(seed)
         order = self.rng.permutation(len(effects))
@@ -195,12 +202,15 @@ class Session:
         self._samples: list[Sample] = []
         self.repeats = repeats
         self.queue_rng = np.random.default_rng([seed, 1])
+        ideas = sorted((n for n in self.effects if n != BASELINE), key=lambda n: -abs(self.effects[n]))
+        self.queued_variants = ([BASELINE, *[n for n in self.effects if n in ideas[:ORACLE_IDEAS]]] if oracle
+                                else list(self.effects))
         self.queue_round()
 
     # a user's queue: every variant `repeats` times in a row ("1or2": once or twice at random), in
     # the drawn order; the draws come from their own generator, so every policy sees the same queue
     def queue_round(self) -> None:
-        for name in self.effects:
+        for name in self.queued_variants:
             n = self.repeats if self.repeats != "1or2" else int(self.queue_rng.integers(1, 3))
             for _ in range(n):
                 self.add_chain(name)
@@ -463,10 +473,14 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
 
 
 def judge(s: Session, res: SessionResult) -> None:
-    """Final verdicts of the compare report against the true effects. A variant dropped as futile
-    (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
+    """Final verdicts of the compare report against the true effects, and the bet: the arm of
+    highest forecast official mean (the submission rule) and its true effect. A variant dropped as
+    futile (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     res.report = rep
+    post = posterior_of_report(rep)
+    res.submitted = post.names[int(np.argmax(post.mean))] if post is not None else BASELINE
+    res.submission_gain = s.effects[res.submitted]
     for e in rep["variants"]:
         if e.get("partial") or not e.get("n"):
             continue
@@ -499,9 +513,9 @@ def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: S
     the figures, the chains in run order (`run_order`, `chains`) and compare's final `report`."""
     kind, repeats, overrides = POLICIES[policy_name]
     world = world or World.make()
-    s = Session(world, effects, seed, hours, repeats, offset)
+    s = Session(world, effects, seed, hours, repeats, offset, oracle=kind == "oracle")
     res = SessionResult(policy_name, s.budget_s)
-    if kind == "hand":
+    if kind in ("hand", "oracle"):
         run_hand(s, res)
     else:
         settings = settings or PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
@@ -554,6 +568,7 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "correct": ms(lambda r: r.correct),
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
+        "submission_gain": ms(lambda r: r.submission_gain),
         "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
         # absolute terms: a ratio to settled verdicts hides a rise when more settle
         "wrong_per_session": round(wrong / len(results), 4) if results else None,
@@ -608,8 +623,9 @@ def markdown(doc: dict) -> str:
         "",
         "| policy | GPU busy (until the last admissible chain) | idle min while an action fits | chains scored "
         "| cut by deadline | baseline share | auto-repeat chains | variants tried | correct / session | vs best FIFO "
-        "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops "
+        "| submission's true gain, points |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = doc.get("ratio_correct_vs_best_fifo", {})
     for name, r in doc["policies"].items():
@@ -621,7 +637,8 @@ def markdown(doc: dict) -> str:
             f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} "
             f"| {100 * r['baseline_share']['mean']:.0f}% | {r['auto_repeats']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
             f"| {r['correct']['mean']:.3f} ± {r['correct']['se']:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
-            f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} |"
+            f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} "
+            f"| {r['submission_gain']['mean']:+.2f} ± {r['submission_gain']['se']:.2f} |"
         )
     lines += ["", "Policies: " + "; ".join(f"**{n}**: {LEGEND[n]}" for n in doc["policies"] if n in LEGEND) + "."]
     lines += ["GPU busy: busy time over the time until the GPUs went idle for good (the end of the last "
@@ -629,7 +646,9 @@ def markdown(doc: dict) -> str:
               "compare's `Next:` proposed runs that fit in the time left; baseline share: the baseline's chains "
               "over all chains started; settled: final compare verdict `better`/`worse` (compare's rule: over the "
               "ideas tried, valid under repeated looks); wrong: settled the wrong way, per session and per "
-              "no-effect idea tried (any settled verdict is wrong for it), and of those settled."]
+              "no-effect idea tried (any settled verdict is wrong for it), and of those settled; submission's "
+              "true gain: the true effect of the arm with the highest forecast official mean at the end (what "
+              "`export-recipe --leader` submits; 0 when it is the baseline)."]
     return "\n".join(lines)
 
 
@@ -638,6 +657,9 @@ LEGEND = {
                        "(round robin); no admission",
     "fifo-by-hand 1-2": "the baseline and each idea once or twice in a row (at random); no admission",
     "fifo-by-hand x2": "the baseline and each idea twice in a row; no admission",
+    "oracle x2": f"not a policy but a ceiling: FIFO by hand over the baseline and only the {ORACLE_IDEAS} ideas of "
+                 "largest true |effect|, each twice (what the x2 queue's chains settle when no chain is spent "
+                 "finding those ideas)",
     "planner fifo": "the x2 queue in queue order, with admission (a chain that cannot finish is skipped)",
     "adaptive": "the x2 queue, `worker --policy adaptive --auto-repeat` (the user's chains first, in the "
                 "policy's order; auto-repeat after them)",
@@ -664,7 +686,7 @@ def goals_markdown(docs: Sequence[dict]) -> str:
         lines.append(f"- effects {eff} (best FIFO by hand: {best}, "
                      f"{pol[best]['correct']['mean']:.3f} correct a session):" if best else f"- effects {eff}:")
         for n, r in pol.items():
-            if POLICIES.get(n, ("hand",))[0] == "hand":
+            if POLICIES.get(n, ("hand",))[0] != "planner":
                 continue
             ratio = d.get("ratio_correct_vs_best_fifo", {}).get(n)
             checks = [
@@ -676,7 +698,8 @@ def goals_markdown(docs: Sequence[dict]) -> str:
                  f"{r['idle_min_while_action_fits']['mean']:.2f}"),
             ]
             lines.append(f"  - {n}: " + "; ".join(f"{what} {val} {'met' if ok else 'MISSED'}" for what, ok, val in checks)
-                         + f"; baseline share {100 * r['baseline_share']['mean']:.0f}%")
+                         + f"; baseline share {100 * r['baseline_share']['mean']:.0f}%"
+                         + f"; submission's true gain {r['submission_gain']['mean']:+.2f}")
     return "\n".join(lines)
 
 
