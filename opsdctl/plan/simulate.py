@@ -21,12 +21,14 @@ Only the world is simulated:
   are what removes the published mean's setup offset from compare's verdicts), then each idea
   once (round robin) or twice in a row, in a random order, and keeps the GPUs busy until the
   budget ends; a chain running at the deadline is cut (lost). The planner policies get the same
-  queue (the baseline and each idea twice).
+  queue (the baseline and each idea twice, or once). `oracle x2` is no policy but a ceiling: the
+  x2 queue cut to the ideas of largest true |effect|, run by hand.
 
 Figures per policy (mean over sessions, with standard errors): GPU-busy fraction of the budget
 and until the GPUs went idle for good (the last admissible chain), chains cut by the deadline,
 settled comparisons (final verdict better/worse), correct ones, and wrong ones in absolute terms
-(per session, and per no-effect idea tried) as well as the wrong-verdict rate (of those settled).
+(per session, and per no-effect idea tried) as well as the wrong-verdict rate (of those settled),
+and the bet: the true effect of the arm of highest forecast official mean at the end.
 """
 
 from __future__ import annotations
