@@ -31,8 +31,8 @@ carries a 1-point setup offset, the prior must pass the local scatter's check, a
 the looks and the family is every idea tried; with about 8 chains in 6 hours a verdict needs local
 baseline runs and several runs of one idea, so few comparisons settle under any policy.
 The adaptive policy's pick is `opsdctl advise`'s ranking: each action's expected gain of the
-submission's official score (the knowledge gradient on the forecast). Early in a session a queued
-idea's first run is worth 0.2-0.7 expected points and a repeat of a tried idea about 0.05, so the
+submission's official score (the knowledge gradient on the forecast). In a traced session (seed 5) a
+queued idea's first run was worth 0.2-0.7 expected points and a repeat of a tried idea 0.06, so the
 worker spends the user's chains on first runs of every idea (6 of 6 tried, 4 of 4 in the second
 scenario, one or two baseline runs) and no comparison settled in any session: that policy serves
 the bet (the submission's true gain column: +0.44 and +0.53 points over the best FIFO's), not the
