@@ -50,28 +50,26 @@ def draw_effects(rng: np.random.Generator, n: int = IDEAS) -> tuple[float, ...]:
     return tuple(0.0 if k == 0 else float(rng.uniform(-5, -1)) if k == 1 else float(rng.uniform(1, 4)) for k in kind)
 
 
-def _pbeat_rule(report: dict) -> str:
+def _pbeat_rule(report) -> str:
     """Today's export rule (opsdctl/daemon/auto_export.py as it stood before the forecast)."""
-    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    better = [e for e in full if e.get("verdict") == "better"]
-    key = lambda e: (e["p_beat"] if e.get("p_beat") is not None else -1.0, e.get("mean") or 0.0)  # noqa: E731
+    full = report.full
+    better = [e for e in full if e.verdict == "better"]
+    key = lambda e: (e.p_beat if e.p_beat is not None else -1.0, e.mean or 0.0)  # noqa: E731
     if better:
-        return max(better, key=key)["name"]
-    ahead = [e for e in full if e.get("verdict") == "undecided" and (e.get("p_beat") or 0.0) >= 0.5]
-    return max(ahead, key=key)["name"] if ahead else report["baseline"]["name"]
+        return max(better, key=key).name
+    ahead = [e for e in full if e.verdict == "undecided" and (e.p_beat or 0.0) >= 0.5]
+    return max(ahead, key=key).name if ahead else report.baseline.name
 
 
-def _local_mean_rule(report: dict) -> str:
-    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    best = max(full, key=lambda e: e["mean"], default=None)
-    b = report["baseline"]
-    return best["name"] if best is not None and (b["mean"] is None or best["mean"] > b["mean"]) else b["name"]
+def _local_mean_rule(report) -> str:
+    best = max(report.full, key=lambda e: e.mean, default=None)
+    b = report.baseline
+    return best.name if best is not None and (b.mean is None or best.mean > b.mean) else b.name
 
 
 def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     sys.path.insert(0, str(REPO))
     from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
-    from opsdctl.stats.belief import posterior_of_report
 
     rng = np.random.default_rng([seed, i])
     sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
@@ -80,8 +78,8 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
                            world=World.make(sigma), offset=offset)
     rep = res.report
     true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
-    tried = [BASELINE] + [e["name"] for e in rep["variants"] if not e.get("partial") and e.get("n")]
-    post = posterior_of_report(rep)
+    tried = [BASELINE] + [e.name for e in rep.full]
+    post = rep.posterior
     picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep)}
     arms = []
     if post is not None:

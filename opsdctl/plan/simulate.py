@@ -47,6 +47,7 @@ from opsdctl.plan.planner import PlannerGate, PlannerSettings
 from opsdctl.store.states import State
 from opsdctl.stats import inference
 from opsdctl.stats.compare import RunRecord, build_report
+from opsdctl.stats.report import Report
 
 BASELINE = "baseline"
 BASE_MEAN = 54.22
@@ -173,7 +174,7 @@ class SessionResult:
     run_order: list = field(default_factory=list)  # chain ids, in the order they started
     verdicts: dict = field(default_factory=dict)
     chains: list = field(default_factory=list)  # the session's SimChains at the end (state, auto, scores)
-    report: Optional[dict] = None  # compare's final report
+    report: Optional[Report] = None  # compare's final report
 
 
 class Session:
@@ -467,11 +468,9 @@ def judge(s: Session, res: SessionResult) -> None:
     (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     res.report = rep
-    for e in rep["variants"]:
-        if e.get("partial") or not e.get("n"):
-            continue
-        v, eff = e["verdict"], s.effects[e["name"]]
-        res.verdicts[e["name"]] = (v, eff)
+    for e in rep.full:
+        v, eff = e.verdict, s.effects[e.name]
+        res.verdicts[e.name] = (v, eff)
         if v in (inference.BETTER, inference.WORSE):
             res.settled += 1
             ok = (v == inference.BETTER and eff > 0) or (v == inference.WORSE and eff < 0)
@@ -481,7 +480,7 @@ def judge(s: Session, res: SessionResult) -> None:
             res.false_better += int(v == inference.BETTER and eff <= 0)
         res.null_tried += int(eff == 0.0)
         res.null_wrong += int(eff == 0.0 and v in (inference.BETTER, inference.WORSE))
-    res.tried = sum(1 for e in rep["variants"] if not e.get("partial") and e.get("n"))
+    res.tried = len(rep.full)
     res.answered, res.answered_correct = res.settled, res.correct
     for name in s.dropped():
         if name != BASELINE and res.verdicts.get(name, (None,))[0] not in (inference.BETTER, inference.WORSE):

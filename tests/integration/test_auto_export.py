@@ -14,6 +14,7 @@ from conftest import default_config, stop_process, wait_for
 
 from opsdctl.recipes import knobs
 from opsdctl.daemon.auto_export import pick_leader
+from tests.support.report_doc import report as typed
 
 
 def _config(ws, seconds_left: int, minutes_before: float = 10):
@@ -65,7 +66,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert "opsdctl export-recipe: variant hot" in head  # export-recipe's own header follows ours
     # the compare report agrees with what was written
     doc = ws.cli_json("compare")
-    assert pick_leader(doc).name == "hot"
+    assert pick_leader(typed(doc)).name == "hot"
     st = ws.status()["export"]["last"]
     assert st["leader"] == "hot" and st["verdict"] == "better" and st["written_at"] >= written_at
     assert f"<- hot (forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], better) at" in ws.cli("status").stdout
@@ -92,7 +93,7 @@ def test_not_written_before_its_time(ws):
     ws.run("worker", "--drain")
     bet = ws.status()["export"]["bet"]
     doc = ws.cli_json("compare")
-    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(doc).forecast}
+    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(typed(doc)).forecast.to_json()}
     f = bet["forecast"]
     assert f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in ws.cli("status").stdout
     assert not (ws.root / "submission").exists()

@@ -47,9 +47,11 @@ def test_stop_and_go_on_at_the_boundary():
     near = judge_look(probs(4), ctx)  # 50.0: within the optimistic bound
     assert not near.stop
     # tau^2 unknown: taken as s^2 (its upper bound), never a narrower SE
-    report = {"baseline": {"mean": 54.22, "n": 5}, "noise": {"s": 1.48, "tau2": None}}
+    from tests.support.report_doc import report as typed
+
+    report = typed({"baseline": {"mean": 54.22, "n": 5}, "noise": {"s": 1.48, "tau2": None}})
     assert FutilityContext.from_report(report).tau2 == 1.48**2
-    assert FutilityContext.from_report({"baseline": {"mean": None, "n": 0}, "noise": {"s": None}}) is None
+    assert FutilityContext.from_report(typed({"baseline": {"mean": None, "n": 0}, "noise": {"s": None}})) is None
 
 
 def test_look_counts_refuses_what_is_not_a_look():
