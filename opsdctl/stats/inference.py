@@ -227,7 +227,12 @@ def within_ss(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
 # ---------------------------------------------------------------- the published mean is not the user's setup
 
 
-def baseline_var(s2: float, n_local: int, ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
+def _plain(x):
+    """A float for a scalar; an array (many simulated studies at once) stays an array."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def baseline_var(s2, n_local: int, ref_n: int | None, offset_sd, use_ref: bool):
     """Variance (points^2) of the baseline mean the verdict uses.
 
     The published mean is one more measurement of the local baseline, with its own sampling
@@ -235,30 +240,32 @@ def baseline_var(s2: float, n_local: int, ref_n: int | None, offset_sd: float, u
       no local runs:              v_ref
       local runs, reference used: 1 / (n_local / s^2 + 1 / v_ref)   (precision-weighted)
       local runs only:            s^2 / n_local
-    None when there is neither.
+    None when there is neither. s2 and offset_sd may be arrays over studies (stats.operating).
     """
     v_ref = None if not use_ref or not ref_n else s2 / ref_n + offset_sd**2
     if n_local <= 0:
         return v_ref
     if v_ref is None:
         return s2 / n_local
-    if s2 == 0.0:
+    if np.ndim(s2) == 0 and s2 == 0.0:
         return 0.0
-    return 1.0 / (n_local / s2 + 1.0 / v_ref)
+    with np.errstate(divide="ignore"):
+        return 1.0 / (n_local / s2 + 1.0 / v_ref)
 
 
-def baseline_mean(local_mean: float | None, n_local: int, s2: float, ref_mean: float | None,
-                  ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
-    """The baseline mean with the same weights as baseline_var."""
+def baseline_mean(local_mean, n_local: int, s2, ref_mean: float | None,
+                  ref_n: int | None, offset_sd, use_ref: bool):
+    """The baseline mean with the same weights as baseline_var (arrays over studies too)."""
     v_ref = None if not use_ref or ref_mean is None or not ref_n else s2 / ref_n + offset_sd**2
     if n_local <= 0 or local_mean is None:
         return None if v_ref is None else float(ref_mean)
     if v_ref is None:
+        return _plain(local_mean)
+    if np.ndim(s2) == 0 and s2 == 0.0:
         return float(local_mean)
-    if s2 == 0.0:
-        return float(local_mean)
-    w_l, w_r = n_local / s2, 1.0 / v_ref
-    return float((w_l * local_mean + w_r * ref_mean) / (w_l + w_r))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w_l, w_r = n_local / s2, 1.0 / v_ref
+        return _plain((w_l * local_mean + w_r * ref_mean) / (w_l + w_r))
 
 
 def offset_sd_seen(diff, se2, offset_sd: float):
