@@ -252,7 +252,7 @@ class AutoExporter:
         fm = leader.forecast.mean
         self.report(f"export: wrote {self.path} <- {leader.name}"
                     + (" (the released recipe)" if leader.variant is None else "")
-                    + (f" (forecast {fm:.2f} [{leader.forecast['low80']:.2f}, {leader.forecast['high80']:.2f}])"
+                    + (f" (forecast {fm:.2f} [{leader.forecast.low80:.2f}, {leader.forecast.high80:.2f}])"
                        if fm is not None else "") + f"; {reason}")
         return record
 
