@@ -91,3 +91,20 @@ def test_the_live_rule_against_scipy_in_float64():
                 "worse" if ss.t.cdf(delta / se, nu) <= level else "undecided")
         assert e.verdict == want
     assert rep.entry("a").verdict == "better"  # the case exercises a verdict, not only "undecided"
+
+
+def test_the_advice_values_the_reports_own_posterior(all_cases):
+    """One posterior: the belief the advice ranks by is the forecast's, carried on the report."""
+    import numpy as np
+
+    from opsdctl.stats import belief
+
+    runs, kw = all_cases["session"]
+    rep = build_report(runs, **kw)
+    b = belief.from_report(rep)
+    assert b.arms == rep.posterior.names
+    assert np.array_equal(b.mean, rep.posterior.state_mean) and np.array_equal(b.cov, rep.posterior.state_cov)
+    means = {n: f.mean for n, f in zip(rep.posterior.names, rep.posterior.forecasts())}
+    assert means[rep.entry("token-clip").name] == pytest.approx(rep.entry("token-clip").forecast.mean, rel=1e-12)
+    none = build_report(*all_cases["single_runs"][:1], **all_cases["single_runs"][1])
+    assert none.posterior is None and belief.from_report(none) is None
