@@ -26,8 +26,8 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
         also baseline runs if a candidate needs baseline runs too and the runs both arms need
         fit (against the published reference as well: local baseline runs remove its setup
         offset); ranked with that candidate;
-     2b candidates with delta <= 0, `undecided`, whose runs to settle `worse` (runs_needed on
-        -delta) fit; by P(beat), lowest first;
+     2b candidates with delta <= 0, `undecided`, whose runs to settle `worse` (compare's
+        runs_needed_worse) fit; by P(beat), lowest first;
      2c without a noise estimate (nu = 0, no prior): repeats of the best delta first (a
         second run is what makes a noise estimate);
   3  other repeats of undecided candidates with delta > 0 (out of reach in the time left, or
