@@ -13,8 +13,8 @@ conditions take turns. On compare's final report, three rules pick the submissio
   P(beat)     today's export rule: the `better` candidate with the highest P(beat), else the
               undecided one with the highest P(beat) >= 0.5, else the baseline
   local mean  the arm with the highest local mean (the baseline's mean as compare combines it)
-  forecast    the new rule: the arm with the highest forecast official mean, baseline included
-              (opsdctl.stats.forecast's posterior)
+  forecast    the new rule, what `export-recipe --leader` submits (opsdctl.plan.submission.pick_leader):
+              the arm with the highest forecast official mean, baseline included
 
 Figures per rule: the submission's true official mean minus the baseline's (mean, 5th
 percentile), regret against the best arm tried (baseline included), P(worse than the baseline by
@@ -71,7 +71,6 @@ def _local_mean_rule(report: dict) -> str:
 def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     sys.path.insert(0, str(REPO))
     from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
-    from opsdctl.stats.belief import posterior_of_report
 
     rng = np.random.default_rng([seed, i])
     sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
@@ -81,18 +80,16 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     rep = res.report
     true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
     tried = [BASELINE] + [e["name"] for e in rep["variants"] if not e.get("partial") and e.get("n")]
-    post = posterior_of_report(rep)
-    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep)}
+    post = rep.posterior  # the model behind compare's printed forecasts
+    # the forecast rule is what the simulated session submitted (plan.submission.pick_leader)
+    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep), "forecast": res.submitted}
     arms = []
     if post is not None:
         fc = post.forecasts()
-        picks["forecast"] = post.names[int(np.argmax(post.mean))]
         for name, f in zip(post.names, fc):
             official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
             arms.append({"name": name, "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
                          "official": official, "above": official > BASE_MEAN})
-    else:
-        picks["forecast"] = BASELINE
     best = max(true[n] for n in tried)
     return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
             "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},

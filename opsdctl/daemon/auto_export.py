@@ -9,8 +9,8 @@ worker writes the leader's recipe.env to `path`, and again whenever the leader, 
 runs behind its evidence change (so the header never goes stale), so a session that ends mid-chain still leaves the best known recipe. It starts that
 late on purpose: a workspace's own train script often reads its recipe from that very file.
 
-The leader, from the compare report (opsdctl.plan.report.compare_doc, the same numbers `compare`
-prints), is the bet, not the claim: the candidate with the highest forecast of its official 5-run
+The leader (opsdctl.plan.submission.pick_leader, on the compare report: the same numbers `compare`
+prints) is the bet, not the claim: the candidate with the highest forecast of its official 5-run
 mean (opsdctl.stats.forecast: shrunk across the family, so the best-looking of several noisy
 candidates is not taken at face value), provided that forecast is above the baseline's; else the
 baseline's empty recipe (an empty recipe.env reproduces the released recipe). Partial evaluations
@@ -27,7 +27,6 @@ import json
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,6 +34,7 @@ from opsdctl.config import export_path
 from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
+from opsdctl.plan.submission import Leader, forecast_mean, pick_leader
 from opsdctl.recipes import knobs
 
 # (the export and the store's write functions are imported where used: `status` reads
@@ -43,51 +43,6 @@ from opsdctl.recipes import knobs
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
 BET_KEY = "bet"  # Meta: JSON of the current bet, refreshed before the export is due (status shows it)
 BET_EVERY_S = 30.0  # how often the bet is refreshed before the export is due
-RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
-RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
-
-
-@dataclass(frozen=True)
-class Leader:
-    name: str  # the candidate's label ("token-clip @3f2a1c"), or the baseline's name
-    variant: Optional[str]  # the variant to export; None: the baseline's empty recipe
-    verdict: Optional[str]  # its compare verdict (better | undecided | worse), None for the baseline
-    entry: Optional[dict]  # its compare entry
-    rule: str  # which branch of the rule chose it
-
-    baseline_n: int = 0
-    forecast: Optional[dict] = None  # the leader's compare `forecast` (the baseline's, for the baseline)
-
-    @property
-    def key(self) -> str:
-        """What a rewrite follows: the leader, its verdict, the runs behind the evidence, and its
-        forecast (to the hundredth of a point)."""
-        mean = (self.forecast or {}).get("mean")
-        return json.dumps([self.name, self.variant, self.verdict, (self.entry or {}).get("n"), self.baseline_n,
-                           None if mean is None else round(mean, 2)])
-
-
-def _forecast_mean(x: Optional[dict]) -> Optional[float]:
-    return ((x or {}).get("forecast") or {}).get("mean")
-
-
-def pick_leader(report: dict, exportable: Callable[[str], bool] = lambda label: True) -> Leader:
-    """The recipe to submit now, from a compare report (module docstring). `exportable(variant
-    label)`: False for what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
-    base = report.get("baseline") or {}
-    full = [e for e in report.get("variants", [])
-            if not e.get("partial") and e.get("n") and e.get("variants") and exportable(e["variants"][0])
-            and _forecast_mean(e) is not None]
-    b_mean = _forecast_mean(base)
-    if full:
-        e = max(full, key=lambda e: (_forecast_mean(e), e["forecast"].get("p_best") or 0.0))
-        if b_mean is None or _forecast_mean(e) > b_mean:
-            return Leader(e["name"], e["variants"][0], e.get("verdict"), e, RULE_CANDIDATE,
-                          int(base.get("n") or 0), e["forecast"])
-    return Leader(base.get("name") or "baseline", None, None, None, RULE_BASELINE, int(base.get("n") or 0),
-                  base.get("forecast"))
-
-
 def _fc_words(f: Optional[dict]) -> str:
     if not f or f.get("mean") is None:
         return "no forecast (no noise estimate yet)"
@@ -115,7 +70,7 @@ def _evidence(report: dict, leader: Leader) -> list[str]:
         base += f" (the published reference, n = {b['n']})"
     if e is None:
         lines.append(f"evidence: {base}; candidates: " + (", ".join(
-            f"{x['name']} forecast {_forecast_mean(x):.2f}" if _forecast_mean(x) is not None else f"{x['name']} -"
+            f"{x['name']} forecast {forecast_mean(x):.2f}" if forecast_mean(x) is not None else f"{x['name']} -"
             for x in report.get("variants", []) if not x.get("partial") and x.get("n")) or "none scored"))
         return lines
     lines.append(f"leader: {leader.name}, verdict {leader.verdict or '-'}"

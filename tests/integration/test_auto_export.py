@@ -13,7 +13,7 @@ import pytest
 from conftest import default_config, stop_process, wait_for
 
 from opsdctl.recipes import knobs
-from opsdctl.daemon.auto_export import pick_leader
+from opsdctl.plan.submission import pick_leader
 
 
 def _config(ws, seconds_left: int, minutes_before: float = 10):
