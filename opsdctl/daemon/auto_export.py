@@ -156,7 +156,8 @@ def last_written(reader) -> Optional[dict]:
 
 
 class AutoExporter:
-    """One check (`check`), and a thread that repeats it while the worker runs."""
+    """One check (`check`), and a thread that repeats it while the worker runs. With no `[export]
+    path` (`path` None) the check only keeps the bet current."""
 
     def __init__(self, cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView],
                  every_s: float = 10.0):
@@ -168,6 +169,7 @@ class AutoExporter:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bet_at = -math.inf
+        self._said: Optional[str] = None
 
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
@@ -176,14 +178,14 @@ class AutoExporter:
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
-        now, why = due(self.budget(), self.minutes_before)
+        now, why = due(self.budget(), self.minutes_before) if self.path is not None else (False, "")
         if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
             return None
         reader = self.store.reader()
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
-        if not now:  # not yet time to write the file: keep the bet current for `status`
+        if not now:  # no file to write (yet): keep the bet current for `status`
             self._bet_at = time.monotonic()
             bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast})
             if reader.get_meta(BET_KEY) != bet:  # written only when it changed
@@ -222,9 +224,16 @@ class AutoExporter:
         try:
             self.check()
         except UserError as exc:
-            self.report(f"export: skipped: {exc}")
+            self._say(f"skipped: {exc}")
         except Exception as exc:  # never take the worker down over an export; say why and go on
-            self.report(f"export: failed: {type(exc).__name__}: {exc}")
+            self._say(f"failed: {type(exc).__name__}: {exc}")
+
+    def _say(self, text: str) -> None:
+        """Once per distinct message: a bad config would otherwise repeat it at every check."""
+        line = f"{'export' if self.path is not None else 'bet'}: {text}"
+        if line != self._said:
+            self._said = line
+            self.report(line)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -245,9 +254,8 @@ class AutoExporter:
         self._safe_check()
 
 
-def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> Optional[AutoExporter]:
-    """A started exporter when `[export] path` is set, else None."""
-    if not cfg.section("export").get("path"):
-        return None
+def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> AutoExporter:
+    """A started exporter. Without `[export] path` it writes no file and only keeps the bet
+    current in the store (what `status` shows: what `export-recipe --leader` would submit now)."""
     every = min(10.0, max(0.5, 5 * float(cfg.poll_seconds)))
     return AutoExporter(cfg, store, report, budget, every).start()
