@@ -46,10 +46,11 @@ from opsdctl.plan.durations import Sample, cost_key
 from opsdctl.plan.gate import AUTO_REPEAT_REASON, ChainInfo, Grant, Stop
 from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
+from opsdctl.plan.submission import pick_leader
 from opsdctl.store.states import State
 from opsdctl.stats import inference
-from opsdctl.stats.belief import posterior_of_report
 from opsdctl.stats.compare import RunRecord, build_report
+from opsdctl.stats.report import Report
 
 BASELINE = "baseline"
 BASE_MEAN = 54.22
@@ -175,14 +176,15 @@ class SessionResult:
     chain_overruns: int = 0  # chains that took longer than the high estimate they were admitted with
     estimate_overruns: int = 0  # stages that took longer than the estimate admission used
     baseline_chains: int = 0  # chains started of the baseline (user-queued and auto-repeat)
-    submitted: str = BASELINE  # the arm of highest forecast official mean at the end (the bet)
-    submission_gain: float = 0.0  # its true effect over the baseline, points
     idle_while_fits_s: float = 0.0  # GPUs idle at the end while advise ranked a repeat above stop
     idle_note: Optional[str] = None  # the worker's idle reason at the end (a cap), if any
     run_order: list = field(default_factory=list)  # chain ids, in the order they started
     verdicts: dict = field(default_factory=dict)
     chains: list = field(default_factory=list)  # the session's SimChains at the end (state, auto, scores)
-    report: Optional[dict] = None  # compare's final report
+    report: Optional[Report] = None  # compare's final report
+    submitted: Optional[str] = None  # what the submission rule (plan.submission.pick_leader) submits at the end
+    submission_gain: float = 0.0  # its true effect over the baseline (0 for the baseline), points
+    regret: float = 0.0  # the best true effect among the ideas queued (baseline included) minus that
 
 
 class Session:
@@ -475,19 +477,14 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
 
 
 def judge(s: Session, res: SessionResult) -> None:
-    """Final verdicts of the compare report against the true effects, and the bet: the arm of
-    highest forecast official mean (the submission rule) and its true effect. A variant dropped as
-    futile (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
+    """Final verdicts of the compare report against the true effects, and the bet (what the
+    submission rule submits, scored by its true effect). A variant dropped as futile (no full run
+    left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     res.report = rep
-    post = posterior_of_report(rep)
-    res.submitted = post.names[int(np.argmax(post.mean))] if post is not None else BASELINE
-    res.submission_gain = s.effects[res.submitted]
-    for e in rep["variants"]:
-        if e.get("partial") or not e.get("n"):
-            continue
-        v, eff = e["verdict"], s.effects[e["name"]]
-        res.verdicts[e["name"]] = (v, eff)
+    for e in rep.full:
+        v, eff = e.verdict, s.effects[e.name]
+        res.verdicts[e.name] = (v, eff)
         if v in (inference.BETTER, inference.WORSE):
             res.settled += 1
             ok = (v == inference.BETTER and eff > 0) or (v == inference.WORSE and eff < 0)
@@ -497,7 +494,12 @@ def judge(s: Session, res: SessionResult) -> None:
             res.false_better += int(v == inference.BETTER and eff <= 0)
         res.null_tried += int(eff == 0.0)
         res.null_wrong += int(eff == 0.0 and v in (inference.BETTER, inference.WORSE))
-    res.tried = sum(1 for e in rep["variants"] if not e.get("partial") and e.get("n"))
+    res.tried = len(rep.full)
+    # the bet: what `export-recipe --leader` submits from this report, scored by its true effect
+    lead = pick_leader(rep)
+    res.submitted = lead.variant or BASELINE
+    res.submission_gain = 0.0 if lead.variant is None else s.effects[lead.variant]
+    res.regret = max(s.effects.values()) - res.submission_gain  # a policy that never tries the best idea pays for it
     res.answered, res.answered_correct = res.settled, res.correct
     for name in s.dropped():
         if name != BASELINE and res.verdicts.get(name, (None,))[0] not in (inference.BETTER, inference.WORSE):
@@ -568,9 +570,11 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "answered_incl_futility_drops": ms(lambda r: r.answered),
         "answered_correct": ms(lambda r: r.answered_correct),
         "correct": ms(lambda r: r.correct),
+        "submission_gain": ms(lambda r: r.submission_gain),
+        "submission_regret": ms(lambda r: r.regret),
+        "submission_worse_by_1": ms(lambda r: float(r.submission_gain < -1.0)),
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
-        "submission_gain": ms(lambda r: r.submission_gain),
         "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
         # absolute terms: a ratio to settled verdicts hides a rise when more settle
         "wrong_per_session": round(wrong / len(results), 4) if results else None,
@@ -626,8 +630,8 @@ def markdown(doc: dict) -> str:
         "| policy | GPU busy (until the last admissible chain) | idle min while an action fits | chains scored "
         "| cut by deadline | baseline share | auto-repeat chains | variants tried | correct / session | vs best FIFO "
         "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops "
-        "| submission's true gain, points |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| submission's true gain (points) | regret vs the best idea | submission worse by > 1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = doc.get("ratio_correct_vs_best_fifo", {})
     for name, r in doc["policies"].items():
@@ -640,7 +644,8 @@ def markdown(doc: dict) -> str:
             f"| {100 * r['baseline_share']['mean']:.0f}% | {r['auto_repeats']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
             f"| {r['correct']['mean']:.3f} ± {r['correct']['se']:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
             f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} "
-            f"| {r['submission_gain']['mean']:+.2f} ± {r['submission_gain']['se']:.2f} |"
+            f"| {r['submission_gain']['mean']:+.2f} ± {r['submission_gain']['se']:.2f} "
+            f"| {r['submission_regret']['mean']:.2f} | {100 * r['submission_worse_by_1']['mean']:.1f}% |"
         )
     lines += ["", "Policies: " + "; ".join(f"**{n}**: {LEGEND[n]}" for n in doc["policies"] if n in LEGEND) + "."]
     lines += ["GPU busy: busy time over the time until the GPUs went idle for good (the end of the last "
@@ -648,9 +653,10 @@ def markdown(doc: dict) -> str:
               "compare's `Next:` proposed runs that fit in the time left; baseline share: the baseline's chains "
               "over all chains started; settled: final compare verdict `better`/`worse` (compare's rule: over the "
               "ideas tried, valid under repeated looks); wrong: settled the wrong way, per session and per "
-              "no-effect idea tried (any settled verdict is wrong for it), and of those settled; submission's "
-              "true gain: the true effect of the arm with the highest forecast official mean at the end (what "
-              "`export-recipe --leader` submits; 0 when it is the baseline)."]
+              "no-effect idea tried (any settled verdict is wrong for it), and of those settled. The bet: what "
+              "`export-recipe --leader` submits from the final report (opsdctl.plan.submission.pick_leader, for "
+              "every policy), scored by its true effect over the baseline (the number a researcher is paid on, "
+              "less the official re-trains' noise); regret: the best idea queued (or the baseline) minus that."]
     return "\n".join(lines)
 
 
