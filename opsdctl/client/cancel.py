@@ -19,7 +19,7 @@ from opsdctl.daemon import procs
 from opsdctl.client.worker_view import worker_view
 from opsdctl.store.engine import Store, get_chain, latest_worker, stages_of
 from opsdctl.store.models import Stage, utcnow
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import State, transition
 
 WORKER_ACK_S = 10.0  # beyond the grace period, how long to wait for a live worker to record the stop
 
@@ -64,7 +64,7 @@ def cancel_chain(
     deadline = time.monotonic() + grace + WORKER_ACK_S
     while True:
         with store.read() as s:
-            live = [st for st in stages_of(s, chain_id) if st.state == StageState.RUNNING.value]
+            live = [st for st in stages_of(s, chain_id) if st.state == State.RUNNING.value]
         for st in live:
             rep = remote_stop(st) if remote_stop is not None else None
             if rep is not None and getattr(rep, "via", ""):
@@ -91,8 +91,8 @@ def cancel_chain(
             with store.write() as s:
                 for st in live:
                     row = s.get(Stage, st.id)
-                    if row.state == StageState.RUNNING.value:
-                        row.state = StageState.CANCELLED.value
+                    if row.state == State.RUNNING.value:
+                        row.state = State.CANCELLED.value
                         row.finished_at = utcnow()
                         row.reason = reason
             break

@@ -206,7 +206,8 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                 session.flush()
                 out.append(QueuedChain.of(chain, variant))
         if setting.partial:
-            base = _baseline_partial(cfg, session, recipes, setting, snapshot_row, frozen.path, spec, spec_hash, seed)
+            base = _baseline_partial(cfg, session, recipes, setting, snapshot_row=snapshot_row, code_dir=frozen.path,
+                                     spec=spec, spec_hash=spec_hash, seed=seed)
             if base is not None:
                 out.append(base)
                 notes.append(f"queued chain {base.chain_id}: {base.variant} with the same {setting.text()} eval, so "
@@ -214,7 +215,7 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
     return QueueResult(out, notes, frozen, snapshot_warnings(cfg, frozen))
 
 
-def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: partial.EvalSetting, snapshot_row,
+def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: partial.EvalSetting, *, snapshot_row,
                       code_dir: str, spec: dict, spec_hash: str, seed: int) -> Optional[QueuedChain]:
     """One chain of the baseline with this partial eval, when the baseline has a variant in the store,
     is not among the recipes queued, and has never had a chain with this setting. It runs on the

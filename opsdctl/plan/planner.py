@@ -162,9 +162,10 @@ class PlannerGate:
                                         list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
 
         def plan(auto_repeat: bool) -> policy.Plan:
-            return policy.plan(items, self.report_doc, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
-                               chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
-                               known_variants=known, voi=not s.try_every_variant, advice=advice)
+            return policy.plan(items, self.report_doc, policy.PlanInputs(
+                policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
+                dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
+                voi=not s.try_every_variant, advice=advice))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
