@@ -17,7 +17,8 @@ from typing import Callable, Optional
 from opsdctl.errors import UserError
 from opsdctl.daemon import procs
 from opsdctl.client.worker_view import worker_view
-from opsdctl.store.engine import Store, get_chain, latest_worker, stages_of
+from opsdctl.store.engine import Store, get_chain
+from opsdctl.store.open_read import open_reader
 from opsdctl.store.models import Stage, utcnow
 from opsdctl.store.states import State, transition
 
@@ -59,12 +60,11 @@ def cancel_chain(
     if was == State.QUEUED.value:
         return result
 
-    with store.read() as s:
-        worker_alive = worker_view(latest_worker(s))["state"] == "running"
+    reader = open_reader(store)
+    worker_alive = worker_view(reader.latest_worker())["state"] == "running"
     deadline = time.monotonic() + grace + WORKER_ACK_S
     while True:
-        with store.read() as s:
-            live = [st for st in stages_of(s, chain_id) if st.state == State.RUNNING.value]
+        live = [st for st in reader.stages_of(chain_id) if st.state == State.RUNNING.value]
         for st in live:
             rep = remote_stop(st) if remote_stop is not None else None
             if rep is not None and getattr(rep, "via", ""):

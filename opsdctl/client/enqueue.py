@@ -23,6 +23,7 @@ from opsdctl.identity.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
 from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
 from opsdctl.store.chain_copy import copy_chain
+from opsdctl.store.open_read import open_reader
 from opsdctl.store.states import State
 
 
@@ -137,11 +138,11 @@ def queue_recipes(
     #    race-free, inside the write transaction).
     store: Store = store_factory()
     if not force:
-        with store.read() as session:
-            for recipe in recipes:
-                versions = variants_named(session, recipe.name)
-                if versions and all(v.hash != recipe.hash for v in versions):
-                    _refuse_changed(versions[-1], recipe)
+        reader = open_reader(store)
+        for recipe in recipes:
+            versions = reader.variants_named(recipe.name)
+            if versions and all(v.hash != recipe.hash for v in versions):
+                _refuse_changed(versions[-1], recipe)
     # 3. Freeze the code (outside the store transaction: git can take a moment), under the lock
     #    that keeps `opsdctl gc` from removing the snapshot before its chains are recorded.
     #    The worker writes every chain's logs under runs_dir: refuse now if it cannot.

@@ -37,6 +37,7 @@ from opsdctl.plan.gate import (
     chain_info,
 )
 from opsdctl.store.states import State
+from opsdctl.store.open_read import open_reader
 
 RELEASE_POLL_S = 0.25
 PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
@@ -344,13 +345,13 @@ class PlannerGate:
 
 
 class StoreFacts:
-    """The store as Facts: reads through `reader` (the worker's store.reader(), or status's own
+    """The store as Facts: reads through `reader` (the worker's open_reader(store), or status's own
     reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
 
     def __init__(self, cfg, store=None, reader=None):
         self.cfg = cfg
         self.store = store
-        self.reader = reader if reader is not None else store.reader()
+        self.reader = reader if reader is not None else open_reader(store)
 
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
