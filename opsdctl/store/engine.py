@@ -264,12 +264,6 @@ def _rows(session: Session, model, sql: str, **params) -> list:
     return list(session.scalars(select(model).from_statement(text(sql)), params))
 
 
-def trainer_of(session: Session, chain_id: int) -> int:
-    """The chain that trained this chain's checkpoint: itself, or an eval-only chain's `trained_by`."""
-    chain = session.get(Chain, chain_id)
-    return chain.trained_by if chain is not None and chain.eval_only and chain.trained_by else chain_id
-
-
 def stages_of(session: Session, chain_id: int) -> list[Stage]:
     return _rows(session, Stage, queries.STAGES_OF, chain_id=chain_id)
 
