@@ -9,8 +9,8 @@ worker writes the leader's recipe.env to `path`, and again whenever the leader, 
 runs behind its evidence change (so the header never goes stale), so a session that ends mid-chain still leaves the best known recipe. It starts that
 late on purpose: a workspace's own train script often reads its recipe from that very file.
 
-The leader, from the compare report (opsdctl.plan.report.compare_doc, the same numbers `compare`
-prints), is the bet, not the claim: the candidate with the highest forecast of its official 5-run
+The leader (opsdctl.plan.submission.pick_leader, on the compare report: the same numbers `compare`
+prints) is the bet, not the claim: the candidate with the highest forecast of its official 5-run
 mean (opsdctl.stats.forecast: shrunk across the family, so the best-looking of several noisy
 candidates is not taken at face value), provided that forecast is above the baseline's; else the
 baseline's empty recipe (an empty recipe.env reproduces the released recipe). Partial evaluations
@@ -27,7 +27,6 @@ import json
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,6 +34,7 @@ from opsdctl.config import export_path
 from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
+from opsdctl.plan.submission import Leader, forecast_mean, pick_leader
 from opsdctl.recipes import knobs
 from opsdctl.store.open_read import open_reader
 
@@ -44,51 +44,6 @@ from opsdctl.store.open_read import open_reader
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
 BET_KEY = "bet"  # Meta: JSON of the current bet, refreshed before the export is due (status shows it)
 BET_EVERY_S = 30.0  # how often the bet is refreshed before the export is due
-RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
-RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
-
-
-@dataclass(frozen=True)
-class Leader:
-    name: str  # the candidate's label ("token-clip @3f2a1c"), or the baseline's name
-    variant: Optional[str]  # the variant to export; None: the baseline's empty recipe
-    verdict: Optional[str]  # its compare verdict (better | undecided | worse), None for the baseline
-    entry: Optional[dict]  # its compare entry
-    rule: str  # which branch of the rule chose it
-
-    baseline_n: int = 0
-    forecast: Optional[dict] = None  # the leader's compare `forecast` (the baseline's, for the baseline)
-
-    @property
-    def key(self) -> str:
-        """What a rewrite follows: the leader, its verdict, the runs behind the evidence, and its
-        forecast (to the hundredth of a point)."""
-        mean = (self.forecast or {}).get("mean")
-        return json.dumps([self.name, self.variant, self.verdict, (self.entry or {}).get("n"), self.baseline_n,
-                           None if mean is None else round(mean, 2)])
-
-
-def _forecast_mean(x: Optional[dict]) -> Optional[float]:
-    return ((x or {}).get("forecast") or {}).get("mean")
-
-
-def pick_leader(report: dict, exportable: Callable[[str], bool] = lambda label: True) -> Leader:
-    """The recipe to submit now, from a compare report (module docstring). `exportable(variant
-    label)`: False for what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
-    base = report.get("baseline") or {}
-    full = [e for e in report.get("variants", [])
-            if not e.get("partial") and e.get("n") and e.get("variants") and exportable(e["variants"][0])
-            and _forecast_mean(e) is not None]
-    b_mean = _forecast_mean(base)
-    if full:
-        e = max(full, key=lambda e: (_forecast_mean(e), e["forecast"].get("p_best") or 0.0))
-        if b_mean is None or _forecast_mean(e) > b_mean:
-            return Leader(e["name"], e["variants"][0], e.get("verdict"), e, RULE_CANDIDATE,
-                          int(base.get("n") or 0), e["forecast"])
-    return Leader(base.get("name") or "baseline", None, None, None, RULE_BASELINE, int(base.get("n") or 0),
-                  base.get("forecast"))
-
-
 def _fc_words(f: Optional[dict]) -> str:
     if not f or f.get("mean") is None:
         return "no forecast (no noise estimate yet)"
@@ -116,7 +71,7 @@ def _evidence(report: dict, leader: Leader) -> list[str]:
         base += f" (the published reference, n = {b['n']})"
     if e is None:
         lines.append(f"evidence: {base}; candidates: " + (", ".join(
-            f"{x['name']} forecast {_forecast_mean(x):.2f}" if _forecast_mean(x) is not None else f"{x['name']} -"
+            f"{x['name']} forecast {forecast_mean(x):.2f}" if forecast_mean(x) is not None else f"{x['name']} -"
             for x in report.get("variants", []) if not x.get("partial") and x.get("n")) or "none scored"))
         return lines
     lines.append(f"leader: {leader.name}, verdict {leader.verdict or '-'}"
@@ -202,7 +157,8 @@ def last_written(reader) -> Optional[dict]:
 
 
 class AutoExporter:
-    """One check (`check`), and a thread that repeats it while the worker runs."""
+    """One check (`check`), and a thread that repeats it while the worker runs. With no `[export]
+    path` (`path` None) the check only keeps the bet current."""
 
     def __init__(self, cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView],
                  every_s: float = 10.0):
@@ -214,6 +170,7 @@ class AutoExporter:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bet_at = -math.inf
+        self._said: Optional[str] = None
 
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
@@ -222,14 +179,14 @@ class AutoExporter:
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
-        now, why = due(self.budget(), self.minutes_before)
+        now, why = due(self.budget(), self.minutes_before) if self.path is not None else (False, "")
         if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
             return None
         reader = open_reader(self.store)
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
-        if not now:  # not yet time to write the file: keep the bet current for `status`
+        if not now:  # no file to write (yet): keep the bet current for `status`
             self._bet_at = time.monotonic()
             bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast})
             if reader.get_meta(BET_KEY) != bet:  # written only when it changed
@@ -268,9 +225,16 @@ class AutoExporter:
         try:
             self.check()
         except UserError as exc:
-            self.report(f"export: skipped: {exc}")
+            self._say(f"skipped: {exc}")
         except Exception as exc:  # never take the worker down over an export; say why and go on
-            self.report(f"export: failed: {type(exc).__name__}: {exc}")
+            self._say(f"failed: {type(exc).__name__}: {exc}")
+
+    def _say(self, text: str) -> None:
+        """Once per distinct message: a bad config would otherwise repeat it at every check."""
+        line = f"{'export' if self.path is not None else 'bet'}: {text}"
+        if line != self._said:
+            self._said = line
+            self.report(line)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -291,9 +255,8 @@ class AutoExporter:
         self._safe_check()
 
 
-def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> Optional[AutoExporter]:
-    """A started exporter when `[export] path` is set, else None."""
-    if not cfg.section("export").get("path"):
-        return None
+def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> AutoExporter:
+    """A started exporter. Without `[export] path` it writes no file and only keeps the bet
+    current in the store (what `status` shows: what `export-recipe --leader` would submit now)."""
     every = min(10.0, max(0.5, 5 * float(cfg.poll_seconds)))
     return AutoExporter(cfg, store, report, budget, every).start()

@@ -253,6 +253,17 @@ def _forecast_json(post: forecast.Posterior | None) -> dict[str, dict]:
     return {name: {k: _f(v) for k, v in f.to_json().items()} for name, f in zip(post.names, post.forecasts())}
 
 
+class Report(dict):
+    """compare's report: the JSON document `compare --json` prints (the dict itself), and the
+    forecast's joint posterior it was computed from (`posterior`, None without a noise estimate),
+    so what values the next run (opsdctl advise, the adaptive worker) and what the benchmarks
+    score is the very model behind the printed forecasts, not one rebuilt from the printed numbers."""
+
+    def __init__(self, doc: dict, posterior: forecast.Posterior | None):
+        super().__init__(doc)
+        self.posterior = posterior
+
+
 def build_report(
     runs: list[RunRecord],
     *,
@@ -264,8 +275,9 @@ def build_report(
     full_n: int | None = None,
     chain_minutes: float | None = None,
     minutes_left: float | None = None,
-) -> dict:
-    """The whole comparison as a JSON-ready dict (see the module docstring for the rules).
+) -> Report:
+    """The whole comparison as a JSON-ready dict (see the module docstring for the rules), with
+    the forecast's posterior on it (Report).
 
     `variants`: the ones to show (default: every one with runs); the noise always pools every
     variant in `runs`. `family`: the candidates the verdicts correct for (default: every
@@ -564,7 +576,7 @@ def build_report(
         se_s = screen_se(tau2, split.v_eval, SCREEN[0] * SCREEN[1] / float(full_k * full_n))
         screen = {"problems": SCREEN[0], "k": SCREEN[1], "se": _f(se_s), "resolves": _f(SCREEN_Z * se_s)}
 
-    return {
+    return Report({
         "baseline": base,
         "noise": noise,
         "bonferroni": {
@@ -584,7 +596,7 @@ def build_report(
         "full_n": full_n,
         "notes": notes,
         "variants": entries,
-    }
+    }, post)
 
 
 # ---------------------------------------------------------------- rendering

@@ -13,7 +13,7 @@ import pytest
 from conftest import default_config, stop_process, wait_for
 
 from opsdctl.recipes import knobs
-from opsdctl.daemon.auto_export import pick_leader
+from opsdctl.plan.submission import pick_leader
 
 
 def _config(ws, seconds_left: int, minutes_before: float = 10):
@@ -132,3 +132,22 @@ def test_bad_export_config_is_refused(ws, body, words):
 def test_status_json_has_no_export_without_the_section(ws):
     assert ws.status()["export"] is None
     assert json.dumps(ws.status())  # plain JSON
+
+
+def test_without_export_the_worker_keeps_the_bet_for_status(ws):
+    """No [export]: no file anywhere, but status still says what --leader would submit now."""
+    ws.write_config(default_config())
+    ws.recipe("hot", 'extends = "token-clip"\n[hparams]\nlearning_rate = 1e-5\n')
+    ws.env.update({"FAKE_PROBLEMS": "30", "FAKE_K": "8"})
+    assert ws.status()["bet"] is None  # no worker has run yet
+    ws.cli("queue", "hot", "baseline", "--repeats", "2")
+    out = ws.run("worker", "--drain")
+    assert "export:" not in out.stdout and "bet:" not in out.stdout  # nothing written, nothing failed
+    doc = ws.status()
+    assert doc["export"] is None
+    bet, lead = doc["bet"], pick_leader(ws.cli_json("compare"))
+    assert bet == {"leader": lead.name, "variant": lead.variant, "forecast": lead.forecast} and bet["leader"] == "hot"
+    f = bet["forecast"]
+    assert (f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], P(best) {f['p_best']:.2f}"
+            in ws.cli("status").stdout)
+    assert not any(p.name == "recipe.env" for p in ws.root.rglob("recipe.env") if "runs" not in p.parts)

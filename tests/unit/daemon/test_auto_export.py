@@ -4,7 +4,8 @@ the header gives."""
 from __future__ import annotations
 
 from opsdctl.plan.budget import BudgetView
-from opsdctl.daemon.auto_export import Leader, _evidence, due, pick_leader
+from opsdctl.daemon.auto_export import _evidence, due
+from opsdctl.plan.submission import Leader, pick_leader
 
 
 def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best=0.2):
