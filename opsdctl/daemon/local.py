@@ -482,7 +482,7 @@ class LocalExecutor:
         if state == State.SUCCEEDED:
             self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: succeeded, avg@{result.k} = "
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
-        return Outcome(State.SUCCEEDED, None, rc, recorded=True)
+        return Outcome(state, None, rc, recorded=True)  # succeeded, or a cancel that got there first
 
     # --- an eval started ahead of its turn (DEVELOPERS.md, "prestart") ---------------
 
@@ -567,7 +567,7 @@ class LocalExecutor:
                         return Outcome(State.INTERRUPTED, f"worker stopped ({self.stop_request.reason}) before {stage}")
                     if self._current_state(info.chain_id) != State.RUNNING:
                         self._report_cancel(info.chain_id, f"while {stage} waited: {decision.reason}")
-                        return Outcome(State.CANCELLED, decision.reason, recorded=True)
+                        return Outcome(State.CANCELLED, recorded=True)
                     time.sleep(min(0.5, max(0.0, end - time.monotonic())))
                 continue
             raise TypeError(f"gate.grant returned {decision!r}; expected Grant, Skip or Wait")
