@@ -423,7 +423,7 @@ def _family(runs: list[RunRecord], rs: _Runs, family: Sequence[str] | None, cand
                        _f(sequential.boundary_constant(alpha / m)) if m else None, inference.MIN_LOCAL_DOF))
 
 
-def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], m: int,
+def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], *, m: int,
            alpha: float, chain_minutes: float | None, minutes_left: float | None) -> rp.Entry:
     """One candidate with full runs against the baseline: the verdict rule (opsdctl.stats.inference)."""
     ys = [r.score for r in vr]
@@ -561,7 +561,8 @@ def build_report(
     base_doc, b = _baseline(rs, baseline, reference, pool, notes)
     spending = _family(runs, rs, family, candidates, baseline, b.mean is not None, alpha)
     base_runs = rs.full.get(baseline, []) if baseline is not None else []
-    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, spending.m, alpha, chain_minutes, minutes_left)
+    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, m=spending.m, alpha=alpha,
+                          chain_minutes=chain_minutes, minutes_left=minutes_left)
                    for v in candidates if rs.full.get(v)), key=_rank)
     missing = [rp.MissingEntry(v) for v in candidates if not rs.full.get(v) and not any(k[0] == v for k in rs.part)]
     partials = _partials(rs, pool, baseline, names, bool(variants))
