@@ -89,7 +89,7 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
         picks["forecast"] = post.names[int(np.argmax(post.mean))]
         for name, f in zip(post.names, fc):
             official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
-            arms.append({"name": name, "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
+            arms.append({"name": name, "effect": true[name], "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
                          "official": official, "above": official > BASE_MEAN})
     else:
         picks["forecast"] = BASELINE
