@@ -1,6 +1,6 @@
 """What to submit: three submission rules over simulated 6-hour sessions through the real worker loop.
 
-    python benchmarks/decision.py                    # the committed figures: 1,200 sessions (~6 min on 2 cores)
+    python benchmarks/decision.py                    # the committed figures: 1,000 sessions
     python benchmarks/decision.py --sessions 5 --out /tmp/d
 
 Every session runs opsdctl/plan/simulate.py's `simulate_session` (the worker's own loop, gate and
@@ -13,8 +13,8 @@ conditions take turns. On compare's final report, three rules pick the submissio
   P(beat)     today's export rule: the `better` candidate with the highest P(beat), else the
               undecided one with the highest P(beat) >= 0.5, else the baseline
   local mean  the arm with the highest local mean (the baseline's mean as compare combines it)
-  forecast    the new rule: the arm with the highest forecast official mean, baseline included
-              (opsdctl.stats.forecast's posterior)
+  forecast    the new rule, the export's own (opsdctl.daemon.auto_export.pick_leader): the arm with
+              the highest forecast official mean in compare's report, baseline included
 
 Figures per rule: the submission's true official mean minus the baseline's (mean, 5th
 percentile), regret against the best arm tried (baseline included), P(worse than the baseline by
@@ -71,7 +71,7 @@ def _local_mean_rule(report: dict) -> str:
 def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     sys.path.insert(0, str(REPO))
     from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
-    from opsdctl.stats.belief import posterior_of_report
+    from opsdctl.daemon.auto_export import pick_leader
 
     rng = np.random.default_rng([seed, i])
     sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
@@ -81,18 +81,17 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     rep = res.report
     true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
     tried = [BASELINE] + [e["name"] for e in rep["variants"] if not e.get("partial") and e.get("n")]
-    post = posterior_of_report(rep)
-    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep)}
+    # the forecast rule is the export's own (auto-export and export-recipe --leader), on compare's forecasts
+    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep), "forecast": pick_leader(rep).name}
     arms = []
-    if post is not None:
-        fc = post.forecasts()
-        picks["forecast"] = post.names[int(np.argmax(post.mean))]
-        for name, f in zip(post.names, fc):
-            official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
-            arms.append({"name": name, "effect": true[name], "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
-                         "official": official, "above": official > BASE_MEAN})
-    else:
-        picks["forecast"] = BASELINE
+    for e in [rep["baseline"], *rep["variants"]]:
+        f = e.get("forecast") or {}
+        if e.get("partial") or f.get("mean") is None or (e.get("name") or BASELINE) not in true:
+            continue
+        name = e.get("name") or BASELINE
+        official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
+        arms.append({"name": name, "effect": true[name], "low80": f["low80"], "high80": f["high80"],
+                     "p_above": f["p_above_reference"], "official": official, "above": official > BASE_MEAN})
     best = max(true[n] for n in tried)
     return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
             "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
@@ -185,7 +184,7 @@ def markdown(doc: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=1200, help="simulated sessions (the six conditions take turns)")
+    ap.add_argument("--sessions", type=int, default=1000, help="simulated sessions (the six conditions take turns)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -193,7 +192,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     with Pool(args.processes) as pool:
         rows = pool.starmap(one_session, [(i, args.seed) for i in range(args.sessions)])
-    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1200 else f" --sessions {args.sessions}"),
+    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}"),
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
            "summary": summarize(rows)}
     args.out.mkdir(parents=True, exist_ok=True)
