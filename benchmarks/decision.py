@@ -13,8 +13,8 @@ conditions take turns. On compare's final report, three rules pick the submissio
   P(beat)     today's export rule: the `better` candidate with the highest P(beat), else the
               undecided one with the highest P(beat) >= 0.5, else the baseline
   local mean  the arm with the highest local mean (the baseline's mean as compare combines it)
-  forecast    the new rule, the export's own (opsdctl.daemon.auto_export.pick_leader): the arm with
-              the highest forecast official mean in compare's report, baseline included
+  forecast    the new rule, what `export-recipe --leader` submits (opsdctl.plan.submission.pick_leader):
+              the arm with the highest forecast official mean, baseline included
 
 Figures per rule: the submission's true official mean minus the baseline's (mean, 5th
 percentile), regret against the best arm tried (baseline included), P(worse than the baseline by
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 SIGMAS = (1.48, 2.5)
 OFFSETS = (0.0, 1.0, 2.0)
 IDEAS = 6
-RULES = ("P(beat)", "local mean", "forecast")
+RULES = ("P(beat)", "local mean", "forecast", "oracle")
 
 
 def draw_effects(rng: np.random.Generator, n: int = IDEAS) -> tuple[float, ...]:
@@ -50,28 +50,45 @@ def draw_effects(rng: np.random.Generator, n: int = IDEAS) -> tuple[float, ...]:
     return tuple(0.0 if k == 0 else float(rng.uniform(-5, -1)) if k == 1 else float(rng.uniform(1, 4)) for k in kind)
 
 
-def _pbeat_rule(report: dict) -> str:
+def _pbeat_rule(report) -> str:
     """Today's export rule (opsdctl/daemon/auto_export.py as it stood before the forecast)."""
-    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    better = [e for e in full if e.get("verdict") == "better"]
-    key = lambda e: (e["p_beat"] if e.get("p_beat") is not None else -1.0, e.get("mean") or 0.0)  # noqa: E731
+    full = report.full
+    better = [e for e in full if e.verdict == "better"]
+    key = lambda e: (e.p_beat if e.p_beat is not None else -1.0, e.mean or 0.0)  # noqa: E731
     if better:
-        return max(better, key=key)["name"]
-    ahead = [e for e in full if e.get("verdict") == "undecided" and (e.get("p_beat") or 0.0) >= 0.5]
-    return max(ahead, key=key)["name"] if ahead else report["baseline"]["name"]
+        return max(better, key=key).name
+    ahead = [e for e in full if e.verdict == "undecided" and (e.p_beat or 0.0) >= 0.5]
+    return max(ahead, key=key).name if ahead else report.baseline.name
 
 
-def _local_mean_rule(report: dict) -> str:
-    full = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    best = max(full, key=lambda e: e["mean"], default=None)
-    b = report["baseline"]
-    return best["name"] if best is not None and (b["mean"] is None or best["mean"] > b["mean"]) else b["name"]
+def _local_mean_rule(report) -> str:
+    best = max(report.full, key=lambda e: e.mean, default=None)
+    b = report.baseline
+    return best.name if best is not None and (b.mean is None or best.mean > b.mean) else b.name
+
+
+def _oracle_rule(report, baseline_mean: float, sigma: float) -> str:
+    """The floor no rule can beat on the same data: the Bayes rule that knows the benchmark's true
+    mix of effects (draw_effects), the run-to-run sd and the baseline's local mean exactly, and
+    submits the arm with the highest posterior mean effect (the baseline's is 0)."""
+    grid_h, grid_g = np.linspace(-5.0, -1.0, 201), np.linspace(1.0, 4.0, 151)
+    best, best_m = report.baseline.name, 0.0
+    for e in report.full:
+        ys = np.asarray(e.runs, dtype=float)
+        se = sigma / math.sqrt(ys.size)
+        like = lambda d: np.exp(-0.5 * ((ys.mean() - baseline_mean - d) / se) ** 2)  # noqa: E731
+        w0, wh, wg = 0.5 * like(0.0), (1 / 3) * like(grid_h).mean(), (1 / 6) * like(grid_g).mean()
+        if w0 + wh + wg == 0.0:
+            continue
+        m = ((1 / 3) * (grid_h * like(grid_h)).mean() + (1 / 6) * (grid_g * like(grid_g)).mean()) / (w0 + wh + wg)
+        if m > best_m:
+            best, best_m = e.name, m
+    return best
 
 
 def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     sys.path.insert(0, str(REPO))
     from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
-    from opsdctl.daemon.auto_export import pick_leader
 
     rng = np.random.default_rng([seed, i])
     sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
@@ -80,18 +97,19 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
                            world=World.make(sigma), offset=offset)
     rep = res.report
     true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
-    tried = [BASELINE] + [e["name"] for e in rep["variants"] if not e.get("partial") and e.get("n")]
-    # the forecast rule is the export's own (auto-export and export-recipe --leader), on compare's forecasts
-    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep), "forecast": pick_leader(rep).name}
+    tried = [BASELINE] + [e.name for e in rep.full]
+    post = rep.posterior  # the model behind compare's printed forecasts
+    # the forecast rule is what the simulated session submitted (plan.submission.pick_leader)
+    picks = {"P(beat)": _pbeat_rule(rep), "local mean": _local_mean_rule(rep), "forecast": res.submitted,
+             "oracle": _oracle_rule(rep, BASE_MEAN + offset, sigma)}
     arms = []
-    for e in [rep["baseline"], *rep["variants"]]:
-        f = e.get("forecast") or {}
-        if e.get("partial") or f.get("mean") is None or (e.get("name") or BASELINE) not in true:
-            continue
-        name = e.get("name") or BASELINE
-        official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
-        arms.append({"name": name, "effect": true[name], "low80": f["low80"], "high80": f["high80"],
-                     "p_above": f["p_above_reference"], "official": official, "above": official > BASE_MEAN})
+    if post is not None:
+        fc = post.forecasts()
+        for name, f in zip(post.names, fc):
+            official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
+            arms.append({"name": name, "effect": true[name], "low80": f.low80, "high80": f.high80,
+                         "p_above": f.p_above_reference,
+                         "official": official, "above": official > BASE_MEAN})
     best = max(true[n] for n in tried)
     return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
             "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
@@ -127,6 +145,8 @@ def summarize(rows: list[dict]) -> dict:
                            "baseline_picked": round(float(np.mean([x["picks"][r] == "baseline" for x in rows])), 4)}
     base = out["rules"]["P(beat)"]["regret_mean"]
     out["regret_cut_vs_pbeat"] = round(1.0 - out["rules"]["forecast"]["regret_mean"] / base, 4) if base > 0 else None
+    out["oracle_regret_cut_vs_pbeat"] = (round(1.0 - out["rules"]["oracle"]["regret_mean"] / base, 4)
+                                         if base > 0 else None)
     arms = [a for x in rows for a in x["arms"]]
     sub = [a for x in rows for a in x["arms"] if a["name"] == x["picks"]["forecast"]]
     cover = lambda xs: round(float(np.mean([a["low80"] <= a["official"] <= a["high80"] for a in xs])), 4) if xs else None  # noqa: E731
@@ -163,7 +183,8 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {r} | {x['gain_mean']:+.2f} | {x['gain_p5']:+.2f} | {x['regret_mean']:.2f} ± {x['regret_se'] or 0:.2f} "
                      f"| {100 * x['p_worse_1']:.1f}% | {100 * x['baseline_picked']:.0f}% |")
     lines += ["", f"Regret of the forecast rule vs the P(beat) rule: {100 * s['regret_cut_vs_pbeat']:.0f}% lower "
-              "(goal: >= 30%)." if s["regret_cut_vs_pbeat"] is not None else "",
+              f"(goal: >= 30%); the oracle's, the floor for any rule on these data: "
+              f"{100 * s['oracle_regret_cut_vs_pbeat']:.0f}% lower." if s["regret_cut_vs_pbeat"] is not None else "",
               f"80% forecast interval coverage of the drawn official 5-run mean: {100 * s['coverage80_all_arms']:.1f}% "
               f"of all arms, {100 * s['coverage80_submission']:.1f}% of the submitted one (goal 75-85%).", "",
               "Calibration of p_above_reference (all arms):", "", "| decile | arms | mean p | observed |", "|---|---|---|---|"]

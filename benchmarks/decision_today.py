@@ -19,6 +19,7 @@ import tempfile
 import time
 from multiprocessing import Pool
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -26,6 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 TODAY = "90d2cd5"
 sys.path.insert(0, str(REPO / "benchmarks"))
 import decision  # noqa: E402  (the draws and the rules)
+
+
+def _typed(doc: dict) -> SimpleNamespace:
+    """That commit's report was a dict; the rules read the typed report's attributes."""
+    full = tuple(SimpleNamespace(**e) for e in doc["variants"] if not e.get("partial") and e.get("n"))
+    return SimpleNamespace(full=full, baseline=SimpleNamespace(**doc["baseline"]))
 
 
 def one(i: int, seed: int = 0) -> dict:
@@ -39,7 +46,8 @@ def one(i: int, seed: int = 0) -> dict:
     res = simulate_session("adaptive", seed * 1_000_003 + i, effects=effects, world=w, offset=offset)
     true = {BASELINE: 0.0, **{n: e for n, (_, e) in res.verdicts.items()}}
     best = max(true.values())
-    picks = {"P(beat)": decision._pbeat_rule(res.report), "local mean": decision._local_mean_rule(res.report)}
+    rep = _typed(res.report)
+    picks = {"P(beat)": decision._pbeat_rule(rep), "local mean": decision._local_mean_rule(rep)}
     return {"tried": len(true) - 1, "chains": res.succeeded,
             "gain": {r: true[p] for r, p in picks.items()}, "regret": {r: best - true[p] for r, p in picks.items()}}
 

@@ -1,6 +1,6 @@
 """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    python benchmarks/simulate_session.py --sessions 500 --also 0,1,3,-2   # the committed figures (~20 min CPU)
+    python benchmarks/simulate_session.py --sessions 500 --also 0,1,3,-2   # the committed figures (~15 CPU min, a process per scenario)
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
                                           [--also E1,E2,... ...] [--out DIR]
 
@@ -14,7 +14,9 @@ benchmarks/results/simulate.json and simulate.md (or --out DIR).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from multiprocessing import Pool
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,17 +24,32 @@ REPO = Path(__file__).resolve().parent.parent
 
 NOTES = """\
 Every planner policy here runs the worker's own loop (opsdctl.plan.loop.WorkerLoop) and gate, so
-these figures measure what `opsdctl worker` does. Verdicts are compare's: the published mean
-carries a 1-point setup offset, the prior must pass the local scatter's check, alpha is spent over
-the looks and the family is every idea tried; with about 8 chains in 6 hours a verdict needs local
-baseline runs and several runs of one idea, so few comparisons settle under any policy.
+these figures measure what `opsdctl worker` does, and every policy's submission is what
+`export-recipe --leader` picks from its final report (opsdctl.plan.submission.pick_leader).
+
+Two objectives, and with about 8 chains in 6 hours they pull apart. The adaptive policy ranks its
+next chain by `opsdctl advise`'s value of information: the expected rise of the submission's
+forecast official score, the number a researcher is paid on. A first run of an untried idea is
+usually worth the most to that number, so the adaptive worker tries every queued idea once before
+it repeats any (with five or six ideas and a baseline that is the whole session), and its
+submission gains the most of the planner rows. Verdicts (`better`/`worse`, the claim with its error
+guarantee) need local baseline runs and several runs of one idea, so a policy that spreads the
+budget over every idea settles almost none: in correct verdicts the adaptive rows fall below the
+FIFO queue that runs three ideas twice each. Correct verdicts and the bet cannot both be maximised
+with 8 chains; opsdctl optimises the bet and keeps the verdicts honest (no wrong verdict).
+
 The user's queue comes first: with --auto-repeat the worker queues its own chains only after the
 chains the user queued (before them only with --auto-repeat-first), and while the user's chains
-wait the policy allocates among them alone. With the x2 queue (every idea twice, 14 chains of which
-about 8 fit) the adaptive policy therefore chooses which of the user's chains run and in what
-order, and auto-repeat rarely gets a turn; `adaptive, auto-repeat first` is the earlier behaviour
-(value-of-information picks queued ahead of the user's chains), kept as an opt-in and measured here.
-Baseline share: the baseline's chains over all chains started in a session."""
+wait the policy allocates among them alone. Baseline share: the baseline's chains over all chains
+started in a session."""
+
+
+def _scenario(job: tuple) -> dict:
+    sys.path.insert(0, str(REPO))
+    from opsdctl.plan.simulate import run_benchmark
+
+    sessions, seed, hours, effects = job
+    return run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=effects)
 
 
 def _effects(text: str) -> tuple[float, ...]:
@@ -41,7 +58,7 @@ def _effects(text: str) -> tuple[float, ...]:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+    from opsdctl.plan.simulate import DEFAULT_EFFECTS, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="sessions per policy")
@@ -52,8 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--also", action="append", default=[], metavar="E1,E2,...", help="another scenario")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    docs = [run_benchmark(sessions=args.sessions, seed=args.seed, hours=args.hours, effects=_effects(e))
-            for e in [args.effects, *args.also]]
+    jobs = [(args.sessions, args.seed, args.hours, _effects(e)) for e in [args.effects, *args.also]]
+    with Pool(min(len(jobs), os.cpu_count() or 1)) as pool:  # one process per scenario
+        docs = pool.map(_scenario, jobs)
     default = args.effects == ",".join(f"{e:g}" for e in DEFAULT_EFFECTS) and args.also == ["0,1,3,-2"]
     j, m = write_results(docs, args.out, notes=NOTES if default else "")
     print(m.read_text())

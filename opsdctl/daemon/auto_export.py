@@ -9,8 +9,8 @@ worker writes the leader's recipe.env to `path`, and again whenever the leader, 
 runs behind its evidence change (so the header never goes stale), so a session that ends mid-chain still leaves the best known recipe. It starts that
 late on purpose: a workspace's own train script often reads its recipe from that very file.
 
-The leader, from the compare report (opsdctl.plan.report.compare_doc, the same numbers `compare`
-prints), is the bet, not the claim: the candidate with the highest forecast of its official 5-run
+The leader (opsdctl.plan.submission.pick_leader, on the compare report: the same numbers `compare`
+prints) is the bet, not the claim: the candidate with the highest forecast of its official 5-run
 mean (opsdctl.stats.forecast: shrunk across the family, so the best-looking of several noisy
 candidates is not taken at face value), provided that forecast is above the baseline's; else the
 baseline's empty recipe (an empty recipe.env reproduces the released recipe). Partial evaluations
@@ -27,7 +27,6 @@ import json
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,7 +34,9 @@ from opsdctl.config import export_path
 from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
+from opsdctl.plan.submission import Leader, pick_leader
 from opsdctl.recipes import knobs
+from opsdctl.stats.report import Baseline, Entry, Forecast, Report
 
 # (the export and the store's write functions are imported where used: `status` reads
 # last_written through here and must not import SQLAlchemy)
@@ -43,113 +44,67 @@ from opsdctl.recipes import knobs
 EXPORT_KEY = "auto_export"  # Meta: JSON of the last write
 BET_KEY = "bet"  # Meta: JSON of the current bet, refreshed before the export is due (status shows it)
 BET_EVERY_S = 30.0  # how often the bet is refreshed before the export is due
-RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
-RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
-
-
-@dataclass(frozen=True)
-class Leader:
-    name: str  # the candidate's label ("token-clip @3f2a1c"), or the baseline's name
-    variant: Optional[str]  # the variant to export; None: the baseline's empty recipe
-    verdict: Optional[str]  # its compare verdict (better | undecided | worse), None for the baseline
-    entry: Optional[dict]  # its compare entry
-    rule: str  # which branch of the rule chose it
-
-    baseline_n: int = 0
-    forecast: Optional[dict] = None  # the leader's compare `forecast` (the baseline's, for the baseline)
-
-    @property
-    def key(self) -> str:
-        """What a rewrite follows: the leader, its verdict, the runs behind the evidence, and its
-        forecast (to the hundredth of a point)."""
-        mean = (self.forecast or {}).get("mean")
-        return json.dumps([self.name, self.variant, self.verdict, (self.entry or {}).get("n"), self.baseline_n,
-                           None if mean is None else round(mean, 2)])
-
-
-def _forecast_mean(x: Optional[dict]) -> Optional[float]:
-    return ((x or {}).get("forecast") or {}).get("mean")
-
-
-def pick_leader(report: dict, exportable: Callable[[str], bool] = lambda label: True) -> Leader:
-    """The recipe to submit now, from a compare report (module docstring). `exportable(variant
-    label)`: False for what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
-    base = report.get("baseline") or {}
-    full = [e for e in report.get("variants", [])
-            if not e.get("partial") and e.get("n") and e.get("variants") and exportable(e["variants"][0])
-            and _forecast_mean(e) is not None]
-    b_mean = _forecast_mean(base)
-    if full:
-        e = max(full, key=lambda e: (_forecast_mean(e), e["forecast"].get("p_best") or 0.0))
-        if b_mean is None or _forecast_mean(e) > b_mean:
-            return Leader(e["name"], e["variants"][0], e.get("verdict"), e, RULE_CANDIDATE,
-                          int(base.get("n") or 0), e["forecast"])
-    return Leader(base.get("name") or "baseline", None, None, None, RULE_BASELINE, int(base.get("n") or 0),
-                  base.get("forecast"))
-
-
-def _fc_words(f: Optional[dict]) -> str:
-    if not f or f.get("mean") is None:
+def _fc_words(f: Forecast) -> str:
+    if f.mean is None:
         return "no forecast (no noise estimate yet)"
-    text = f"{f['mean']:.2f}, 80% interval [{f['low80']:.2f}, {f['high80']:.2f}]"
-    if f.get("p_above_reference") is not None:
-        text += f", P(above the published reference) {f['p_above_reference']:.2f}"
-    return text + f", P(best) {f['p_best']:.2f}"
+    text = f"{f.mean:.2f}, 80% interval [{f.low80:.2f}, {f.high80:.2f}]"
+    if f.p_above_reference is not None:
+        text += f", P(above the published reference) {f.p_above_reference:.2f}"
+    return text + f", P(best) {f.p_best:.2f}"
 
 
-def _evidence(report: dict, leader: Leader) -> list[str]:
-    b, e = report.get("baseline") or {}, leader.entry
-    runs = (report.get("forecast_model") or {}).get("official_runs", 5)
+def _evidence(report: Report, leader: Leader) -> list[str]:
+    b, e = report.baseline, leader.entry
+    runs = report.forecast_model.official_runs if report.forecast_model is not None else 5
     lines = [f"forecast of the official {runs}-run mean: {leader.name} {_fc_words(leader.forecast)}"]
     if e is not None:
-        lines.append(f"the baseline's forecast: {_fc_words(b.get('forecast'))}")
-    base = (f"{b.get('name') or 'the reference'} {b['mean']:.2f}" if b.get("mean") is not None else "no baseline")
-    runs = f"{b.get('n_local') or b.get('n')} run{'s' if (b.get('n_local') or b.get('n')) != 1 else ''} in the store"
-    if b.get("n") and b.get("source") == "runs":
+        lines.append(f"the baseline's forecast: {_fc_words(b.forecast)}")
+    base = (f"{b.name or 'the reference'} {b.mean:.2f}" if b.mean is not None else "no baseline")
+    runs = f"{b.n_local or b.n} run{'s' if (b.n_local or b.n) != 1 else ''} in the store"
+    if b.n and b.source == "runs":
         base += f" ({runs})"
-    elif b.get("n") and b.get("source") == "runs+reference":
-        ref = b.get("reference") or {}
-        published = f" {ref['mean']:.2f}" if ref.get("mean") is not None else ""
+    elif b.n and b.source == "runs+reference":
+        published = f" {b.reference.mean:.2f}" if b.reference is not None and b.reference.mean is not None else ""
         base += f" ({runs}, combined with the published mean{published})"
-    elif b.get("n"):
-        base += f" (the published reference, n = {b['n']})"
+    elif b.n:
+        base += f" (the published reference, n = {b.n})"
     if e is None:
         lines.append(f"evidence: {base}; candidates: " + (", ".join(
-            f"{x['name']} forecast {_forecast_mean(x):.2f}" if _forecast_mean(x) is not None else f"{x['name']} -"
-            for x in report.get("variants", []) if not x.get("partial") and x.get("n")) or "none scored"))
+            f"{x.name} forecast {x.forecast.mean:.2f}" if x.forecast.mean is not None else f"{x.name} -"
+            for x in report.full) or "none scored"))
         return lines
     lines.append(f"leader: {leader.name}, verdict {leader.verdict or '-'}"
-                 + (f", P(beat baseline) {e['p_beat']:.3f}" if e.get("p_beat") is not None else ""))
-    ev = f"evidence: {e['n']} run{'s' if e['n'] != 1 else ''}, mean {e['mean']:.2f} vs {base}"
-    if e.get("delta") is not None:
-        ev += f"; delta {e['delta']:+.2f}"
-    if e.get("ci_low") is not None:
-        ev += f", 95% CI [{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
+                 + (f", P(beat baseline) {e.p_beat:.3f}" if e.p_beat is not None else ""))
+    ev = f"evidence: {e.n} run{'s' if e.n != 1 else ''}, mean {e.mean:.2f} vs {base}"
+    if e.delta is not None:
+        ev += f"; delta {e.delta:+.2f}"
+    if e.ci_low is not None:
+        ev += f", 95% CI [{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
     lines.append(ev)
-    bon, nz = report.get("bonferroni") or {}, report.get("noise") or {}
-    if bon.get("m"):
-        lines.append(f"verdicts: Bonferroni over m = {bon['m']}, better at P(beat) >= {bon['better_at']:.4g}"
-                     + (f"; noise s = {nz['s']:.2f} points per run" if nz.get("s") is not None else ""))
+    sp, nz = report.spending, report.noise
+    if sp.m:
+        lines.append(f"verdicts: Bonferroni over m = {sp.m}, better at P(beat) >= {sp.better_at:.4g}"
+                     + (f"; noise s = {nz.s:.2f} points per run" if nz.s is not None else ""))
     lines += _code_lines(e, b)
     return lines
 
 
-def _code_lines(e: dict, b: dict) -> list[str]:
+def _code_lines(e: Entry, b: Baseline) -> list[str]:
     """Where the leader's method lives: the live code dir, the baseline's code tree, or its own
     (then recipe.env alone does not reproduce it: say how to get the code back)."""
-    code, chain = e.get("code"), (e.get("chain_ids") or [None])[-1]
+    code, chain = e.code, (e.chain_ids or [None])[-1]
     if code == "live":
         return ["code: the live code dir (snapshot_code = false); recipe.env carries only hyper-parameters"]
     if not code:
         return []
-    if b.get("code") and b["code"] == code:
+    if b.code and b.code == code:
         return [f"code: tree @{code}, the baseline's own: recipe.env is the whole change"]
-    was = f" (the baseline ran on @{b['code']})" if b.get("code") else ""
+    was = f" (the baseline ran on @{b.code})" if b.code else ""
     return [f"code: the method lives in code: trained with code tree @{code}{was}; recipe.env carries only "
             f"hyper-parameters, so submit that code with it: `opsdctl code {chain} --to DIR` writes it out"]
 
 
-def render_file(store, report: dict, leader: Leader, when: str, why: str,
+def render_file(store, report: Report, leader: Leader, when: str, why: str,
                 source: str = "opsdctl auto-export ([export] in opsdctl.toml)") -> str:
     """The recipe.env text: our header, then export-recipe's own text for the leader."""
     from opsdctl.recipes.export import export_recipe
@@ -201,7 +156,8 @@ def last_written(reader) -> Optional[dict]:
 
 
 class AutoExporter:
-    """One check (`check`), and a thread that repeats it while the worker runs."""
+    """One check (`check`), and a thread that repeats it while the worker runs. With no `[export]
+    path` (`path` None) the check only keeps the bet current."""
 
     def __init__(self, cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView],
                  every_s: float = 10.0):
@@ -213,6 +169,7 @@ class AutoExporter:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._bet_at = -math.inf
+        self._said: Optional[str] = None
 
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
@@ -221,16 +178,16 @@ class AutoExporter:
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
-        now, why = due(self.budget(), self.minutes_before)
+        now, why = due(self.budget(), self.minutes_before) if self.path is not None else (False, "")
         if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
             return None
         reader = self.store.reader()
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
-        if not now:  # not yet time to write the file: keep the bet current for `status`
+        if not now:  # no file to write (yet): keep the bet current for `status`
             self._bet_at = time.monotonic()
-            bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast})
+            bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast.to_json()})
             if reader.get_meta(BET_KEY) != bet:  # written only when it changed
                 with self.store.write() as s:
                     set_meta(s, BET_KEY, bet)
@@ -248,18 +205,19 @@ class AutoExporter:
         text = render_file(self.store, report, leader, when, reason)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.path, text)
-        e = leader.entry or {}
+        e = leader.entry
         record = {"path": str(self.path), "written_at": when, "leader": leader.name, "variant": leader.variant,
-                  "verdict": leader.verdict, "p_beat": e.get("p_beat"), "n": e.get("n"), "mean": e.get("mean"),
-                  "forecast": leader.forecast, "reason": reason, "key": leader.key}
+                  "verdict": leader.verdict, "p_beat": None if e is None else e.p_beat, "n": None if e is None else e.n,
+                  "mean": None if e is None else e.mean,
+                  "forecast": leader.forecast.to_json(), "reason": reason, "key": leader.key}
         with self.store.write() as s:
             set_meta(s, EXPORT_KEY, json.dumps(record))
             outbox.record(s, outbox.EventKind.EXPORT_WRITTEN, f"export:{when}:{leader.key}",  # [notify]
                           {k: v for k, v in record.items() if k != "key"})
-        fm = (leader.forecast or {}).get("mean")
+        fm = leader.forecast.mean
         self.report(f"export: wrote {self.path} <- {leader.name}"
                     + (" (the released recipe)" if leader.variant is None else "")
-                    + (f" (forecast {fm:.2f} [{leader.forecast['low80']:.2f}, {leader.forecast['high80']:.2f}])"
+                    + (f" (forecast {fm:.2f} [{leader.forecast.low80:.2f}, {leader.forecast.high80:.2f}])"
                        if fm is not None else "") + f"; {reason}")
         return record
 
@@ -267,9 +225,16 @@ class AutoExporter:
         try:
             self.check()
         except UserError as exc:
-            self.report(f"export: skipped: {exc}")
+            self._say(f"skipped: {exc}")
         except Exception as exc:  # never take the worker down over an export; say why and go on
-            self.report(f"export: failed: {type(exc).__name__}: {exc}")
+            self._say(f"failed: {type(exc).__name__}: {exc}")
+
+    def _say(self, text: str) -> None:
+        """Once per distinct message: a bad config would otherwise repeat it at every check."""
+        line = f"{'export' if self.path is not None else 'bet'}: {text}"
+        if line != self._said:
+            self._said = line
+            self.report(line)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -290,9 +255,8 @@ class AutoExporter:
         self._safe_check()
 
 
-def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> Optional[AutoExporter]:
-    """A started exporter when `[export] path` is set, else None."""
-    if not cfg.section("export").get("path"):
-        return None
+def exporter_for(cfg, store, report: Callable[[str], None], budget: Callable[[], BudgetView]) -> AutoExporter:
+    """A started exporter. Without `[export] path` it writes no file and only keeps the bet
+    current in the store (what `status` shows: what `export-recipe --leader` would submit now)."""
     every = min(10.0, max(0.5, 5 * float(cfg.poll_seconds)))
     return AutoExporter(cfg, store, report, budget, every).start()

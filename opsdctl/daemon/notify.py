@@ -148,8 +148,7 @@ class Notifier:
         from opsdctl.plan.report import compare_doc
 
         report = compare_doc(self.cfg, reader, None, None)
-        now = {e["name"]: {"verdict": e.get("verdict"), "n": e.get("n")}
-               for e in report.get("variants", []) if not e.get("partial") and e.get("n")}
+        now = {e.name: {"verdict": e.verdict, "n": e.n} for e in report.full}
         with self.store.write() as s:
             seen_text = get_meta(s, VERDICTS_KEY)
             seen = json.loads(seen_text) if seen_text else {}

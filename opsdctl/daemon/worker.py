@@ -189,7 +189,7 @@ class Worker:
                 try:
                     recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
                             any_host=lock.store_wide)
-                    exporter = exporter_for(self.cfg, self.store, self.report, self._budget_view)  # [export]
+                    exporter = exporter_for(self.cfg, self.store, self.report, self._budget_view)  # [export], the bet
                     ran = self._loop(executor)
                 finally:
                     executor.close()  # on a stop or an error: stop what still runs elsewhere

@@ -118,13 +118,14 @@ def costs_of(estimator, profile: str, hparams=None) -> Costs:
     return Costs(train.high_s + evaluate.high_s, evaluate.high_s, train.high_s + screen.high_s)
 
 
-def from_report(report: Optional[dict], costs: Costs, usable_s: Optional[float],
+def from_report(report, costs: Costs, usable_s: Optional[float],
                 new_ideas: Sequence[str] = ()) -> list[Advice]:
-    """The ranking for a compare report; [] without a noise estimate (nothing to value by)."""
+    """The ranking for a compare report (opsdctl.stats.report.Report, valued on its forecast's
+    posterior); [] without a noise estimate (nothing to value by)."""
     from opsdctl.stats.belief import from_report as belief_of
 
-    belief = belief_of(report) if report else None
+    belief = belief_of(report) if report is not None else None
     if belief is None:
         return []
-    full = report["full_n"] * report["full_k"] if report.get("full_n") and report.get("full_k") else None
+    full = report.full_n * report.full_k if report.full_n and report.full_k else None
     return rank(belief, costs, usable_s, new_ideas=new_ideas, full_samples=full)

@@ -35,15 +35,16 @@ class FutilityContext:
     tau2: float
 
     @classmethod
-    def from_report(cls, report: Optional[dict]) -> Optional["FutilityContext"]:
-        if not report:
+    def from_report(cls, report) -> Optional["FutilityContext"]:
+        """From a compare report (opsdctl.stats.report.Report); None without a baseline mean or noise."""
+        if report is None:
             return None
-        b, nz = report.get("baseline") or {}, report.get("noise") or {}
-        if b.get("mean") is None or not b.get("n") or nz.get("s") is None:
+        b, nz = report.baseline, report.noise
+        if b.mean is None or not b.n or nz.s is None:
             return None
-        s2 = float(nz["s"]) ** 2
-        tau2 = float(nz["tau2"]) if nz.get("tau2") is not None else s2
-        return cls(float(b["mean"]), int(b["n"]), s2, tau2)
+        s2 = float(nz.s) ** 2
+        tau2 = float(nz.tau2) if nz.tau2 is not None else s2
+        return cls(float(b.mean), int(b.n), s2, tau2)
 
 
 @dataclass(frozen=True)

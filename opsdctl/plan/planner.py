@@ -36,6 +36,7 @@ from opsdctl.plan.gate import (
     Wait,
     chain_info,
 )
+from opsdctl.stats.report import Report
 from opsdctl.store.states import State
 
 RELEASE_POLL_S = 0.25
@@ -101,7 +102,7 @@ class PlannerGate:
         self.report = report
         self.plan: Optional[policy.Plan] = None
         self.estimator = Estimator([], settings.defaults)
-        self.report_doc: Optional[dict] = None
+        self.compare: Optional[Report] = None  # the compare report of the last refresh (None: fifo)
         self.extra_queued = 0
         self._waits: dict[tuple[int, str], float] = {}
         self._futility: dict[int, Optional[FutilityContext]] = {}
@@ -121,9 +122,9 @@ class PlannerGate:
             from opsdctl.stats.compare import build_report
 
             runs = self.facts.runs()
-            self.report_doc = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+            self.compare = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
         else:
-            self.report_doc = {"variants": [], "baseline": None}
+            self.compare = None
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
@@ -145,9 +146,9 @@ class PlannerGate:
         ests = [self.chain_estimate(c) for c in queued]
         chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
         chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
-        known = [e["name"] for e in self.report_doc["variants"] if e.get("n") and not e.get("partial")]
+        known = [e.name for e in self.compare.full] if self.compare is not None else []
         base = self.facts.baseline_label()
-        if base and (self.report_doc["baseline"] or {}).get("source") in ("runs", "runs+reference"):
+        if base and self.compare is not None and self.compare.baseline.source in ("runs", "runs+reference"):
             known.append(base)
         capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
@@ -158,11 +159,11 @@ class PlannerGate:
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:
             costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
                      advise.Costs(chain_s, s.defaults["eval"], chain_s))
-            advice = advise.from_report(self.report_doc, costs, usable,
+            advice = advise.from_report(self.compare, costs, usable,
                                         list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
 
         def plan(auto_repeat: bool) -> policy.Plan:
-            return policy.plan(items, self.report_doc, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
+            return policy.plan(items, self.compare, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
                                chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
                                known_variants=known, voi=not s.try_every_variant, advice=advice)
 
@@ -293,7 +294,7 @@ class PlannerGate:
 
     def _futility_context(self) -> Optional[FutilityContext]:
         self.refresh()  # the report as it is when this eval starts
-        return FutilityContext.from_report(self.report_doc)
+        return FutilityContext.from_report(self.compare)
 
     def on_progress(self, chain: ChainInfo, stage: str, record: dict):
         if not self.settings.futility or stage != "eval" or "problems" not in record:

@@ -21,13 +21,13 @@ Tiers, in this order (ties: higher priority, then tier key, then queue order):
   1  the first run of every variant without a full run yet (queue order; see "value of
      information" below for when a ranked action goes first);
   2  repeats that can settle a verdict in the time left:
-     2a candidates with delta > 0, `undecided`, whose runs_needed (inference.runs_needed) chains
+     2a candidates with delta > 0, `undecided`, whose runs_needed (inference.rule_runs_needed) chains
         fit; by P(beat), highest first; only as many repeats as runs_needed;
         also baseline runs if a candidate needs baseline runs too and the runs both arms need
         fit (against the published reference as well: local baseline runs remove its setup
         offset); ranked with that candidate;
-     2b candidates with delta <= 0, `undecided`, whose runs to settle `worse` (runs_needed on
-        -delta) fit; by P(beat), lowest first;
+     2b candidates with delta <= 0, `undecided`, whose runs to settle `worse` (compare's
+        runs_needed_worse) fit; by P(beat), lowest first;
      2c without a noise estimate (nu = 0, no prior): repeats of the best delta first (a
         second run is what makes a noise estimate);
   3  other repeats of undecided candidates with delta > 0 (out of reach in the time left, or
@@ -51,7 +51,7 @@ full score is the observation it was ranked for.
 
 "Fits in the time left": r more chains fit when (r - 1) x median + high <= usable seconds (the
 chains before the last take their median; the last must still pass admission with its high
-quantile). `runs_needed` assumes the observed delta and s hold (inference.runs_needed).
+quantile). `runs_needed` assumes the observed delta and s hold (inference.rule_runs_needed).
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from typing import Mapping, Optional, Sequence
 
 from opsdctl.plan.advise import Action, Advice
 from opsdctl.stats import inference
+from opsdctl.stats.report import Report
 
 FIFO, ADAPTIVE = "fifo", "adaptive"
 POLICIES = (FIFO, ADAPTIVE)
@@ -116,21 +117,9 @@ class _Cost:
         return (chains - 1) * self.median + self.high <= self.usable
 
 
-def _worse_runs(e: dict, report: dict) -> Optional[int]:
-    """Extra candidate runs that would settle `worse` if delta and s hold: compare's own
-    runs_needed_worse (the verdict rule's), else (a report without it) runs_needed on -delta."""
-    if "runs_needed_worse" in e:
-        return e["runs_needed_worse"]
-    nz, b = report["noise"], report["baseline"]
-    m = report["bonferroni"]["m"]
-    if e.get("delta") is None or e["delta"] >= 0 or nz.get("s") is None or not m:
-        return None
-    return inference.runs_needed(-e["delta"], nz["s"], e["n"], b["n"], nz["nu"], m).extra
-
-
 def plan(
     queued: Sequence[QueuedItem],
-    report: Optional[dict],
+    report: Optional[Report],
     *,
     policy: str = ADAPTIVE,
     baseline: Optional[str] = None,
@@ -151,18 +140,18 @@ def plan(
         return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, "-", "queue order") for q in queued])
     cost = _Cost(chain_s, chain_median_s, usable_s)
     dropped = dict(dropped or {})
-    entries = {e["name"]: e for e in (report or {}).get("variants", []) if not e.get("partial")}
-    base = (report or {}).get("baseline") or {}
-    base_source = base.get("source")
-    noise_known = (report or {}).get("noise", {}).get("s") is not None
+    entries = {e.name: e for e in report.full} if report is not None else {}
+    base = report.baseline if report is not None else None
+    base_source = base.source if base is not None else None
+    noise_known = report is not None and report.noise.s is not None
 
     # Candidates that settle only with baseline runs too: local baseline runs remove the published
     # mean's setup offset, so this holds against the reference as well as against store runs.
-    base_for = {e["name"]: e for e in entries.values()
-                if e.get("verdict") == inference.UNDECIDED and e.get("needs_baseline_runs")
+    base_for = {e.name: e for e in entries.values()
+                if e.verdict == inference.UNDECIDED and e.needs_baseline_runs
                 and base_source in ("runs", "runs+reference", "reference")
-                and cost.fits(2 * (e.get("runs_needed_both_arms") or 0))}
-    base_key = max((e["p_beat"] or 0.0) for e in base_for.values()) if base_for else None
+                and cost.fits(2 * (e.runs_needed_both_arms or 0))}
+    base_key = max((e.p_beat or 0.0) for e in base_for.values()) if base_for else None
 
     taken: dict[str, int] = {}
     slots: list[tuple[tuple, Slot]] = []
@@ -172,9 +161,9 @@ def plan(
             skips[q.chain_id] = dropped[q.variant]
             continue
         e = entries.get(q.variant)
-        if e is not None and e.get("verdict") == inference.WORSE:
-            at = e.get("worse_at") if e.get("worse_at") is not None else report["bonferroni"]["worse_at"]
-            skips[q.chain_id] = f"verdict worse (P(beat) = {e['p_beat']:.3g} <= {at:.3g}): no more runs for it"
+        if e is not None and e.verdict == inference.WORSE:
+            at = e.worse_at if e.worse_at is not None else report.spending.worse_at
+            skips[q.chain_id] = f"verdict worse (P(beat) = {e.p_beat:.3g} <= {at:.3g}): no more runs for it"
             continue
         j = taken.get(q.variant, 0)
         taken[q.variant] = j + 1
@@ -234,29 +223,29 @@ def _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, 
         if base_key is not None and j == 0:
             return "2a", -base_key, "a candidate needs baseline runs to settle"
         return "4", 0.0, "baseline: enough for now"
-    n = (e or {}).get("n", 0)
+    n = e.n if e is not None else 0
     if n == 0:
         return ("1", 0.0, "first run of a new variant") if j == 0 else ("4", 0.0, "repeat of a variant not yet run")
     if not noise_known:
         if j == 0:
-            return "2c", -(e.get("delta") if e.get("delta") is not None else e.get("mean") or 0.0), \
+            return "2c", -(e.delta if e.delta is not None else e.mean or 0.0), \
                 "no noise estimate yet: repeat the best"
         return "4", 0.0, "no noise estimate yet"
-    verdict, delta, p = e.get("verdict"), e.get("delta"), e.get("p_beat")
+    verdict, delta, p = e.verdict, e.delta, e.p_beat
     if verdict == inference.BETTER:
         return "4", 0.0, "settled better: extra runs only tighten it"
     if verdict != inference.UNDECIDED or delta is None:
         return "4", 0.0, "nothing to settle"
-    need = e.get("runs_needed")
+    need = e.runs_needed
     if delta > 0:
         if need is not None and cost.fits(need) and j < need:
             return "2a", -(p or 0.0), f"undecided, P(beat) {p:.3f}: +{need} run(s) could settle it"
-        if e["name"] in base_for and j == 0:
+        if e.name in base_for and j == 0:
             return "2a", -(p or 0.0), "undecided: settles with baseline runs too"
         if need is not None and j >= need:
             return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: beyond the +{need} run(s) that could settle it"
         return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: out of reach in the time left"
-    w = _worse_runs(e, report)
+    w = e.runs_needed_worse
     if w is not None and cost.fits(w) and j < w:
         return "2b", (p or 0.0), f"undecided, P(beat) {p:.3f}: +{w} run(s) could settle worse"
     return "4", 0.0, "undecided, delta <= 0: out of reach in the time left"
@@ -266,20 +255,20 @@ def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise
     """The one chain --auto-repeat may add: the best candidate that a repeat can settle."""
     if not cost.fits(1):
         return None, ""
-    cands = [e for e in entries.values() if e["name"] in known and e["name"] not in dropped and e.get("n")]
+    cands = [e for e in entries.values() if e.name in known and e.name not in dropped and e.n]
     if not noise_known:
-        best = max(cands, key=lambda e: e.get("delta") if e.get("delta") is not None else -1e9, default=None)
-        return (best["name"], "no noise estimate yet: repeat the best") if best else (None, "")
-    up = [e for e in cands if e.get("verdict") == inference.UNDECIDED and (e.get("delta") or 0) > 0
-          and e.get("runs_needed") is not None and cost.fits(e["runs_needed"])]
+        best = max(cands, key=lambda e: e.delta if e.delta is not None else -1e9, default=None)
+        return (best.name, "no noise estimate yet: repeat the best") if best else (None, "")
+    up = [e for e in cands if e.verdict == inference.UNDECIDED and (e.delta or 0) > 0
+          and e.runs_needed is not None and cost.fits(e.runs_needed)]
     if up:
-        best = max(up, key=lambda e: e["p_beat"] or 0.0)
-        return best["name"], f"undecided, P(beat) {best['p_beat']:.3f}: +{best['runs_needed']} run(s) could settle it"
+        best = max(up, key=lambda e: e.p_beat or 0.0)
+        return best.name, f"undecided, P(beat) {best.p_beat:.3f}: +{best.runs_needed} run(s) could settle it"
     if base_for and baseline in known:
         return baseline, "a candidate needs baseline runs to settle"
-    down = [(e, _worse_runs(e, report)) for e in cands if e.get("verdict") == inference.UNDECIDED and (e.get("delta") or 0) <= 0]
+    down = [(e, e.runs_needed_worse) for e in cands if e.verdict == inference.UNDECIDED and (e.delta or 0) <= 0]
     down = [(e, w) for e, w in down if w is not None and cost.fits(w)]
     if down:
-        e, w = min(down, key=lambda t: t[0]["p_beat"] or 0.0)
-        return e["name"], f"undecided, P(beat) {e['p_beat']:.3f}: +{w} run(s) could settle worse"
+        e, w = min(down, key=lambda t: t[0].p_beat or 0.0)
+        return e.name, f"undecided, P(beat) {e.p_beat:.3f}: +{w} run(s) could settle worse"
     return None, ""

@@ -10,11 +10,13 @@ store is read through a light reader (opsdctl.store.reader; `Store.reader()` for
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Optional, Sequence, Union
 
 from opsdctl.errors import UserError
 from opsdctl.plan.budget import budget_now, clock_start
 from opsdctl.stats.compare import build_report
+from opsdctl.stats.report import Report
 from opsdctl.stats.scores import candidate_runs
 from opsdctl.stats.training import training_rows
 from opsdctl.store import queries
@@ -67,7 +69,7 @@ def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") 
 
 
 def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
-                chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> dict:
+                chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> Report:
     """The `opsdctl compare` report for the configured baseline, family and the time left.
     Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates).
 
@@ -100,16 +102,14 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
                             chain_minutes=chain_minutes, minutes_left=None if usable is None else max(0.0, usable / 60.0))
 
     report = report_of(shown)
-    report["notes"] = [*notes, *report.get("notes", [])]
-    report["pool_code"] = pool_code
-    report["training"] = training_rows(reader, report)  # compare's training columns
+    report = replace(report, notes=(*notes, *report.notes), pool_code=pool_code,
+                     training=tuple(training_rows(reader, report)))  # compare's training columns
     # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
     ranked = _advice_for(cfg, reader, report if shown is None else report_of(None))
-    report["advice"] = [{**a.to_json(), "text": a.text()} for a in ranked]
-    return report
+    return replace(report, advice=tuple(ranked))
 
 
-def _advice_for(cfg, reader, report: dict) -> list:
+def _advice_for(cfg, reader, report: Report) -> list:
     """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
     learned durations, the usable time left, and the queued ideas not yet run (queue order)."""
     from opsdctl.plan import advise
@@ -121,7 +121,7 @@ def _advice_for(cfg, reader, report: dict) -> list:
         hparams = dict(versions[-1].hparams) if versions else {}
     costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams)
     budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
-    tried = {e["name"] for e in report["variants"] if e.get("n")} | {report["baseline"].get("name")}
+    tried = {e.name for e in report.entries if e.n} | {report.baseline.name}
     labels = {v.id: v.label for v in reader.all_variants()}
     ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
     return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)))

@@ -44,9 +44,11 @@ from opsdctl.plan.durations import Sample, cost_key
 from opsdctl.plan.gate import AUTO_REPEAT_REASON, ChainInfo, Grant, Stop
 from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
+from opsdctl.plan.submission import pick_leader
 from opsdctl.store.states import State
 from opsdctl.stats import inference
 from opsdctl.stats.compare import RunRecord, build_report
+from opsdctl.stats.report import Report
 
 BASELINE = "baseline"
 BASE_MEAN = 54.22
@@ -173,7 +175,10 @@ class SessionResult:
     run_order: list = field(default_factory=list)  # chain ids, in the order they started
     verdicts: dict = field(default_factory=dict)
     chains: list = field(default_factory=list)  # the session's SimChains at the end (state, auto, scores)
-    report: Optional[dict] = None  # compare's final report
+    report: Optional[Report] = None  # compare's final report
+    submitted: Optional[str] = None  # what the submission rule (plan.submission.pick_leader) submits at the end
+    submission_gain: float = 0.0  # its true effect over the baseline (0 for the baseline), points
+    regret: float = 0.0  # the best true effect among the ideas queued (baseline included) minus that
 
 
 class Session:
@@ -467,11 +472,9 @@ def judge(s: Session, res: SessionResult) -> None:
     (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     res.report = rep
-    for e in rep["variants"]:
-        if e.get("partial") or not e.get("n"):
-            continue
-        v, eff = e["verdict"], s.effects[e["name"]]
-        res.verdicts[e["name"]] = (v, eff)
+    for e in rep.full:
+        v, eff = e.verdict, s.effects[e.name]
+        res.verdicts[e.name] = (v, eff)
         if v in (inference.BETTER, inference.WORSE):
             res.settled += 1
             ok = (v == inference.BETTER and eff > 0) or (v == inference.WORSE and eff < 0)
@@ -481,7 +484,12 @@ def judge(s: Session, res: SessionResult) -> None:
             res.false_better += int(v == inference.BETTER and eff <= 0)
         res.null_tried += int(eff == 0.0)
         res.null_wrong += int(eff == 0.0 and v in (inference.BETTER, inference.WORSE))
-    res.tried = sum(1 for e in rep["variants"] if not e.get("partial") and e.get("n"))
+    res.tried = len(rep.full)
+    # the bet: what `export-recipe --leader` submits from this report, scored by its true effect
+    lead = pick_leader(rep)
+    res.submitted = lead.variant or BASELINE
+    res.submission_gain = 0.0 if lead.variant is None else s.effects[lead.variant]
+    res.regret = max(s.effects.values()) - res.submission_gain  # a policy that never tries the best idea pays for it
     res.answered, res.answered_correct = res.settled, res.correct
     for name in s.dropped():
         if name != BASELINE and res.verdicts.get(name, (None,))[0] not in (inference.BETTER, inference.WORSE):
@@ -552,6 +560,9 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "answered_incl_futility_drops": ms(lambda r: r.answered),
         "answered_correct": ms(lambda r: r.answered_correct),
         "correct": ms(lambda r: r.correct),
+        "submission_gain": ms(lambda r: r.submission_gain),
+        "submission_regret": ms(lambda r: r.regret),
+        "submission_worse_by_1": ms(lambda r: float(r.submission_gain < -1.0)),
         "wrong": ms(lambda r: r.wrong),
         "winners_found": ms(lambda r: r.winners_found),
         "wrong_verdict_rate": round(wrong / settled, 4) if settled else None,
@@ -608,8 +619,9 @@ def markdown(doc: dict) -> str:
         "",
         "| policy | GPU busy (until the last admissible chain) | idle min while an action fits | chains scored "
         "| cut by deadline | baseline share | auto-repeat chains | variants tried | correct / session | vs best FIFO "
-        "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops "
+        "| submission's true gain (points) | regret vs the best idea | submission worse by > 1 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios = doc.get("ratio_correct_vs_best_fifo", {})
     for name, r in doc["policies"].items():
@@ -621,7 +633,9 @@ def markdown(doc: dict) -> str:
             f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} "
             f"| {100 * r['baseline_share']['mean']:.0f}% | {r['auto_repeats']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
             f"| {r['correct']['mean']:.3f} ± {r['correct']['se']:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
-            f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} |"
+            f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} "
+            f"| {r['submission_gain']['mean']:+.2f} ± {r['submission_gain']['se']:.2f} "
+            f"| {r['submission_regret']['mean']:.2f} | {100 * r['submission_worse_by_1']['mean']:.1f}% |"
         )
     lines += ["", "Policies: " + "; ".join(f"**{n}**: {LEGEND[n]}" for n in doc["policies"] if n in LEGEND) + "."]
     lines += ["GPU busy: busy time over the time until the GPUs went idle for good (the end of the last "
@@ -629,7 +643,10 @@ def markdown(doc: dict) -> str:
               "compare's `Next:` proposed runs that fit in the time left; baseline share: the baseline's chains "
               "over all chains started; settled: final compare verdict `better`/`worse` (compare's rule: over the "
               "ideas tried, valid under repeated looks); wrong: settled the wrong way, per session and per "
-              "no-effect idea tried (any settled verdict is wrong for it), and of those settled."]
+              "no-effect idea tried (any settled verdict is wrong for it), and of those settled. The bet: what "
+              "`export-recipe --leader` submits from the final report (opsdctl.plan.submission.pick_leader, for "
+              "every policy), scored by its true effect over the baseline (the number a researcher is paid on, "
+              "less the official re-trains' noise); regret: the best idea queued (or the baseline) minus that."]
     return "\n".join(lines)
 
 

@@ -88,27 +88,8 @@ def from_posterior(post: forecast.Posterior) -> Belief:
                   post.new_mean, post.new_sd)
 
 
-def posterior_of_report(report: dict) -> Optional[forecast.Posterior]:
-    """The forecast's posterior for a compare report (`opsdctl compare --json`): its noise split,
-    baseline runs, published reference and full candidates; None without a noise estimate."""
-    nz, b = report["noise"], report["baseline"]
-    if nz.get("s") is None:
-        return None
-    s2 = float(nz["s"]) ** 2
-    v_eval = min(float(nz["v_eval"]), s2) if nz.get("v_eval") is not None else 0.0
-    noise = forecast.NoiseParts(max(s2 - v_eval, 0.0), v_eval)
-    cands = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    ref = b.get("reference") or {}
-    published = None
-    if ref.get("mean") is not None and ref.get("n"):
-        published = forecast.PublishedRef(float(ref["mean"]), float(ref["sd"]), int(ref["n"]),
-                                          float(ref.get("offset_sd") or 0.0))
-    base = forecast.ArmRuns(b.get("name") or "baseline", tuple(float(y) for y in b.get("runs") or ()))
-    arms = [forecast.ArmRuns(e["name"], tuple(float(y) for y in e["runs"])) for e in cands]
-    return forecast.posterior(base, arms, noise, published)
-
-
-def from_report(report: dict) -> Optional[Belief]:
-    """The belief of a compare report (posterior_of_report); None without a noise estimate."""
-    post = posterior_of_report(report)
+def from_report(report) -> Optional[Belief]:
+    """The belief of a compare report (opsdctl.stats.report.Report): the forecast's own posterior,
+    which the report carries; None without a noise estimate."""
+    post = report.posterior
     return None if post is None else from_posterior(post)

@@ -1,7 +1,8 @@
 """The comparison report: candidates ranked against the baseline and the noise floor.
 
-`build_report` turns plain run records into the `opsdctl compare --json` dict (no store
-access); `render_compare` prints it with rich. The maths live in opsdctl.stats.inference and
+`build_report` turns plain run records into the typed report (opsdctl.stats.report; its
+`to_json()` is the `opsdctl compare --json` document; no store access), each part built by a small
+function that calls the one rule of opsdctl.stats.inference; `render_compare` prints it with rich. The maths live in opsdctl.stats.inference and
 opsdctl.stats.sequential.
 
 Rules:
@@ -62,11 +63,12 @@ Every value in the report is a plain JSON type; no NaN (null instead).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
 from opsdctl.stats import forecast, inference, sequential
+from opsdctl.stats import report as rp
 from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
 PARTIAL_LABEL = "partial: screening only"
@@ -148,18 +150,6 @@ def _eval_vars(runs: Sequence[RunRecord]) -> dict[int, float]:
     return out
 
 
-def _entry_head(name: str, runs: list[RunRecord]) -> dict:
-    """The keys every variant entry starts with; the tests against the baseline start empty."""
-    ys = [r.score for r in runs]
-    return {"name": name, "variants": list(dict.fromkeys(r.variant for r in runs)), "code": runs[0].code,
-            "n": len(ys), "mean": _f(sum(ys) / len(ys)), "sd": _f(_sd(ys)), "se": None,
-            "delta": None, "ci_low": None, "ci_high": None, "p_beat": None, "verdict": None, "runs_needed": None}
-
-
-def _entry_runs(runs: list[RunRecord]) -> dict:
-    return {"runs": [_f(r.score) for r in runs], "chain_ids": [r.chain_id for r in runs]}
-
-
 def _fraction_rows(runs: Iterable[RunRecord]) -> tuple[tuple[str, ...] | None, list]:
     """(problem ids, rows of c_i / k) of the counted runs; ids None when they differ between runs
     (then rows are dicts {id: fraction}). Positions stand in for missing ids."""
@@ -208,10 +198,6 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
     return _f(need), (None if minutes_left is None else bool(need <= minutes_left))
 
 
-FORECAST_KEYS = ("mean", "low80", "high80", "p_above_reference", "p_best")
-NO_FORECAST = dict.fromkeys(FORECAST_KEYS)
-
-
 def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
     """The run-to-run variance for the forecast, split into its training part and one full eval's
     sampling part (no counts: all of it counts as training), with the dof of the pooled s^2: the
@@ -246,34 +232,27 @@ def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v
                               noise, ref)
 
 
-def _forecast_json(post: forecast.Posterior | None) -> dict[str, dict]:
-    """{arm name: the `forecast` dict of compare --json} (points, plain floats)."""
+def _forecasts(post: forecast.Posterior | None) -> dict[str, rp.Forecast]:
+    """{arm name: its forecast} (points, plain floats)."""
     if post is None:
         return {}
-    return {name: {k: _f(v) for k, v in f.to_json().items()} for name, f in zip(post.names, post.forecasts())}
+    return {name: rp.Forecast(**{k: _f(v) for k, v in f.to_json().items()})
+            for name, f in zip(post.names, post.forecasts())}
 
 
-def build_report(
-    runs: list[RunRecord],
-    *,
-    baseline: str | None,
-    reference: Reference | None,
-    variants: list[str] | None = None,
-    family: Sequence[str] | None = None,
-    full_k: int | None = None,
-    full_n: int | None = None,
-    chain_minutes: float | None = None,
-    minutes_left: float | None = None,
-) -> dict:
-    """The whole comparison as a JSON-ready dict (see the module docstring for the rules).
+@dataclass(frozen=True)
+class _Runs:
+    """The runs of one report, split: full runs by candidate, partial ones by (candidate, k, n),
+    each run's eval-sampling variance V_r by id()."""
 
-    `variants`: the ones to show (default: every one with runs); the noise always pools every
-    variant in `runs`. `family`: the candidates the verdicts correct for (default: every
-    candidate in `runs`); the shown ones always count.
-    """
-    for r in runs:
-        _check(r)
-    alpha = inference.ALPHA
+    full: dict
+    part: dict
+    v_of: dict
+    full_k: int | None
+    full_n: int | None
+
+
+def _split(runs: list[RunRecord], full_k: int | None, full_n: int | None) -> _Runs:
     flagged_full = [r for r in runs if not r.partial]
     if full_k is None:
         full_k = max((r.k for r in flagged_full), default=None)
@@ -288,59 +267,72 @@ def build_report(
             full.setdefault(r.key, []).append(r)
     vr_all = _eval_vars(runs)
     v_of = {id(r): vr_all[i] for i, r in enumerate(runs) if i in vr_all}
+    return _Runs(full, part, v_of, full_k, full_n)
 
-    names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
-    candidates = [v for v in names if v != baseline]
-    notes: list[str] = []
-    offset_sd = float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)) if reference else 0.0
 
-    # -- pooled noise over every variant's full runs, the prior only while the local scatter allows it
-    base_runs = full.get(baseline, []) if baseline is not None else []
-    ss_local, nu_local = inference.within_ss([[r.score for r in rs] for rs in full.values()])
+@dataclass(frozen=True)
+class _Pool:
+    """The pooled noise as the rule uses it: s^2 on nu dof (None: no estimate), the local dof."""
+
+    s2: float | None
+    nu: float
+    nu_local: int
+    split: inference.NoiseSplit
+
+    @property
+    def s(self) -> float | None:
+        return math.sqrt(self.s2) if self.s2 is not None else None
+
+
+def _noise(rs: _Runs, reference: Reference | None, notes: list[str]) -> tuple[rp.Noise, _Pool]:
+    """One s^2 pooled over every candidate's full runs, the prior only while the local scatter allows it."""
+    ss_local, nu_local = inference.within_ss([[r.score for r in v] for v in rs.full.values()])
     s0, nu0 = (None, 0) if reference is None else inference.prior_from_reference(reference.sd, reference.n, reference.prior)
     check = inference.prior_check(ss_local, nu_local, s0, nu0)
-    nu0_used = check.weight * nu0 if s0 is not None else 0.0
     s2, nu = inference.pooled_with_weight(ss_local, nu_local, s0, nu0, check.weight)
-    s = math.sqrt(s2) if s2 is not None else None
     if s0 is not None and check.weight < 1.0:
         notes.append(
             f"prior down-weighted: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than "
             f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
             f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
-
-    pooled_runs = [r for rs in full.values() for r in rs]
-    v_runs = [v_of[id(r)] for r in pooled_runs if id(r) in v_of]
+    pooled_runs = [r for v in rs.full.values() for r in v]
+    v_runs = [rs.v_of[id(r)] for r in pooled_runs if id(r) in rs.v_of]
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
-    noise_note = inference.NOT_ENOUGH_RUNS if s is None else None
-    advice = None
-    if split.eval_dominates:
-        advice = (
-            "eval sampling dominates the run-to-run noise: more samples per problem would cut noise "
-            "more cheaply than re-training"
-        )
-    noise = {
-        "s": _f(s),
-        "nu": nu,
-        "nu_local": nu_local,
-        "s_local": _f(check.s_local),
-        "tau2": _f(split.tau2),
-        "v_eval": _f(split.v_eval),
-        "s0": _f(s0),
-        "nu0": _f(nu0_used),
-        "prior_check": None if s0 is None else {
-            "chi2": _f(check.chi2), "p": _f(check.p), "level": inference.PRIOR_FULL_AT, "kept": check.kept,
-            "weight": _f(check.weight), "checked": check.p is not None},
-        "eval_dominates": split.eval_dominates,
-        "runs_with_counts": len(v_runs),
-        "runs_without_counts": n_no_counts,
-        "note": noise_note,
-        "v_eval_note": (f"{n_no_counts} run(s) without per-problem counts: no V_r, left out of mean V_r"
-                        if n_no_counts else None),
-        "advice": advice,
-    }
+    pool = _Pool(s2, nu, nu_local, split)
+    noise = rp.Noise(
+        s=_f(pool.s), nu=nu, nu_local=nu_local, s_local=_f(check.s_local), tau2=_f(split.tau2),
+        v_eval=_f(split.v_eval), s0=_f(s0), nu0=_f(check.weight * nu0 if s0 is not None else 0.0),
+        prior_check=None if s0 is None else rp.PriorCheck(
+            _f(check.chi2), _f(check.p), inference.PRIOR_FULL_AT, check.kept, _f(check.weight), check.p is not None),
+        eval_dominates=split.eval_dominates, runs_with_counts=len(v_runs), runs_without_counts=n_no_counts,
+        note=inference.NOT_ENOUGH_RUNS if s2 is None else None,
+        v_eval_note=(f"{n_no_counts} run(s) without per-problem counts: no V_r, left out of mean V_r"
+                     if n_no_counts else None),
+        advice=("eval sampling dominates the run-to-run noise: more samples per problem would cut noise "
+                "more cheaply than re-training") if split.eval_dominates else None)
+    return noise, pool
 
-    # -- the baseline: local runs, the published mean with its setup offset, or both
+
+@dataclass(frozen=True)
+class _Base:
+    """The baseline mean the verdicts use and its variance (None: no baseline / no noise estimate)."""
+
+    mean: float | None
+    var: float | None
+    n_local: int
+    use_ref: bool
+    ref_n: int | None
+    offset_sd: float  # the setup offset's sd in use (widened by what the local runs show)
+
+
+def _baseline(rs: _Runs, baseline: str | None, reference: Reference | None, pool: _Pool,
+              notes: list[str]) -> tuple[rp.Baseline, _Base]:
+    """Local runs, the published mean with its setup offset, or both (by precision)."""
+    base_runs = rs.full.get(baseline, []) if baseline is not None else []
+    s2, s, nu = pool.s2, pool.s, pool.nu
+    cfg_offset_sd = float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)) if reference else 0.0
+    offset_sd = cfg_offset_sd
     b_scores = [r.score for r in base_runs]
     n_local = len(b_scores)
     local_mean = sum(b_scores) / n_local if n_local else None
@@ -350,24 +342,22 @@ def build_report(
     use_ref = reference is not None and (n_local == 0 or ref_check is not None)
     if reference is not None and n_local and s is None:
         use_ref = False  # nothing to weigh the two with: the local runs alone
-    cfg_offset_sd = offset_sd
     if ref_check is not None:  # the offset the local baseline shows widens the published mean's offset sd
         offset_sd = float(inference.offset_sd_seen(ref_check.diff, ref_check.se**2, offset_sd))
     if n_local and use_ref:
-        b_source = "runs+reference"
+        source = "runs+reference"
     elif n_local:
-        b_source = "runs"
+        source = "runs"
     elif reference is not None:
-        b_source = "reference"
+        source = "reference"
     else:
-        b_source = None
+        source = None
         notes.append("no baseline: no full runs of the baseline variant and no reference; deltas cannot be computed")
     ref_n = int(reference.n) if reference is not None else None
-    if b_source is None:
+    if source is None:
         b_mean, b_var = None, None
     elif s is None:
-        b_mean = local_mean if n_local else float(reference.mean)
-        b_var = None
+        b_mean, b_var = (local_mean if n_local else float(reference.mean)), None
     else:
         b_mean = inference.baseline_mean(local_mean, n_local, s2, None if reference is None else float(reference.mean),
                                          ref_n, offset_sd, use_ref)
@@ -382,209 +372,213 @@ def build_report(
             f"{rc.ci_high:+.2f}], p = {rc.p:.3f}: combined with the local runs by precision "
             f"(setup offset sd {offset_sd:.2f}{widened})")
     would_buy = []
-    if b_source == "reference" and s2 is not None:
+    if source == "reference" and s2 is not None:
         for extra in (1, 2):
             vb = inference.baseline_var(s2, extra, ref_n, offset_sd, True)
-            would_buy.append({"runs": extra, "se_mean": _f(math.sqrt(vb))})
+            would_buy.append(rp.WouldBuy(extra, _f(math.sqrt(vb))))
         notes.append(
             f"against the published reference with a setup-offset sd of {offset_sd:g} point"
             f"{'s' if offset_sd != 1 else ''}: SE of the baseline mean {math.sqrt(b_var):.2f}; 1 local baseline "
-            f"run would make it {would_buy[0]['se_mean']:.2f}, 2 runs {would_buy[1]['se_mean']:.2f} "
+            f"run would make it {would_buy[0].se_mean:.2f}, 2 runs {would_buy[1].se_mean:.2f} "
             "(`opsdctl queue baseline --repeats 2`)")
+    b_se = math.sqrt(b_var) if b_var is not None else None
+    b_half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * b_se if b_se is not None and nu > 0 else None
+    doc = rp.Baseline(
+        name=baseline, source=source,
+        n=n_local if n_local else (ref_n if source == "reference" else 0), n_local=n_local, mean=_f(b_mean),
+        sd=_f(_sd(b_scores) if n_local else (reference.sd if source == "reference" else None)), se_mean=_f(b_se),
+        mean_ci_low=_f(None if b_half is None else b_mean - b_half),
+        mean_ci_high=_f(None if b_half is None else b_mean + b_half),
+        runs=tuple(_f(y) for y in b_scores), chain_ids=tuple(r.chain_id for r in base_runs),
+        code=base_runs[-1].code if base_runs else None,
+        reference=None if reference is None else rp.PublishedRef(
+            _f(reference.mean), _f(reference.sd), reference.n, reference.prior, _f(cfg_offset_sd)),
+        offset_sd=_f(offset_sd) if use_ref else None,
+        reference_check=None if ref_check is None else rp.ReferenceCheck(
+            _f(ref_check.diff), _f(ref_check.se), _f(ref_check.ci_low), _f(ref_check.ci_high), _f(ref_check.p),
+            ref_check.significant),
+        local_runs_would_buy=tuple(would_buy))
+    return doc, _Base(b_mean, b_var, n_local, use_ref, ref_n, offset_sd)
 
-    # -- the family: every candidate tried (or the declared family), the shown ones included. A
-    # candidate is a run's key (opsdctl.stats.candidates: knobs x code tree), so variants with
-    # another's knobs on the same code are that candidate, and the baseline's knobs are the baseline.
+
+def _family(runs: list[RunRecord], rs: _Runs, family: Sequence[str] | None, candidates: list[str],
+            baseline: str | None, has_base: bool, alpha: float) -> rp.ErrorSpending:
+    """Every candidate tried (or the declared family), the shown ones included. A candidate is a
+    run's key (opsdctl.stats.candidates: knobs x code tree), so variants with another's knobs on the
+    same code are that candidate, and the baseline's knobs are the baseline."""
     tried = list(dict.fromkeys(r.key for r in runs))
     if family is None:
         fam = tried
     else:
         named = set(family)
         fam = [k for k in tried if k in named or any(r.variant in named for r in runs if r.key == k)]
-    fam += [v for v in candidates if (full.get(v) or any(k[0] == v for k in part)) and v not in fam]
+    fam += [v for v in candidates if (rs.full.get(v) or any(k[0] == v for k in rs.part)) and v not in fam]
     fam = [k for k in fam if k != baseline]
-    has_base = b_mean is not None
     m = len(fam) if has_base else 0
-    flat_level = inference.look_level(sequential.J_MIN, m, inference.MIN_LOCAL_DOF, alpha) if m else 0.0
+    flat = inference.look_level(sequential.J_MIN, m, inference.MIN_LOCAL_DOF, alpha) if m else 0.0
+    return rp.ErrorSpending(
+        m=m, alpha=alpha, family=tuple(sorted(fam)),
+        better_at=_f(1.0 - flat) if flat else None, worse_at=_f(flat) if flat else None,
+        looks=rp.Looks(sequential.J_MIN, sequential.J_FLAT, sequential.GROWTH,
+                       _f(sequential.boundary_constant(alpha / m)) if m else None, inference.MIN_LOCAL_DOF))
 
-    # -- candidates with full runs
-    shown = [v for v in candidates if full.get(v)]
-    entries = []
-    for v in shown:
-        vr = full[v]
-        ys = [r.score for r in vr]
-        n_v, mean_v = len(ys), sum(ys) / len(ys)
-        se_m, lo_m, hi_m = inference.mean_interval(mean_v, n_v, s, nu)
-        vv = [v_of[id(r)] for r in vr if id(r) in v_of]
-        e = {
-            **_entry_head(v, vr),
-            "look": n_v + n_local,
-            "better_at": None,
-            "worse_at": None,
-            "runs_needed_worse": None,
-            "needs_baseline_runs": False,
-            "runs_needed_both_arms": None,
-            "minutes_needed": None,
-            "fits": None,
-            "partial": False,
-            "se_mean": _f(se_m),
-            "mean_ci_low": _f(lo_m),
-            "mean_ci_high": _f(hi_m),
-            "paired_delta": None,
-            "paired_se": None,
-            "paired_problems": None,
-            "v_eval": _f(sum(vv) / len(vv)) if vv else None,
-            "k": vr[0].k,
-            "n_problems": vr[0].n_problems,
-            **_entry_runs(vr),
-            "note": noise_note,
-        }
-        if has_base:
-            delta = mean_v - b_mean
-            e["delta"] = _f(delta)
-            if b_var is not None and s is not None:
-                se = math.sqrt(s2 / n_v + b_var)
-                half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * se
-                p = (1.0 if delta > 0 else 0.0 if delta < 0 else 0.5) if se == 0.0 else inference.t_cdf(delta / se, nu)
-                level = inference.look_level(n_v + n_local, m, nu_local, alpha)
-                e.update(se=_f(se), ci_low=_f(delta - half), ci_high=_f(delta + half), p_beat=_f(p),
-                         better_at=_f(1.0 - level) if level else None, worse_at=_f(level) if level else None)
-                e["verdict"] = inference.rule_verdict(delta, se, nu, level)
-                if not level:
-                    e["note"] = (f"no verdict yet: needs {inference.MIN_LOCAL_DOF} repeat dof in the store "
-                                 f"(now {nu_local}) to check the prior" if nu_local < inference.MIN_LOCAL_DOF else
-                                 f"no verdict yet: needs {sequential.J_MIN} local runs in the comparison "
-                                 f"(now {n_v + n_local})")
-                if e["verdict"] == inference.UNDECIDED:
-                    arms = inference.Arms(s, n_v, n_local, nu, nu_local, m, ref_n if use_ref else None, offset_sd,
-                                          use_ref, alpha)
-                    rn = inference.rule_runs_needed(delta, arms)
-                    e["runs_needed" if delta > 0 else "runs_needed_worse"] = rn.extra
-                    e.update(needs_baseline_runs=rn.needs_baseline_runs, runs_needed_both_arms=rn.both_arms)
-                    chains = rn.extra if rn.extra is not None else (2 * rn.both_arms if rn.both_arms else None)
-                    e["minutes_needed"], e["fits"] = _minutes(chains, chain_minutes, minutes_left)
-            else:
-                e["verdict"] = inference.UNDECIDED
-            ps = _paired(vr, base_runs) if base_runs else None
-            if ps is not None:
-                e.update(paired_delta=_f(ps.delta), paired_se=_f(ps.se), paired_problems=ps.n_problems)
-        entries.append(e)
 
-    def rank(e):  # P(beat) first; without it (nu == 0 / no baseline) by delta, then mean
-        p, d = e["p_beat"], e["delta"]
-        return (p is None, -(p or 0.0), -(d if d is not None else 0.0), -(e["mean"] or 0.0))
+def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], m: int,
+           alpha: float, chain_minutes: float | None, minutes_left: float | None) -> rp.Entry:
+    """One candidate with full runs against the baseline: the verdict rule (opsdctl.stats.inference)."""
+    ys = [r.score for r in vr]
+    n_v, mean_v = len(ys), sum(ys) / len(ys)
+    se_m, lo_m, hi_m = inference.mean_interval(mean_v, n_v, pool.s, pool.nu)
+    vv = [rs.v_of[id(r)] for r in vr if id(r) in rs.v_of]
+    noise_note = inference.NOT_ENOUGH_RUNS if pool.s2 is None else None
+    out = dict(delta=None, se=None, ci_low=None, ci_high=None, p_beat=None, verdict=None, better_at=None,
+               worse_at=None, runs_needed=None, runs_needed_worse=None, needs_baseline_runs=False,
+               runs_needed_both_arms=None, minutes_needed=None, fits=None, paired_delta=None, paired_se=None,
+               paired_problems=None, note=noise_note)
+    if b.mean is not None:
+        d = inference.compare_means(mean_v, n_v, b.mean, b.var, pool.s2, pool.nu)
+        out.update(delta=_f(d.delta), verdict=inference.UNDECIDED)
+        if d.se is not None:
+            level = inference.look_level(n_v + b.n_local, m, pool.nu_local, alpha)
+            out.update(se=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat),
+                       better_at=_f(1.0 - level) if level else None, worse_at=_f(level) if level else None,
+                       verdict=inference.rule_verdict(d.delta, d.se, pool.nu, level))
+            if not level:
+                out["note"] = (f"no verdict yet: needs {inference.MIN_LOCAL_DOF} repeat dof in the store "
+                               f"(now {pool.nu_local}) to check the prior" if pool.nu_local < inference.MIN_LOCAL_DOF
+                               else f"no verdict yet: needs {sequential.J_MIN} local runs in the comparison "
+                                    f"(now {n_v + b.n_local})")
+            if out["verdict"] == inference.UNDECIDED:
+                arms = inference.Arms(pool.s, n_v, b.n_local, pool.nu, pool.nu_local, m,
+                                      b.ref_n if b.use_ref else None, b.offset_sd, b.use_ref, alpha)
+                rn = inference.rule_runs_needed(d.delta, arms)
+                out["runs_needed" if d.delta > 0 else "runs_needed_worse"] = rn.extra
+                out.update(needs_baseline_runs=rn.needs_baseline_runs, runs_needed_both_arms=rn.both_arms)
+                chains = rn.extra if rn.extra is not None else (2 * rn.both_arms if rn.both_arms else None)
+                out["minutes_needed"], out["fits"] = _minutes(chains, chain_minutes, minutes_left)
+        ps = _paired(vr, base_runs) if base_runs else None
+        if ps is not None:
+            out.update(paired_delta=_f(ps.delta), paired_se=_f(ps.se), paired_problems=ps.n_problems)
+    return rp.Entry(
+        name=v, variants=tuple(dict.fromkeys(r.variant for r in vr)), code=vr[0].code, n=n_v, mean=_f(mean_v),
+        sd=_f(_sd(ys)), look=n_v + b.n_local, partial=False, se_mean=_f(se_m), mean_ci_low=_f(lo_m),
+        mean_ci_high=_f(hi_m), v_eval=_f(sum(vv) / len(vv)) if vv else None, k=vr[0].k, n_problems=vr[0].n_problems,
+        runs=tuple(_f(y) for y in ys), chain_ids=tuple(r.chain_id for r in vr), **out)
 
-    entries.sort(key=rank)
 
-    # -- requested candidates without any run, then partial evaluations apart (no verdict ever)
-    for v in candidates:
-        if not full.get(v) and not any(key[0] == v for key in part):
-            entries.append({"name": v, "n": 0, "partial": False, "verdict": None, "note": "no runs"})
-    tau2 = split.tau2 if split.tau2 is not None else s2  # without a split, training noise at most s^2
+def _rank(e: rp.Entry):
+    """P(beat) first; without it (nu == 0 / no baseline) by delta, then mean."""
+    p, d = e.p_beat, e.delta
+    return (p is None, -(p or 0.0), -(d if d is not None else 0.0), -(e.mean or 0.0))
+
+
+def _partials(rs: _Runs, pool: _Pool, baseline: str | None, names: list[str], shown_only: bool) -> list[rp.PartialEntry]:
+    """Partial evaluations apart (never pooled, no verdict), each read against the baseline's
+    partial on the same problems."""
+    tau2 = pool.split.tau2 if pool.split.tau2 is not None else pool.s2  # without a split, training noise at most s^2
 
     def partial_se(pr: list[RunRecord]) -> tuple[float | None, float | None]:
-        vv = [v_of[id(r)] for r in pr if id(r) in v_of]
+        vv = [rs.v_of[id(r)] for r in pr if id(r) in rs.v_of]
         mean_vr = sum(vv) / len(vv) if vv else None
         se_eval = math.sqrt(mean_vr / len(pr)) if mean_vr is not None else None
         return (math.sqrt((tau2 + mean_vr) / len(pr)) if tau2 is not None and mean_vr is not None else None), se_eval
 
-    for (v, k, n_p), pr in part.items():
-        if variants and v not in names and v != baseline:
+    out = []
+    for (v, k, n_p), pr in rs.part.items():
+        if shown_only and v not in names and v != baseline:
             continue
         se, se_eval = partial_se(pr)
-        e = {
-            **_entry_head(v, pr),
-            "partial": True,
-            "label": PARTIAL_LABEL,
-            "se": _f(se),
-            "k": k,
-            "n_problems": n_p,
-            "se_eval": _f(se_eval),
-            "vs_baseline": None,
-            **_entry_runs(pr),
-            "note": f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict",
-        }
-        bp = [r for r in part.get((baseline, k, n_p), []) if _same_problems(r, pr[0])]
+        ys = [r.score for r in pr]
+        mean = sum(ys) / len(ys)
+        note = f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict"
+        vs = None
+        bp = [r for r in rs.part.get((baseline, k, n_p), []) if _same_problems(r, pr[0])]
         if v != baseline and bp and se is not None:
             b_se, _ = partial_se(bp)
             if b_se is not None:
-                d = e["mean"] - sum(r.score for r in bp) / len(bp)
-                read = screen_reading(d, math.sqrt(se**2 + b_se**2))
-                e["vs_baseline"] = {"delta": _f(read.delta), "se": _f(read.se), "p_effect": _f(read.p_effect),
-                                    "baseline_runs": len(bp)}
+                read = screen_reading(mean - sum(r.score for r in bp) / len(bp), math.sqrt(se**2 + b_se**2))
+                vs = rp.ScreenReading(_f(read.delta), _f(read.se), _f(read.p_effect), len(bp))
         elif v != baseline and bp:
-            e["note"] += "; without per-problem counts there is no SE to read it against the baseline's partial"
+            note += "; without per-problem counts there is no SE to read it against the baseline's partial"
         elif v != baseline:
-            e["note"] += ("; no baseline partial on these problems to read it against yet (the worker queues one: "
-                          f"`opsdctl queue {baseline or 'BASELINE'} --partial {n_p}x{k}`)")
-        entries.append(e)
+            note += ("; no baseline partial on these problems to read it against yet (the worker queues one: "
+                     f"`opsdctl queue {baseline or 'BASELINE'} --partial {n_p}x{k}`)")
+        out.append(rp.PartialEntry(
+            name=v, variants=tuple(dict.fromkeys(r.variant for r in pr)), code=pr[0].code, n=len(ys), mean=_f(mean),
+            sd=_f(_sd(ys)), se=_f(se), delta=None, ci_low=None, ci_high=None, p_beat=None, verdict=None,
+            runs_needed=None, partial=True, label=PARTIAL_LABEL, k=k, n_problems=n_p, se_eval=_f(se_eval),
+            vs_baseline=vs, runs=tuple(_f(y) for y in ys), chain_ids=tuple(r.chain_id for r in pr), note=note))
+    return out
 
-    # -- baseline entry
-    b_se = math.sqrt(b_var) if b_var is not None else None
-    b_half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * b_se if b_se is not None and nu > 0 else None
-    base = {
-        "name": baseline,
-        "source": b_source,
-        "n": n_local if n_local else (ref_n if b_source == "reference" else 0),
-        "n_local": n_local,
-        "mean": _f(b_mean),
-        "sd": _f(_sd(b_scores) if n_local else (reference.sd if b_source == "reference" else None)),
-        "se_mean": _f(b_se),
-        "mean_ci_low": _f(None if b_half is None else b_mean - b_half),
-        "mean_ci_high": _f(None if b_half is None else b_mean + b_half),
-        "runs": [_f(y) for y in b_scores],
-        "chain_ids": [r.chain_id for r in base_runs],
-        "code": base_runs[-1].code if base_runs else None,
-        "reference": None if reference is None else {
-            "mean": _f(reference.mean), "sd": _f(reference.sd), "n": reference.n, "prior": reference.prior,
-            "offset_sd": _f(cfg_offset_sd)},
-        "offset_sd": _f(offset_sd) if use_ref else None,
-        "reference_check": None if ref_check is None else {
-            "diff": _f(ref_check.diff), "se": _f(ref_check.se), "ci_low": _f(ref_check.ci_low),
-            "ci_high": _f(ref_check.ci_high), "p": _f(ref_check.p), "significant": ref_check.significant},
-        "local_runs_would_buy": would_buy,
-    }
 
-    # -- the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
-    post = forecast_posterior(full, baseline, v_of, forecast_noise(s2, split.v_eval, nu), reference, offset_sd)
-    fj = _forecast_json(post)
-    base["forecast"] = fj.get(baseline or "baseline", dict(NO_FORECAST)) if b_source is not None else dict(NO_FORECAST)
-    for e in entries:
-        e["forecast"] = dict(NO_FORECAST) if e.get("partial") else fj.get(e["name"], dict(NO_FORECAST))
-    forecast_model = None if post is None else {
-        "official_runs": post.official_runs, "spread": _f(post.spread), "spread_sd": _f(post.spread_sd),
-        "spread_prior": forecast.DEFAULT_SPREAD, "train_var": _f(post.noise.train_var),
-        "eval_var": _f(post.noise.eval_var), "reference": _f(post.reference_mean),
-        "offset_sd": _f(offset_sd) if reference is not None else None,
-        "arms": list(post.names), "interval": forecast.INTERVAL}
+def _forecast_model(post: forecast.Posterior | None, reference: Reference | None,
+                    offset_sd: float) -> rp.ForecastModel | None:
+    if post is None:
+        return None
+    return rp.ForecastModel(
+        official_runs=post.official_runs, spread=_f(post.spread), spread_sd=_f(post.spread_sd),
+        spread_prior=forecast.DEFAULT_SPREAD, train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
+        reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
+        arms=tuple(post.names), interval=forecast.INTERVAL)
 
-    # -- what a screen can resolve: its SE read against the baseline's partial on the same problems
-    screen = None
-    if tau2 is not None and split.v_eval is not None and full_k and full_n:
-        se_s = screen_se(tau2, split.v_eval, SCREEN[0] * SCREEN[1] / float(full_k * full_n))
-        screen = {"problems": SCREEN[0], "k": SCREEN[1], "se": _f(se_s), "resolves": _f(SCREEN_Z * se_s)}
 
-    return {
-        "baseline": base,
-        "noise": noise,
-        "bonferroni": {
-            "m": m,
-            "alpha": alpha,
-            "family": sorted(fam),
-            "better_at": _f(1.0 - flat_level) if flat_level else None,
-            "worse_at": _f(flat_level) if flat_level else None,
-            "looks": {"j_min": sequential.J_MIN, "j_flat": sequential.J_FLAT, "growth": sequential.GROWTH,
-                      "c": _f(sequential.boundary_constant(alpha / m)) if m else None,
-                      "min_local_dof": inference.MIN_LOCAL_DOF},
-        },
-        "screen": screen,
-        "forecast_model": forecast_model,
-        "budget": {"chain_minutes": _f(chain_minutes), "minutes_left": _f(minutes_left)},
-        "full_k": full_k,
-        "full_n": full_n,
-        "notes": notes,
-        "variants": entries,
-    }
+def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> rp.Screen | None:
+    """What a screen can resolve: its SE read against the baseline's partial on the same problems."""
+    tau2 = pool.split.tau2 if pool.split.tau2 is not None else pool.s2
+    if tau2 is None or pool.split.v_eval is None or not full_k or not full_n:
+        return None
+    se_s = screen_se(tau2, pool.split.v_eval, SCREEN[0] * SCREEN[1] / float(full_k * full_n))
+    return rp.Screen(SCREEN[0], SCREEN[1], _f(se_s), _f(SCREEN_Z * se_s))
+
+
+def build_report(
+    runs: list[RunRecord],
+    *,
+    baseline: str | None,
+    reference: Reference | None,
+    variants: list[str] | None = None,
+    family: Sequence[str] | None = None,
+    full_k: int | None = None,
+    full_n: int | None = None,
+    chain_minutes: float | None = None,
+    minutes_left: float | None = None,
+) -> rp.Report:
+    """The whole comparison (see the module docstring for the rules); `.to_json()` is the
+    `compare --json` document.
+
+    `variants`: the ones to show (default: every one with runs); the noise always pools every
+    variant in `runs`. `family`: the candidates the verdicts correct for (default: every
+    candidate in `runs`); the shown ones always count.
+    """
+    for r in runs:
+        _check(r)
+    alpha = inference.ALPHA
+    rs = _split(runs, full_k, full_n)
+    names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
+    candidates = [v for v in names if v != baseline]
+    notes: list[str] = []
+    noise, pool = _noise(rs, reference, notes)
+    base_doc, b = _baseline(rs, baseline, reference, pool, notes)
+    spending = _family(runs, rs, family, candidates, baseline, b.mean is not None, alpha)
+    base_runs = rs.full.get(baseline, []) if baseline is not None else []
+    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, spending.m, alpha, chain_minutes, minutes_left)
+                   for v in candidates if rs.full.get(v)), key=_rank)
+    missing = [rp.MissingEntry(v) for v in candidates if not rs.full.get(v) and not any(k[0] == v for k in rs.part)]
+    partials = _partials(rs, pool, baseline, names, bool(variants))
+
+    # the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
+    post = forecast_posterior(rs.full, baseline, rs.v_of, forecast_noise(pool.s2, pool.split.v_eval, pool.nu),
+                              reference, b.offset_sd)
+    fc = _forecasts(post)
+    if base_doc.source is not None:
+        base_doc = replace(base_doc, forecast=fc.get(baseline or "baseline", rp.NO_FORECAST))
+    entries = tuple([replace(e, forecast=fc.get(e.name, rp.NO_FORECAST)) for e in full]
+                    + [replace(e, forecast=fc.get(e.name, rp.NO_FORECAST)) for e in missing] + partials)
+    return rp.Report(
+        baseline=base_doc, noise=noise, spending=spending, screen=_screen(pool, rs.full_k, rs.full_n),
+        forecast_model=_forecast_model(post, reference, b.offset_sd),
+        budget=rp.Budget(_f(chain_minutes), _f(minutes_left)), full_k=rs.full_k, full_n=rs.full_n,
+        notes=tuple(notes), entries=entries, posterior=post)
 
 
 # ---------------------------------------------------------------- rendering
@@ -603,54 +597,54 @@ def _min(minutes: float) -> str:
     return f"{minutes * 60:.0f} s" if minutes < 1 else f"{minutes:.0f} min"
 
 
-def _next_cell(e: dict, with_time: bool = False) -> str:
+def _next_cell(e: rp.Entry, with_time: bool = False) -> str:
     """What to run next for one candidate (with its time and fit when asked and known)."""
-    if e.get("runs_needed") is not None:
-        text = f"+{e['runs_needed']} run" + ("s" if e["runs_needed"] > 1 else "")
-    elif e.get("runs_needed_worse") is not None:
-        text = f"+{e['runs_needed_worse']} run" + ("s" if e["runs_needed_worse"] > 1 else "") + " (worse)"
-    elif e.get("needs_baseline_runs"):
-        both = e.get("runs_needed_both_arms")
+    if e.runs_needed is not None:
+        text = f"+{e.runs_needed} run" + ("s" if e.runs_needed > 1 else "")
+    elif e.runs_needed_worse is not None:
+        text = f"+{e.runs_needed_worse} run" + ("s" if e.runs_needed_worse > 1 else "") + " (worse)"
+    elif e.needs_baseline_runs:
+        both = e.runs_needed_both_arms
         text = "baseline too" + (f": +{both} each" if both else ": out of reach")
-    elif e.get("verdict") in ("better", "worse"):
+    elif e.verdict in ("better", "worse"):
         return "settled"
     else:
         return "-"
-    if with_time and e.get("minutes_needed") is not None:
-        text += f" ({_min(e['minutes_needed'])}" + ("" if e.get("fits") is None else
-                                                    (", fits" if e["fits"] else ", does not fit")) + ")"
+    if with_time and e.minutes_needed is not None:
+        text += f" ({_min(e.minutes_needed)}" + ("" if e.fits is None else
+                                                    (", fits" if e.fits else ", does not fit")) + ")"
     return text
 
 
-def _forecast_cells(f: dict | None) -> list[str]:
+def _forecast_cells(f: rp.Forecast) -> list[str]:
     """'56.10 [54.02, 58.18]' and P(best), or dashes."""
-    if not f or f.get("mean") is None:
+    if f.mean is None:
         return ["-", "-"]
-    return [f"{f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]", f"{f['p_best']:.2f}"]
+    return [f"{f.mean:.2f} [{f.low80:.2f}, {f.high80:.2f}]", f"{f.p_best:.2f}"]
 
 
-def render_compare(report: dict, console) -> None:
+def render_compare(report: rp.Report, console) -> None:
     """Print the report: the table (baseline on top, candidates by P(beat)), then the
-    Bonferroni note, the noise line, the ranked next actions (report["advice"], when the caller
+    Bonferroni note, the noise line, the ranked next actions (report.advice, when the caller
     added `opsdctl advise`'s ranking), what a screen resolves, and partial runs apart."""
     from rich.markup import escape
     from rich.table import Table
 
-    b, nz = report["baseline"], report["noise"]
-    full = [e for e in report["variants"] if not e.get("partial")]
-    part = [e for e in report["variants"] if e.get("partial")]
+    b, nz = report.baseline, report.noise
+    full = [e for e in report.entries if not e.partial]
+    part = report.partials
 
-    if b["source"] == "runs":
-        title = f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store)"
-    elif b["source"] == "runs+reference":
-        ref = b["reference"]
-        title = (f"Against baseline {escape(b['name'])} ({b['n']} run{'s' if b['n'] != 1 else ''} in the store, "
-                 f"combined with the published {ref['mean']:.2f}; setup offset sd {b['offset_sd']:.3g})")
-    elif b["source"] == "reference":
-        title = f"Against the published reference {b['mean']:.2f} (n = {b['n']}; no store runs of the baseline)"
+    if b.source == "runs":
+        title = f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store)"
+    elif b.source == "runs+reference":
+        ref = b.reference
+        title = (f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store, "
+                 f"combined with the published {ref.mean:.2f}; setup offset sd {b.offset_sd:.3g})")
+    elif b.source == "reference":
+        title = f"Against the published reference {b.mean:.2f} (n = {b.n}; no store runs of the baseline)"
     else:
         title = "No baseline"
-    paired = any(e.get("paired_se") is not None for e in full)  # the column only when it has values
+    paired = any(e.paired_se is not None for e in report.full)  # the column only when it has values
     t = Table(title=title, title_justify="left")
     cols = [
         ("variant", "left"), ("runs", "right"), ("mean", "right"), ("sd", "right"), ("delta", "right"),
@@ -660,99 +654,99 @@ def render_compare(report: dict, console) -> None:
     for col, justify in cols:
         t.add_column(col, justify=justify)
     blank = ["-"] * (len(cols) - 6)
-    bname = escape(b["name"] or ("reference" if b["source"] == "reference" else ""))
+    bname = escape(b.name or ("reference" if b.source == "reference" else ""))
     bname = bname if bname == "baseline" else f"{bname} (baseline)".strip()
-    if b["source"] == "reference" and b["name"]:
+    if b.source == "reference" and b.name:
         bname += " (reference)"
-    t.add_row(bname, str(b["n"]), _pt(b["mean"]), _pt(b["sd"]), *blank[:5], *_forecast_cells(b.get("forecast")),
+    t.add_row(bname, str(b.n), _pt(b.mean), _pt(b.sd), *blank[:5], *_forecast_cells(b.forecast),
               *blank[5:], style="bold")
     t.add_section()
     for e in full:
-        if e["n"] == 0:
-            t.add_row(escape(e["name"]), "0", *["-"] * 6, "no runs", "-", "-", *(["-"] if paired else []))
+        if e.n == 0:
+            t.add_row(escape(e.name), "0", *["-"] * 6, "no runs", "-", "-", *(["-"] if paired else []))
             continue
-        ci = "-" if e["ci_low"] is None else f"[{e['ci_low']:+.2f}, {e['ci_high']:+.2f}]"
-        v = e["verdict"] or "-"
+        ci = "-" if e.ci_low is None else f"[{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
+        v = e.verdict or "-"
         row = [
-            escape(e["name"]), str(e["n"]), _pt(e["mean"]), _pt(e["sd"]), _pt(e["delta"], signed=True), ci,
-            "-" if e["p_beat"] is None else f"{e['p_beat']:.3f}",
+            escape(e.name), str(e.n), _pt(e.mean), _pt(e.sd), _pt(e.delta, signed=True), ci,
+            "-" if e.p_beat is None else f"{e.p_beat:.3f}",
             f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
             _next_cell(e, with_time=True),
-            *_forecast_cells(e.get("forecast")),
+            *_forecast_cells(e.forecast),
         ]
         if paired:
-            row.append("-" if e.get("paired_se") is None else f"±{e['paired_se']:.2f}")
+            row.append("-" if e.paired_se is None else f"±{e.paired_se:.2f}")
         t.add_row(*row)
     console.print(t)
 
-    fm = report.get("forecast_model")
+    fm = report.forecast_model
     if fm:
         console.print(
-            f"Forecast (the bet): each arm's official {fm['official_runs']}-run mean, from the local runs, the published "
-            f"reference and the family's spread (tau ~ {fm['spread']:.1f} points; prior centre {fm['spread_prior']:g}); "
+            f"Forecast (the bet): each arm's official {fm.official_runs}-run mean, from the local runs, the published "
+            f"reference and the family's spread (tau ~ {fm.spread:.1f} points; prior centre {fm.spread_prior:g}); "
             "P(best) = chance it is the highest official mean. The verdicts below are the claim.")
-    bon = report["bonferroni"]
-    if bon["m"]:
-        lk = bon["looks"]
+    bon = report.spending
+    if bon.m:
+        lk = bon.looks
         console.print(
-            f"Verdicts: one-sided, Bonferroni over the m = {bon['m']} candidate{'s' if bon['m'] != 1 else ''} tried, "
+            f"Verdicts: one-sided, Bonferroni over the m = {bon.m} candidate{'s' if bon.m != 1 else ''} tried, "
             f"alpha spent over the looks (valid when compare is re-run after every run): better if P(beat) >= "
-            f"{bon['better_at']:.4g} (worse if <= {bon['worse_at']:.4g}) at {lk['j_min']}-{lk['j_flat']} local runs in "
-            f"the comparison, stricter beyond; none before {lk['j_min']} local runs and {lk['min_local_dof']} repeat dof."
+            f"{bon.better_at:.4g} (worse if <= {bon.worse_at:.4g}) at {lk.j_min}-{lk.j_flat} local runs in "
+            f"the comparison, stricter beyond; none before {lk.j_min} local runs and {lk.min_local_dof} repeat dof."
         )
-    if nz["s"] is None:
+    if nz.s is None:
         console.print(
             f"[bold red]Noise: {inference.NOT_ENOUGH_RUNS}[/] (no prior and only single runs): no P(beat) or "
             "verdicts. Repeat a variant, or give \\[baseline] reference = {mean, sd, n}."
         )
     else:
-        pc = nz.get("prior_check") or {}
-        if nz["nu0"]:
-            prior = f"prior s0 = {nz['s0']:.2f} with {nz['nu0']:.3g} dof from the reference, " + (
-                f"weight {pc['weight']:.0%}: local s = {nz['s_local']:.2f} (nu = {nz['nu_local']}), p = {pc['p']:.2f}"
-                if pc.get("checked")
+        pc = nz.prior_check
+        if nz.nu0:
+            prior = f"prior s0 = {nz.s0:.2f} with {nz.nu0:.3g} dof from the reference, " + (
+                f"weight {pc.weight:.0%}: local s = {nz.s_local:.2f} (nu = {nz.nu_local}), p = {pc.p:.2f}"
+                if pc is not None and pc.checked
                 else "not yet checked: no repeated runs")
-        elif nz.get("s0") is not None:
+        elif nz.s0 is not None:
             prior = "prior weight 0 (see the note)"
         else:
             prior = "no prior"
-        line = f"Noise: s = {nz['s']:.2f} points per run (nu = {nz['nu']:.3g}; {prior})."
-        if nz["v_eval"] is not None:
+        line = f"Noise: s = {nz.s:.2f} points per run (nu = {nz.nu:.3g}; {prior})."
+        if nz.v_eval is not None:
             line += (
-                f" Split: training tau^2 = {nz['tau2']:.2f} vs eval sampling mean V_r = {nz['v_eval']:.2f} "
-                f"points^2 (V_r from {nz['runs_with_counts']} run{'s' if nz['runs_with_counts'] != 1 else ''}"
-                + (f"; {nz['runs_without_counts']} without per-problem counts left out" if nz["runs_without_counts"]
+                f" Split: training tau^2 = {nz.tau2:.2f} vs eval sampling mean V_r = {nz.v_eval:.2f} "
+                f"points^2 (V_r from {nz.runs_with_counts} run{'s' if nz.runs_with_counts != 1 else ''}"
+                + (f"; {nz.runs_without_counts} without per-problem counts left out" if nz.runs_without_counts
                    else "") + ")."
             )
         else:
             line += " No per-problem counts: no split into training and eval-sampling noise."
         console.print(line)
-        if nz["advice"]:
-            console.print(f"[cyan]Advice: {nz['advice']}.[/]")
+        if nz.advice:
+            console.print(f"[cyan]Advice: {nz.advice}.[/]")
 
-    bud = report["budget"]
-    advice = report.get("advice")
+    bud = report.budget
+    advice = report.advice
     if advice:
         top = []
         for a in advice:
-            if a["action"] == "stop" or len(top) == 3:
+            if a.action.value == "stop" or len(top) == 3:  # opsdctl.plan.advise.Advice
                 break
-            top.append(a["text"])
-        left = "" if bud["minutes_left"] is None else f" with {bud['minutes_left']:.0f} min left"
+            top.append(a.text())
+        left = "" if bud.minutes_left is None else f" with {bud.minutes_left:.0f} min left"
         console.print(f"Next (`opsdctl advise`, expected gain of the submission's official score{left}): "
                       + ("; ".join(escape(t) for t in top) if top else
                          "stop: nothing left is worth its minutes; submit the best forecast") + ".")
-    sc = report.get("screen")
+    sc = report.screen
     if sc is not None:
-        console.print(f"A {sc['problems']}x{sc['k']} screen read against the baseline's partial on the same problems: "
-                      f"SE {sc['se']:.2f} points, so it resolves effects of about {sc['resolves']:.1f} points "
+        console.print(f"A {sc.problems}x{sc.k} screen read against the baseline's partial on the same problems: "
+                      f"SE {sc.se:.2f} points, so it resolves effects of about {sc.resolves:.1f} points "
                       "(one-sided 5%, 80% power).")
     if paired:
         console.print(
             "by-problem SE: paired over problems on run-averaged p_i; uncertainty about generalizing "
             "beyond these problems, not run-to-run noise."
         )
-    for n in report["notes"]:
+    for n in report.notes:
         console.print(f"Note: {escape(n)}.")
 
     if part:
@@ -762,10 +756,10 @@ def render_compare(report: dict, console) -> None:
         for col in ("variant", "problems x k", "runs", "mean", "SE", "eval SE", "vs baseline partial", "P(effect > 0)", ""):
             pt.add_column(col, justify="left" if col in ("variant", "") else "right")
         for e in part:
-            vb = e.get("vs_baseline")
-            pt.add_row(escape(e["name"]), f"{e['n_problems']} x {e['k']}", str(e["n"]), _pt(e["mean"]), _pt(e.get("se")),
-                       _pt(e.get("se_eval")),
-                       "-" if vb is None else f"{vb['delta']:+.2f} ± {vb['se']:.2f} ({vb['baseline_runs']} run"
-                                              + ("s" if vb["baseline_runs"] != 1 else "") + ")",
-                       "-" if vb is None else f"{vb['p_effect']:.2f}", PARTIAL_LABEL)
+            vb = e.vs_baseline
+            pt.add_row(escape(e.name), f"{e.n_problems} x {e.k}", str(e.n), _pt(e.mean), _pt(e.se),
+                       _pt(e.se_eval),
+                       "-" if vb is None else f"{vb.delta:+.2f} ± {vb.se:.2f} ({vb.baseline_runs} run"
+                                              + ("s" if vb.baseline_runs != 1 else "") + ")",
+                       "-" if vb is None else f"{vb.p_effect:.2f}", PARTIAL_LABEL)
         console.print(pt)

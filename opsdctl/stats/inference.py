@@ -5,10 +5,14 @@ variances in points^2.
 
 The model: run r of variant g scores y_gr = mu_g + e_gr with one run-to-run sigma shared by
 every variant (1-5 runs per variant is far too few for a sigma each; Welch's t is useless
-there). sigma^2 is estimated by pooling the within-variant scatter with an informative prior
-(s0, nu0) taken from the published baseline, and every test uses Student's t with the pooled
-degrees of freedom nu. Verdicts are one-sided and Bonferroni-corrected over the m candidates
-shown. The t distribution comes from scipy.special (imported inside the functions: the CLI
+there). sigma^2 is estimated by pooling the within-variant scatter (within_ss) with an
+informative prior (s0, nu0) taken from the published baseline, weighted by how well the local
+scatter agrees with it (prior_check, pooled_with_weight), and every test uses Student's t with
+the pooled degrees of freedom nu. The baseline mean combines local runs with the published mean
+(baseline_mean, baseline_var); a candidate is read against it by compare_means, and its verdict
+(rule_verdict) is one-sided at the level of its look (look_level: Bonferroni over the family,
+alpha spent over the looks). These are the functions opsdctl.stats.compare.build_report calls:
+the tested rule is the live one. The t distribution comes from scipy.special (imported inside the functions: the CLI
 must start fast, and scipy.special is far cheaper than scipy.stats).
 """
 
@@ -16,16 +20,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
 ALPHA = 0.05  # family-wise error rate of the verdicts (one-sided, Bonferroni over m)
 CI_LEVEL = 0.95  # two-sided confidence level of delta's interval
-DESIGN_POWER = 0.80  # power of the design figure
-MAX_EXTRA_RUNS = 1000  # beyond this many extra runs a candidate "can never get there"
-MAX_DESIGN_RUNS = 1000  # design figure search limit (runs per arm)
 FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
 PRIOR_FULL_AT = 0.5  # the published sd keeps its full weight while the mismatch test's p >= this (weight p / this below)
 MIN_LOCAL_DOF = 4  # no verdict before the local runs have this many dof to check the prior with
@@ -80,27 +80,6 @@ def prior_from_reference(sd: float | None, n: int | None, use: bool = True) -> t
     return float(sd), int(n) - 1
 
 
-def pooled_variance(
-    groups: Sequence[Sequence[float]], prior_sd: float | None = None, prior_dof: int = 0
-) -> tuple[float | None, int]:
-    """Pooled run-to-run variance with an informative prior.
-
-        s^2 = (nu0 s0^2 + sum_g sum_r (y_gr - ybar_g)^2) / nu,   nu = nu0 + sum_g (n_g - 1).
-
-    Returns (s^2, nu); s^2 is None when nu == 0 (no prior and only single runs): there is
-    then nothing to estimate the noise from.
-    """
-    nu0 = int(prior_dof) if prior_sd is not None else 0
-    ss = nu0 * float(prior_sd) ** 2 if nu0 > 0 else 0.0
-    nu = nu0
-    for g in groups:
-        y = np.asarray(g, dtype=np.float64)
-        if y.size >= 2:
-            ss += float(np.sum((y - y.mean()) ** 2))
-            nu += y.size - 1
-    return (ss / nu if nu > 0 else None), nu
-
-
 # ---------------------------------------------------------------- Student's t
 
 
@@ -122,23 +101,6 @@ def t_ppf(q: float, nu: float) -> float:
     return float(stdtrit(nu, q))
 
 
-def bonferroni_level(m: int, alpha: float = ALPHA) -> float:
-    """One-sided level each of m candidates must reach: 1 - alpha/m."""
-    return 1.0 - alpha / max(int(m), 1)
-
-
-def verdict(p_beat: float | None, m: int, alpha: float = ALPHA) -> str:
-    """`better` if P(beat) >= 1 - alpha/m, `worse` if P(beat) <= alpha/m, else `undecided`."""
-    if p_beat is None:
-        return UNDECIDED
-    a = alpha / max(int(m), 1)
-    if p_beat >= 1.0 - a:
-        return BETTER
-    if p_beat <= a:
-        return WORSE
-    return UNDECIDED
-
-
 @dataclass(frozen=True)
 class Delta:
     """A candidate against the baseline. Everything but delta is None when nu == 0."""
@@ -151,17 +113,21 @@ class Delta:
 
 
 def compare_means(
-    mean_v: float, n_v: int, mean_b: float, n_b: int, s: float | None, nu: int, level: float = CI_LEVEL
+    mean_v: float, n_v: int, mean_b: float, var_b: float | None, s2: float | None, nu: float, level: float = CI_LEVEL
 ) -> Delta:
-    """delta = ybar_v - ybar_b, SE = s sqrt(1/n_v + 1/n_b),
-    CI = delta -/+ t_{(1+level)/2, nu} SE, P(beat) = F_t,nu(delta / SE).
+    """A candidate's n_v runs (mean mean_v) against the baseline mean mean_b of variance var_b
+    (baseline_var: local runs, the published mean, or both), on the pooled s^2 with nu dof:
 
-    With s = 0 (identical runs, no prior) P(beat) is 1, 0 or 1/2 by the sign of delta.
+        delta = ybar_v - mean_b,  SE = sqrt(s^2 / n_v + var_b),
+        CI = delta -/+ t_{(1+level)/2, nu} SE,  P(beat) = F_t,nu(delta / SE).
+
+    With SE = 0 (identical runs, no prior) P(beat) is 1, 0 or 1/2 by the sign of delta. Without a
+    noise estimate (s^2 or var_b None, nu = 0) only delta is known.
     """
     delta = float(mean_v - mean_b)
-    if s is None or nu <= 0:
+    if s2 is None or var_b is None or nu <= 0:
         return Delta(delta, None, None, None, None)
-    se = float(s) * math.sqrt(1.0 / n_v + 1.0 / n_b)
+    se = math.sqrt(s2 / n_v + var_b)
     half = t_ppf(0.5 + level / 2.0, nu) * se
     if se == 0.0:
         p = 1.0 if delta > 0 else 0.0 if delta < 0 else 0.5
@@ -177,134 +143,6 @@ def mean_interval(mean: float, n: int, s: float | None, nu: int, level: float = 
     se = float(s) / math.sqrt(n)
     half = t_ppf(0.5 + level / 2.0, nu) * se
     return se, mean - half, mean + half
-
-
-# ---------------------------------------------------------------- what to run next
-
-
-@dataclass(frozen=True)
-class RunsNeeded:
-    """extra: extra candidate runs to settle `better` (None: not applicable or unreachable).
-    needs_baseline_runs: candidate runs alone can never get there (within MAX_EXTRA_RUNS).
-    extra_both_arms: then, extra runs to add to *each* arm instead (None otherwise).
-    """
-
-    extra: int | None
-    needs_baseline_runs: bool = False
-    extra_both_arms: int | None = None
-
-
-def _smallest(ok, limit: int) -> int | None:
-    """Smallest r in 1..limit with ok(r), for ok monotone (False...False True...True)."""
-    if not ok(limit):
-        return None
-    lo, hi = 0, 1
-    while not ok(hi):
-        lo, hi = hi, min(2 * hi, limit)
-    while hi - lo > 1:  # invariant: ok(hi), not ok(lo) (or lo == 0)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
-    return hi
-
-
-def runs_needed(
-    delta: float, s: float | None, n_v: int, n_b: int, nu: int, m: int, alpha: float = ALPHA,
-    reference: bool = False,
-) -> RunsNeeded:
-    """Smallest extra r such that, if delta and s hold,
-
-        delta / (s sqrt(1/(n_v + r) + 1/n_b)) >= t_{1 - alpha/m, nu + r}.
-
-    The left side grows and the quantile shrinks with r, so the condition is monotone and a
-    bisection finds r. As r -> inf the left side tends to delta sqrt(n_b) / s and the quantile
-    to z_{1 - alpha/m}: when even MAX_EXTRA_RUNS candidate runs do not suffice, the baseline
-    needs runs too, and extra_both_arms is the smallest r added to each arm. `reference`: n_b is
-    the published reference's n, which the first local baseline run replaces, so after r runs
-    on each arm the baseline has r runs (r - 1 more dof), not n_b + r:
-    delta / (s sqrt(1/(n_v+r) + 1/n_b')) >= t_{1-alpha/m, nu'} with n_b' = r, nu' = nu + 2r - 1
-    (reference) or n_b' = n_b + r, nu' = nu + 2r (store runs).
-    extra is None for delta <= 0, for a verdict already settled (r = 0 suffices), and when the
-    noise cannot be estimated (s None).
-    """
-    if s is None or nu <= 0 or delta <= 0 or m < 1:
-        return RunsNeeded(None)
-    q = bonferroni_level(m, alpha)
-    if s == 0.0:
-        return RunsNeeded(None)  # any positive delta is already settled
-
-    def ok_cand(r: int) -> bool:
-        return delta / (s * math.sqrt(1.0 / (n_v + r) + 1.0 / n_b)) >= t_ppf(q, nu + r)
-
-    if ok_cand(0):
-        return RunsNeeded(None)  # already `better`
-    r = _smallest(ok_cand, MAX_EXTRA_RUNS)
-    if r is not None:
-        return RunsNeeded(r)
-
-    def ok_both(r: int) -> bool:
-        n_b2, nu2 = (r, nu + 2 * r - 1) if reference else (n_b + r, nu + 2 * r)
-        return delta / (s * math.sqrt(1.0 / (n_v + r) + 1.0 / n_b2)) >= t_ppf(q, nu2)
-
-    return RunsNeeded(None, True, _smallest(ok_both, MAX_EXTRA_RUNS))
-
-
-def chi2_expect(f, k: int, nodes: int = 64) -> float:
-    """E[f(X)] for X ~ chi^2_k (k >= 0; X = 0 when k = 0), by Gauss-Legendre quadrature on the
-    probability scale: sum_i w_i f(F^-1(u_i)). f must be smooth and bounded (a probability)."""
-    if k <= 0:
-        return float(f(np.zeros(1))[0])
-    from scipy.special import chdtri
-
-    p, w = _legendre01(nodes)
-    x = chdtri(k, p)  # chdtri(k, p): the x with P(X > x) = p
-    return float(np.sum(w * f(x)))
-
-
-@lru_cache(maxsize=8)
-def _legendre01(nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on (0, 1)."""
-    from scipy.special import roots_legendre
-
-    u, w = roots_legendre(nodes)
-    return 0.5 * (u + 1.0), 0.5 * w
-
-
-def power(effect: float, s: float, n: int, nu0: int = 0, m: int = 1, alpha: float = ALPHA) -> float:
-    """Power of the `better` verdict for a true effect with n runs per arm (design figure).
-
-    Two fresh arms of n runs each; T = (ybar_v - ybar_b) / (s_hat sqrt(2/n)) is compared with
-    c = t_{1-alpha/m, nu}, nu = nu0 + 2(n - 1). The prior is a fixed number (s0 = s, as the
-    design assumes) that counts nu0 dof, so only the within-arm part of s_hat^2 is random:
-    s_hat^2 / s^2 = (nu0 + X) / nu with X ~ chi^2_{2(n-1)}, and with lambda = effect / (s sqrt(2/n)),
-
-        power = E_X[ Phi(lambda - c sqrt((nu0 + X) / nu)) ].
-
-    With nu0 = 0 this is the noncentral t, 1 - NCT_cdf(c; nu, lambda); with n = 1 it is
-    Phi(lambda - c). (Treating the prior as nu0 random pseudo-observations, i.e. the noncentral
-    t with nu dof, overstates power at tiny n: n = 1, +2 points, s 1.48, nu0 4 gives 0.199
-    where the verdict rule reaches 0.120.) 0 when nu == 0 (no test is possible).
-    """
-    from scipy.special import ndtr
-
-    nu = nu0 + 2 * (n - 1)
-    if nu <= 0 or n < 1:
-        return 0.0
-    lam = effect / (s * math.sqrt(2.0 / n))
-    c = t_ppf(bonferroni_level(m, alpha), nu)
-    return chi2_expect(lambda x: ndtr(lam - c * np.sqrt((nu0 + x) / nu)), 2 * (n - 1))
-
-
-def design_runs_per_arm(
-    effect: float, s: float | None, nu0: int = 0, m: int = 1, target: float = DESIGN_POWER, alpha: float = ALPHA
-) -> int | None:
-    """Smallest n (runs per arm) with power(effect, s, n, nu0, m) >= target; None if s is
-    unknown or more than MAX_DESIGN_RUNS would be needed. Power rises with n (lambda and nu
-    both grow), so a doubling-then-bisection search finds the first such n."""
-    if s is None or effect <= 0:
-        return None
-    if s == 0.0:
-        return 1 if nu0 > 0 else 2
-    return _smallest(lambda n: power(effect, s, n, nu0, m, alpha) >= target, MAX_DESIGN_RUNS)
 
 
 # ---------------------------------------------------------------- the prior must earn its place
@@ -389,7 +227,12 @@ def within_ss(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
 # ---------------------------------------------------------------- the published mean is not the user's setup
 
 
-def baseline_var(s2: float, n_local: int, ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
+def _plain(x):
+    """A float for a scalar; an array (many simulated studies at once) stays an array."""
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def baseline_var(s2, n_local: int, ref_n: int | None, offset_sd, use_ref: bool):
     """Variance (points^2) of the baseline mean the verdict uses.
 
     The published mean is one more measurement of the local baseline, with its own sampling
@@ -397,30 +240,32 @@ def baseline_var(s2: float, n_local: int, ref_n: int | None, offset_sd: float, u
       no local runs:              v_ref
       local runs, reference used: 1 / (n_local / s^2 + 1 / v_ref)   (precision-weighted)
       local runs only:            s^2 / n_local
-    None when there is neither.
+    None when there is neither. s2 and offset_sd may be arrays over studies (stats.operating).
     """
     v_ref = None if not use_ref or not ref_n else s2 / ref_n + offset_sd**2
     if n_local <= 0:
         return v_ref
     if v_ref is None:
         return s2 / n_local
-    if s2 == 0.0:
+    if np.ndim(s2) == 0 and s2 == 0.0:
         return 0.0
-    return 1.0 / (n_local / s2 + 1.0 / v_ref)
+    with np.errstate(divide="ignore"):
+        return 1.0 / (n_local / s2 + 1.0 / v_ref)
 
 
-def baseline_mean(local_mean: float | None, n_local: int, s2: float, ref_mean: float | None,
-                  ref_n: int | None, offset_sd: float, use_ref: bool) -> float | None:
-    """The baseline mean with the same weights as baseline_var."""
+def baseline_mean(local_mean, n_local: int, s2, ref_mean: float | None,
+                  ref_n: int | None, offset_sd, use_ref: bool):
+    """The baseline mean with the same weights as baseline_var (arrays over studies too)."""
     v_ref = None if not use_ref or ref_mean is None or not ref_n else s2 / ref_n + offset_sd**2
     if n_local <= 0 or local_mean is None:
         return None if v_ref is None else float(ref_mean)
     if v_ref is None:
+        return _plain(local_mean)
+    if np.ndim(s2) == 0 and s2 == 0.0:
         return float(local_mean)
-    if s2 == 0.0:
-        return float(local_mean)
-    w_l, w_r = n_local / s2, 1.0 / v_ref
-    return float((w_l * local_mean + w_r * ref_mean) / (w_l + w_r))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w_l, w_r = n_local / s2, 1.0 / v_ref
+        return _plain((w_l * local_mean + w_r * ref_mean) / (w_l + w_r))
 
 
 def offset_sd_seen(diff, se2, offset_sd: float):

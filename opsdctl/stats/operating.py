@@ -61,20 +61,16 @@ def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: 
     ok = nu > 0
     n_b = base.shape[1]
     nuc = np.where(ok, nu, 1.0)
-    if n_b:
-        ybar = base.mean(axis=1)
-        if ref is not None:
-            o_sd = inference.offset_sd_seen(ybar - ref.mean, s2 * (1.0 / n_b + 1.0 / ref.n), ref.offset_sd)
-            v_ref = s2 / ref.n + o_sd**2
-            w_l, w_r = n_b / s2, 1.0 / v_ref
-            b_mean = (w_l * ybar + w_r * ref.mean) / (w_l + w_r)
-            b_var = 1.0 / (w_l + w_r)
-        else:
-            b_mean, b_var = ybar, s2 / n_b
-    elif ref is not None:
-        b_mean, b_var = np.full(n_studies, ref.mean), s2 / ref.n + ref.offset_sd**2
-    else:
+    if n_b == 0 and ref is None:
         return np.zeros((len(cands), n_studies), dtype=int)
+    # the baseline as build_report takes it (inference.baseline_mean / baseline_var, per study)
+    ybar = base.mean(axis=1) if n_b else None
+    o_sd = ref.offset_sd if ref is not None else 0.0
+    if n_b and ref is not None:
+        o_sd = inference.offset_sd_seen(ybar - ref.mean, s2 * (1.0 / n_b + 1.0 / ref.n), ref.offset_sd)
+    ref_mean, ref_n = (ref.mean, ref.n) if ref is not None else (None, None)
+    b_mean = inference.baseline_mean(ybar, n_b, s2, ref_mean, ref_n, o_sd, ref is not None)
+    b_var = inference.baseline_var(s2, n_b, ref_n, o_sd, ref is not None)
     out = np.zeros((len(cands), n_studies), dtype=int)
     for i, c in enumerate(cands):
         n_v = c.shape[1]

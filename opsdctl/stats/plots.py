@@ -21,46 +21,46 @@ def _p(p: float) -> str:
     return ">0.999" if p > 0.999 else "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
-def plot_compare(report: dict, path: str | Path, title: str | None = None) -> Path:
-    """Write the comparison plot of a `build_report` dict to `path` (PNG) and return the path."""
+def plot_compare(report, path: str | Path, title: str | None = None) -> Path:
+    """Write the comparison plot of a compare report (opsdctl.stats.report.Report) to `path` (PNG) and return the path."""
     # Figure + the Agg canvas directly: no pyplot global state, no display, no backend switch.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    b, nz = report["baseline"], report.get("noise", {})
-    cands = [e for e in report["variants"] if not e.get("partial") and e.get("n")]
-    cols = ([b] if b.get("runs") else []) + cands  # the baseline gets its own column when it has runs
-    labels = [e["name"] if e is not b or "baseline" in e["name"] else f"{e['name']}\n(baseline)" for e in cols]
+    b, nz = report.baseline, report.noise
+    cands = [e for e in report.entries if not e.partial and e.n]
+    cols = ([b] if b.runs else []) + cands  # the baseline gets its own column when it has runs
+    labels = [e.name if e is not b or "baseline" in e.name else f"{e.name}\n(baseline)" for e in cols]
 
     # wide enough for the labels, capped so a long comparison stays a readable picture
     fig = Figure(figsize=(min(11.0, max(5.5, 1.3 * len(cols) + 2.5)), 4.8), dpi=130)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     handles = []
-    if b.get("mean") is not None:
-        lo, hi = b.get("mean_ci_low"), b.get("mean_ci_high")
+    if b.mean is not None:
+        lo, hi = b.mean_ci_low, b.mean_ci_high
         if lo is not None:
             ax.axhspan(lo, hi, color=_BASE_COLOR, alpha=0.18, lw=0, zorder=0)
-        ax.axhline(b["mean"], color=_BASE_COLOR, lw=1.2, ls="--", zorder=1)
-        src = "reference" if b.get("source") == "reference" else "baseline"
+        ax.axhline(b.mean, color=_BASE_COLOR, lw=1.2, ls="--", zorder=1)
+        src = "reference" if b.source == "reference" else "baseline"
         if lo is not None:
             handles.append(Patch(facecolor=_BASE_COLOR, alpha=0.3, edgecolor=_BASE_COLOR, ls="--",
-                                 label=f"{src} mean {b['mean']:.2f}, 95% CI"))
+                                 label=f"{src} mean {b.mean:.2f}, 95% CI"))
         else:
-            handles.append(Line2D([], [], color=_BASE_COLOR, ls="--", label=f"{src} mean {b['mean']:.2f}"))
+            handles.append(Line2D([], [], color=_BASE_COLOR, ls="--", label=f"{src} mean {b.mean:.2f}"))
 
-    ys_all = [b["mean"]] if b.get("mean") is not None else []
+    ys_all = [b.mean] if b.mean is not None else []
     for x, e in enumerate(cols):
-        color = _BASE_COLOR if e is b else _VERDICT_COLOR.get(e.get("verdict"), _VERDICT_COLOR[None])
-        runs = [y for y in e.get("runs") or [] if y is not None]
+        color = _BASE_COLOR if e is b else _VERDICT_COLOR.get(e.verdict, _VERDICT_COLOR[None])
+        runs = [y for y in e.runs if y is not None]
         n = len(runs)
         # spread the dots sideways, deterministic, so equal scores stay visible
         offs = [0.0] if n == 1 else [-0.12 + 0.24 * i / (n - 1) for i in range(n)]
         ax.scatter([x - 0.14 + o * 0.6 for o in offs], runs, s=22, color=color, alpha=0.75,
                    edgecolor="white", linewidth=0.5, zorder=3)
-        mean, lo, hi = e.get("mean"), e.get("mean_ci_low"), e.get("mean_ci_high")
+        mean, lo, hi = e.mean, e.mean_ci_low, e.mean_ci_high
         if lo is not None:
             ax.errorbar([x + 0.08], [mean], yerr=[[mean - lo], [hi - mean]], fmt="o", color=color,
                         ms=7, capsize=5, lw=1.8, zorder=4)
@@ -68,10 +68,10 @@ def plot_compare(report: dict, path: str | Path, title: str | None = None) -> Pa
             ax.plot([x + 0.08], [mean], "o", color=color, ms=7, zorder=4)
         ys_all += runs + [v for v in (mean, lo, hi) if v is not None]
         if e is not b:
-            p = e.get("p_beat")
-            lines = [f"{e['delta']:+.2f}"] if e.get("delta") is not None else []
+            p = e.p_beat
+            lines = [f"{e.delta:+.2f}"] if e.delta is not None else []
             if p is not None:
-                lines += [f"P(beat) {_p(p)}", e.get("verdict") or ""]
+                lines += [f"P(beat) {_p(p)}", e.verdict or ""]
             txt = "\n".join(lines)
             top = max(v for v in (hi, mean, *runs) if v is not None)
             # on a white ground: a losing candidate's label can sit on the baseline's dashed line
@@ -95,13 +95,13 @@ def plot_compare(report: dict, path: str | Path, title: str | None = None) -> Pa
     handles += [
         Line2D([], [], ls="", marker="o", ms=5, color="#555555", alpha=0.75, label="one run"),
         Line2D([], [], ls="-", marker="o", ms=6, color="#555555",
-               label="mean, 95% CI" if nz.get("s") is not None else "mean"),
+               label="mean, 95% CI" if nz.s is not None else "mean"),
     ]
     ax.legend(handles=handles, loc="upper left", fontsize=8, frameon=False, ncol=len(handles))
-    m = report.get("bonferroni", {}).get("m")
-    sub = (f"pooled s = {nz['s']:.2f} points per run (nu = {nz['nu']})" if nz.get("s") is not None
+    m = report.spending.m
+    sub = (f"pooled s = {nz.s:.2f} points per run (nu = {nz.nu})" if nz.s is not None
            else f"{NOT_ENOUGH_RUNS}: no intervals")
-    if m and nz.get("s") is not None:
+    if m and nz.s is not None:
         sub += f"; verdicts over the {m} candidate{'s' if m != 1 else ''} tried, valid under repeated looks"
     ax.set_title(title or "Candidates against the baseline", fontsize=11, loc="left", pad=16)
     ax.text(0.0, 1.012, sub, transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="#555555")

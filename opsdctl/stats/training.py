@@ -53,18 +53,19 @@ def _lookups(reader, chain_ids: set[int]):
     return trainer, stats, stages
 
 
-def training_rows(reader, report: dict) -> list[dict]:
-    """One row per entry of a compare report (the baseline first), from the chains it lists
-    (an eval-only run's training is its trainer's)."""
-    base = report.get("baseline") or {}
-    entries = ([(base, False)] if base.get("chain_ids") else []) + [
-        (e, bool(e.get("partial"))) for e in report.get("variants", []) if e.get("chain_ids")]
+def training_rows(reader, report) -> list[dict]:
+    """One row per entry of a compare report (opsdctl.stats.report.Report; the baseline first),
+    from the chains it lists (an eval-only run's training is its trainer's). Rows are what
+    `compare --json` prints under `training`."""
+    base = report.baseline
+    entries = ([(base, False)] if base.chain_ids else []) + [
+        (e, e.partial) for e in report.entries if getattr(e, "chain_ids", None)]
     if not entries:
         return []
-    trainer, stats, stages = _lookups(reader, {c for e, _ in entries for c in e["chain_ids"]})
+    trainer, stats, stages = _lookups(reader, {c for e, _ in entries for c in e.chain_ids})
     rows = []
     for e, part in entries:
-        tids = [trainer.get(c, c) for c in e["chain_ids"]]
-        rows.append({**_row(e["name"], [stats[t] for t in tids if t in stats],
+        tids = [trainer.get(c, c) for c in e.chain_ids]
+        rows.append({**_row(e.name, [stats[t] for t in tids if t in stats],
                             [st for t in tids for st in stages.get(t, [])]), "partial": part})
     return rows

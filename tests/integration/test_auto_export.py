@@ -13,7 +13,8 @@ import pytest
 from conftest import default_config, stop_process, wait_for
 
 from opsdctl.recipes import knobs
-from opsdctl.daemon.auto_export import pick_leader
+from opsdctl.plan.submission import pick_leader
+from tests.support.report_doc import report as typed
 
 
 def _config(ws, seconds_left: int, minutes_before: float = 10):
@@ -65,7 +66,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert "opsdctl export-recipe: variant hot" in head  # export-recipe's own header follows ours
     # the compare report agrees with what was written
     doc = ws.cli_json("compare")
-    assert pick_leader(doc).name == "hot"
+    assert pick_leader(typed(doc)).name == "hot"
     st = ws.status()["export"]["last"]
     assert st["leader"] == "hot" and st["verdict"] == "better" and st["written_at"] >= written_at
     assert f"<- hot (forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], better) at" in ws.cli("status").stdout
@@ -92,7 +93,7 @@ def test_not_written_before_its_time(ws):
     ws.run("worker", "--drain")
     bet = ws.status()["export"]["bet"]
     doc = ws.cli_json("compare")
-    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(doc).forecast}
+    assert bet == {"leader": "hot", "variant": "hot", "forecast": pick_leader(typed(doc)).forecast.to_json()}
     f = bet["forecast"]
     assert f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}]" in ws.cli("status").stdout
     assert not (ws.root / "submission").exists()
@@ -132,3 +133,22 @@ def test_bad_export_config_is_refused(ws, body, words):
 def test_status_json_has_no_export_without_the_section(ws):
     assert ws.status()["export"] is None
     assert json.dumps(ws.status())  # plain JSON
+
+
+def test_without_export_the_worker_keeps_the_bet_for_status(ws):
+    """No [export]: no file anywhere, but status still says what --leader would submit now."""
+    ws.write_config(default_config())
+    ws.recipe("hot", 'extends = "token-clip"\n[hparams]\nlearning_rate = 1e-5\n')
+    ws.env.update({"FAKE_PROBLEMS": "30", "FAKE_K": "8"})
+    assert ws.status()["bet"] is None  # no worker has run yet
+    ws.cli("queue", "hot", "baseline", "--repeats", "2")
+    out = ws.run("worker", "--drain")
+    assert "export:" not in out.stdout and "bet:" not in out.stdout  # nothing written, nothing failed
+    doc = ws.status()
+    assert doc["export"] is None
+    bet, lead = doc["bet"], pick_leader(ws.cli_json("compare"))
+    assert bet == {"leader": lead.name, "variant": lead.variant, "forecast": lead.forecast} and bet["leader"] == "hot"
+    f = bet["forecast"]
+    assert (f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], P(best) {f['p_best']:.2f}"
+            in ws.cli("status").stdout)
+    assert not any(p.name == "recipe.env" for p in ws.root.rglob("recipe.env") if "runs" not in p.parts)

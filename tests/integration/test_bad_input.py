@@ -6,11 +6,11 @@ A few cases go through the real console script in a subprocess; the rest call th
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import pytest
-from conftest import REPO, Workspace, default_config
+from conftest import default_config
+from support.queued_workspace import build_template, copy_of
 
 from opsdctl.cli import main as cli
 
@@ -47,20 +47,12 @@ def _store_bytes(ws) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def _template(tmp_path_factory):
     """One store with two queued chains, built once; each test gets its own copy."""
-    root = tmp_path_factory.mktemp("errors") / "ws"
-    root.mkdir()
-    shutil.copytree(REPO / "recipes", root / "recipes")
-    ws = Workspace(root)
-    ws.write_config()
-    ws.run("queue", "baseline", "token-clip")
-    return root
+    return build_template(tmp_path_factory, "errors")
 
 
 @pytest.fixture
 def populated(_template, tmp_path):
-    root = tmp_path / "ws"
-    shutil.copytree(_template, root)
-    ws = Workspace(root)
+    ws = copy_of(_template, tmp_path)
     snapshot = (_store_bytes(ws), ws.counts())
     assert snapshot[1]["chain"] == 2
     return ws, snapshot

@@ -198,26 +198,9 @@ class _FakeEngine:
 
 
 def test_vllm_backend_requests(monkeypatch, untrained_tiny_model):  # noqa: F811
-    import types
-
     from eval.backends import VLLMBackend
-    from opsdkit.modeling import load_tokenizer
 
-    made = {}
-
-    class LLM:
-        def __init__(self, **kw):
-            made.update(kw)
-            self.llm_engine = _FakeEngine()
-
-        def get_tokenizer(self):
-            return load_tokenizer(str(untrained_tiny_model))
-
-    class SamplingParams:
-        def __init__(self, **kw):
-            self.__dict__.update(kw)
-
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    made = _stand_in_vllm(monkeypatch, untrained_tiny_model)
     monkeypatch.delenv("VLLM_BATCH_INVARIANT", raising=False)
     monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
     s = spec(untrained_tiny_model)
@@ -365,13 +348,17 @@ def test_a_failed_background_merge_fails_the_eval(untrained_tiny_model, tmp_path
     assert not (tmp_path / "m").exists()
 
 
-def _stand_in_vllm(monkeypatch, model):
+def _stand_in_vllm(monkeypatch, model) -> dict:
+    """A stand-in `vllm` module over _FakeEngine; returns the keywords LLM(...) was given."""
     import types
 
     from opsdkit.modeling import load_tokenizer
 
+    made: dict = {}
+
     class LLM:
         def __init__(self, **kw):
+            made.update(kw)
             self.llm_engine = _FakeEngine()
 
         def get_tokenizer(self):
@@ -382,6 +369,7 @@ def _stand_in_vllm(monkeypatch, model):
             self.__dict__.update(kw)
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    return made
 
 
 def test_vllm_batch_invariance_is_off_unless_asked(monkeypatch, untrained_tiny_model):  # noqa: F811

@@ -6,32 +6,23 @@ CLI entry point; the ones that matter also run the installed console script."""
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 
 import pytest
 
-from conftest import REPO, Workspace
+from support.queued_workspace import build_template, copy_of
 
 DEEP = "a = " + "[" * 1000 + "]" * 1000 + "\n"
 
 
 @pytest.fixture(scope="module")
 def _template(tmp_path_factory):
-    root = tmp_path_factory.mktemp("oneline") / "ws"
-    root.mkdir()
-    shutil.copytree(REPO / "recipes", root / "recipes")
-    ws = Workspace(root)
-    ws.write_config()
-    ws.run("queue", "baseline", "token-clip")
-    return root
+    return build_template(tmp_path_factory, "oneline")
 
 
 @pytest.fixture
 def ws(_template, tmp_path):
-    root = tmp_path / "ws"
-    shutil.copytree(_template, root)
-    return Workspace(root)
+    return copy_of(_template, tmp_path)
 
 
 def _store_bytes(ws) -> dict:

@@ -20,13 +20,13 @@ def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
 
     app = App.of(ctx)
     cfg = app.config()
-    ranked = compare_report(cfg, app.reader(cfg))["advice"]
+    ranked = compare_report(cfg, app.reader(cfg)).advice
     if as_json:
-        print_json([{k: v for k, v in a.items() if k != "text"} for a in ranked])
+        print_json([a.to_json() for a in ranked])
         return
     con = console()
     if not ranked:
         con.print("No advice yet: no noise estimate (repeat a variant, or give \\[baseline] reference = {mean, sd, n}).")
         return
     for i, a in enumerate(ranked, start=1):
-        con.print(f"{i:>2}. {escape(a['text'])}")
+        con.print(f"{i:>2}. {escape(a.text())}")

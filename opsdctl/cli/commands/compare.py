@@ -47,19 +47,19 @@ def command(
 
         plot_compare(report, plot)
     if as_json:
-        print_json(report)
+        print_json(report.to_json())
         return
     from opsdctl.stats.compare import render_compare
 
     con = console()
     render_compare(report, con)
-    render_training(con, report.get("training", []))
+    render_training(con, list(report.training or ()))
     if plot is not None:
         con.print(f"plot: {escape(str(plot))}")
 
 
 def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
-                   family: Optional[str] = None, pool_code: bool = False) -> dict:
+                   family: Optional[str] = None, pool_code: bool = False):
     """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
     baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
     from opsdctl.plan.durations import chain_minutes

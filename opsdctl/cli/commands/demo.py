@@ -207,10 +207,10 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
         raise UserError(f"the worker exited with {proc.returncode}; see {paths.worker_log}")
 
 
-def best_variant(report: dict) -> str | None:
-    """What the submission rule picks (opsdctl.daemon.auto_export.pick_leader, as export-recipe --leader):
+def best_variant(report) -> str | None:
+    """What the submission rule picks (opsdctl.plan.submission.pick_leader, as export-recipe --leader):
     the candidate with the highest forecast official mean, or the baseline when none is above it."""
-    from opsdctl.daemon.auto_export import pick_leader
+    from opsdctl.plan.submission import pick_leader
 
     lead = pick_leader(report)
-    return lead.variant or report["baseline"].get("name")
+    return lead.variant or report.baseline.name

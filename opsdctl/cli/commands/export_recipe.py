@@ -71,7 +71,8 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     import datetime as dt
 
     from opsdctl.plan.report import compare_doc
-    from opsdctl.daemon.auto_export import pick_leader, render_file
+    from opsdctl.daemon.auto_export import render_file
+    from opsdctl.plan.submission import pick_leader
 
     reader = store.reader()
     report = compare_doc(cfg, reader, None, None)

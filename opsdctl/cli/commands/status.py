@@ -84,7 +84,8 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, reader, budget), "generated_at": iso(utcnow()), "store": reader.safe_url}
+            "export": export_view(cfg, reader, budget), "bet": bet_view(reader), "generated_at": iso(utcnow()),
+            "store": reader.safe_url}
 
 
 def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
@@ -173,6 +174,15 @@ def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
         last = {k: v for k, v in last.items() if k != "key"}
     # the bet the worker keeps current before the file is due: {leader, variant, forecast}
     return {"path": str(path), "active": active, "when": why, "last": last, "bet": current_bet(reader)}
+
+
+def bet_view(reader: Reader) -> Optional[dict]:
+    """What `export-recipe --leader` would submit now, with its forecast: {leader, variant,
+    forecast}, as the worker computed it last (it keeps it current while it runs); None before
+    a worker has run."""
+    from opsdctl.daemon.auto_export import current_bet
+
+    return current_bet(reader)
 
 
 def _in_run_order(chains: list[dict], planner: dict) -> None:
@@ -264,6 +274,8 @@ def render_status(con: Console, doc: dict) -> None:
         render_gpu_lines(con, doc["gpus"])
     if doc.get("export"):
         render_export_line(con, doc["export"])
+    elif doc.get("bet"):
+        render_bet_line(con, doc["bet"])
 
     if finished:
         t = Table(title="finished (newest first)", title_justify="left", show_edge=False, pad_edge=False)
@@ -345,8 +357,16 @@ def render_export_line(con: Console, ex: dict) -> None:
         con.print(f"[bold]export[/bold]  {escape(ex['path'])}: nothing written yet; {escape(ex['when'])}")
     bet = ex.get("bet")
     if bet and not (last and last.get("path") == ex["path"]):
-        what = escape(bet["leader"]) + ("" if bet.get("variant") else " (the released recipe)")
-        con.print(f"[bold]bet[/bold]  {what}: {_forecast_words(bet.get('forecast'))}")
+        render_bet_line(con, bet)
+
+
+def render_bet_line(con: Console, bet: dict) -> None:
+    """The bet: what the submission rule picks now, and its forecast official score."""
+    what = escape(bet["leader"]) + ("" if bet.get("variant") else " (the released recipe)")
+    f = bet.get("forecast") or {}
+    best = f", P(best) {f['p_best']:.2f}" if f.get("p_best") is not None else ""
+    con.print(f"[bold]bet[/bold]  {what}: {_forecast_words(f)}{best} "
+              "[dim](what export-recipe --leader submits now)[/dim]")
 
 
 def _forecast_words(f) -> str:

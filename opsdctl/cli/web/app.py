@@ -83,7 +83,7 @@ class Pages:
         reader = self.reader()
         try:
             return compare_report(self.cfg, reader, q.getlist("variant") or None, q.get("baseline"), q.get("family"),
-                                  q.get("pool_code") in ("1", "true"))
+                                  q.get("pool_code") in ("1", "true")).to_json()  # the page's document
         finally:
             reader.close()
 

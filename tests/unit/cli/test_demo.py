@@ -5,6 +5,7 @@ from __future__ import annotations
 
 def test_demo_picks_what_the_submission_rule_picks():
     from opsdctl.cli.commands.demo import best_variant
+    from tests.support.report_doc import report as typed
 
     def fc(mean):
         return {"mean": mean, "low80": mean - 2, "high80": mean + 2, "p_above_reference": 0.5, "p_best": 0.3}
@@ -13,6 +14,6 @@ def test_demo_picks_what_the_submission_rule_picks():
         {"name": "a", "variants": ["a"], "n": 2, "p_beat": 0.95, "forecast": fc(51.0)},
         {"name": "b", "variants": ["b"], "n": 2, "p_beat": 0.9, "forecast": fc(52.0)},  # the higher forecast wins
         {"name": "c", "variants": ["c"], "n": 1, "p_beat": 0.99, "partial": True, "forecast": fc(60.0)}]}
-    assert best_variant(report) == "b"
+    assert best_variant(typed(report)) == "b"
     report["variants"] = [{"name": "a", "variants": ["a"], "n": 2, "p_beat": 0.6, "forecast": fc(49.0)}]
-    assert best_variant(report) == "baseline"  # nothing forecast above it: keep the released recipe
+    assert best_variant(typed(report)) == "baseline"  # nothing forecast above it: keep the released recipe

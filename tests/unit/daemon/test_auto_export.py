@@ -4,7 +4,9 @@ the header gives."""
 from __future__ import annotations
 
 from opsdctl.plan.budget import BudgetView
-from opsdctl.daemon.auto_export import Leader, _evidence, due, pick_leader
+from opsdctl.daemon.auto_export import _evidence, due
+from opsdctl.plan.submission import Leader, pick_leader
+from tests.support.report_doc import report as typed
 
 
 def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best=0.2):
@@ -15,10 +17,10 @@ def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best
 
 
 def _report(*entries, base_fc=50.0):
-    return {"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs",
+    return typed({"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs",
                          "forecast": {"mean": base_fc, "low80": 48.0, "high80": 52.0, "p_above_reference": 0.5,
                                       "p_best": 0.3}},
-            "variants": list(entries)}
+            "variants": list(entries)})
 
 
 def test_leader_rule_is_the_highest_forecast():
@@ -27,14 +29,14 @@ def test_leader_rule_is_the_highest_forecast():
                 _entry("c", "undecided", 0.97, fc=51.9))
     lead = pick_leader(r)
     assert (lead.name, lead.variant, lead.verdict) == ("b @3f2a1c", "b", "undecided")
-    assert lead.forecast["mean"] == 52.5 and "highest forecast" in lead.rule
+    assert lead.forecast.mean == 52.5 and "highest forecast" in lead.rule
     # partial evaluations never lead, even with the highest forecast
     r = _report(_entry("a", "undecided", 0.7, fc=51.0), _entry("p", "undecided", 0.99, partial=True, fc=60.0))
     assert pick_leader(r).name == "a"
     # none forecast above the baseline: the baseline's empty recipe, with the baseline's forecast
     base = pick_leader(_report(_entry("a", "undecided", 0.6, fc=49.9), _entry("w", "worse", 0.01, fc=45.0)))
     assert base.variant is None and base.name == "baseline" and "empty recipe" in base.rule
-    assert base.forecast["mean"] == 50.0
+    assert base.forecast.mean == 50.0
     # what has no recipe (the base model, an outside checkpoint) never leads
     r = _report(_entry("base", "better", 0.99, fc=58.0), _entry("a", "undecided", 0.8, fc=51.0))
     assert pick_leader(r, lambda label: label != "base").name == "a"
@@ -57,8 +59,8 @@ def test_auto_export_header_names_local_runs_combined_with_the_published_mean():
               "variants": []}
     leader = Leader("baseline", None, None, None, "rule")
     # the forecast line comes first; the evidence line names the baseline's runs
-    line = next(x for x in _evidence(report, leader) if x.startswith("evidence:"))
+    line = next(x for x in _evidence(typed(report), leader) if x.startswith("evidence:"))
     assert "7 runs in the store, combined with the published mean 54.22" in line
     assert "the published reference, n = 7" not in line
     report["baseline"].update(source="reference", n=5, n_local=0)
-    assert any("the published reference, n = 5" in x for x in _evidence(report, leader))
+    assert any("the published reference, n = 5" in x for x in _evidence(typed(report), leader))

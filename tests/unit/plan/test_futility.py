@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from support.gpus import NoFacts
+
 from opsdctl.plan.futility import FutilityContext, judge_look, look_counts
 from opsdctl.stats import inference as stats
 from opsdctl.store.states import TERMINAL, TRANSITIONS, State
@@ -47,9 +49,11 @@ def test_stop_and_go_on_at_the_boundary():
     near = judge_look(probs(4), ctx)  # 50.0: within the optimistic bound
     assert not near.stop
     # tau^2 unknown: taken as s^2 (its upper bound), never a narrower SE
-    report = {"baseline": {"mean": 54.22, "n": 5}, "noise": {"s": 1.48, "tau2": None}}
+    from tests.support.report_doc import report as typed
+
+    report = typed({"baseline": {"mean": 54.22, "n": 5}, "noise": {"s": 1.48, "tau2": None}})
     assert FutilityContext.from_report(report).tau2 == 1.48**2
-    assert FutilityContext.from_report({"baseline": {"mean": None, "n": 0}, "noise": {"s": None}}) is None
+    assert FutilityContext.from_report(typed({"baseline": {"mean": None, "n": 0}, "noise": {"s": None}})) is None
 
 
 def test_look_counts_refuses_what_is_not_a_look():
@@ -96,24 +100,12 @@ def test_the_gate_runs_the_leaders_repeat_first_and_leaves_futility_off_when_a_s
         return ChainInfo(chain_id=cid, variant=v, variant_id=cid, variant_name=v, version=1, hash=v, seed=cid,
                          repeat=0, priority=0, profile="p", hparams={}, method={})
 
-    class Facts:
+    class Facts(NoFacts):
         def runs(self):
             return [RunRecord("a", 1, 55.4, 12, 30, None, None, False), RunRecord("a", 2, 54.2, 12, 30, None, None, False)]
 
-        def samples(self):
-            return []
-
-        def baseline_label(self):
-            return "baseline"
-
-        def dropped(self):
-            return {}
-
         def queue_repeat(self, variant, why):
             return info(9, variant)
-
-        def save_plan(self, doc):
-            return None
 
     settings = PlannerSettings(policy="adaptive", futility=True, auto_repeat=True, baseline="baseline",
                                reference=Reference(54.22, 1.48, 5))

@@ -8,22 +8,25 @@ from __future__ import annotations
 from opsdctl.config import Reference
 from opsdctl.plan.policy import QueuedItem, plan
 from opsdctl.stats.compare import RunRecord, build_report
+from tests.support.report_doc import report as typed
 
 MIN = 60.0
 CHAIN = 46 * MIN
 
 
-def cand(name, n, delta, p, verdict="undecided", need=None, base_too=False, both=None):
+def cand(name, n, delta, p, verdict="undecided", need=None, base_too=False, both=None, worse=None):
     return {"name": name, "n": n, "delta": delta, "p_beat": p, "verdict": verdict, "runs_needed": need,
+            "runs_needed_worse": worse,
             "needs_baseline_runs": base_too, "runs_needed_both_arms": both, "partial": False, "mean": 54.22 + delta}
 
 
 def report(*entries, base_source="reference", base_n=5, s=1.48, nu=6, m=None):
     m = m if m is not None else len(entries)
-    return {"baseline": {"name": "baseline", "source": base_source, "n": base_n, "mean": 54.22},
-            "noise": {"s": s, "nu": nu, "tau2": 1.0},
-            "bonferroni": {"m": m, "alpha": 0.05, "better_at": 1 - 0.05 / max(m, 1), "worse_at": 0.05 / max(m, 1)},
-            "variants": list(entries)}
+    return typed({"baseline": {"name": "baseline", "source": base_source, "n": base_n, "mean": 54.22},
+                  "noise": {"s": s, "nu": nu, "tau2": 1.0},
+                  "bonferroni": {"m": m, "alpha": 0.05, "better_at": 1 - 0.05 / max(m, 1),
+                                 "worse_at": 0.05 / max(m, 1)},
+                  "variants": list(entries)})
 
 
 def q(*pairs):
@@ -71,7 +74,7 @@ def test_nothing_for_worse_or_futile_variants():
 
 
 def test_settling_worse_comes_after_settling_better():
-    rep = report(cand("up", 1, 1.5, 0.85, need=3), cand("down", 1, -2.5, 0.07), m=2, nu=40)
+    rep = report(cand("up", 1, 1.5, 0.85, need=3), cand("down", 1, -2.5, 0.07, worse=2), m=2, nu=40)
     p = plan(q((1, "down"), (2, "up")), rep, baseline="baseline", usable_s=600 * MIN, chain_s=CHAIN, voi=False)
     assert p.order == [2, 1]
     assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 1: "2b"}
@@ -127,7 +130,7 @@ def test_on_a_real_report():
             cid += 1
             runs.append(RunRecord(name, cid, y, 12, 30, None, None, False))
     rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5))
-    verdicts = {e["name"]: e["verdict"] for e in rep["variants"]}
+    verdicts = {e.name: e.verdict for e in rep.entries}
     assert verdicts["cold"] == "worse" and verdicts["hot"] in ("better", "undecided")
     p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, baseline="baseline",
              usable_s=300 * MIN, chain_s=CHAIN)
@@ -136,6 +139,6 @@ def test_on_a_real_report():
 
 
 def by_name_worse(rep, name):
-    return next(e["worse_at"] for e in rep["variants"] if e["name"] == name)
+    return next(e.worse_at for e in rep.entries if e.name == name)
 
 

@@ -9,6 +9,7 @@ import json
 import sys
 
 from conftest import REPO
+from support.gpus import NoFacts
 
 from opsdctl.plan import loop as loop_mod
 from opsdctl.plan import simulate
@@ -69,28 +70,16 @@ def _gate(scores=(55.4, 54.2), others=None, **settings):
         return ChainInfo(chain_id=cid, variant=v, variant_id=cid, variant_name=v, version=1, hash=v, seed=cid,
                          repeat=0, priority=0, profile="p", hparams={}, method={}, auto=auto)
 
-    class Facts:
+    class Facts(NoFacts):
         def runs(self):  # candidate "a"'s scores (and `others`: {variant: scores})
             out = [RunRecord("a", i, y, 12, 30, None, None, False) for i, y in enumerate(scores, 1)]
             for v, ys in (others or {}).items():
                 out += [RunRecord(v, 50 + len(out), y, 12, 30, None, None, False) for y in ys]
             return out
 
-        def samples(self):
-            return []
-
-        def baseline_label(self):
-            return "baseline"
-
-        def dropped(self):
-            return {}
-
         def queue_repeat(self, variant, why):
             queued.append(variant)
             return info(100 + len(queued), variant, auto=True)
-
-        def save_plan(self, doc):
-            return None
 
     messages: list[str] = []
     gate = PlannerGate(PlannerSettings(policy="adaptive", auto_repeat=True, baseline="baseline",

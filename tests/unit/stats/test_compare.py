@@ -10,13 +10,14 @@ from rich.console import Console
 from scipy import stats as ss
 
 from opsdctl.stats import inference as stats
-from opsdctl.stats.compare import (
-    Reference,
-    RunRecord,
-    build_report,
-    is_partial,
-    render_compare,
-)
+from opsdctl.stats.compare import Reference, RunRecord, is_partial, render_compare
+from opsdctl.stats.compare import build_report as build
+from tests.support.report_doc import report as typed
+
+
+def build_report(*args, **kw) -> dict:
+    """The `compare --json` document of the typed report: what these tests read."""
+    return build(*args, **kw).to_json()
 
 REF = Reference(mean=54.22, sd=1.48, n=5)
 
@@ -42,7 +43,7 @@ def dumps(report):
 
 def render(report, width=170):
     con = Console(file=io.StringIO(), width=width, record=True, color_system=None)
-    render_compare(report, con)
+    render_compare(typed(report), con)
     return con.export_text()
 
 

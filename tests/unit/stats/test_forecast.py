@@ -208,7 +208,7 @@ def test_compare_gives_every_entry_exactly_the_forecast_keys():
     runs += [RunRecord("a", 10 + i, y, 12, 30, None, None, False) for i, y in enumerate((57.0, 58.5))]
     runs += [RunRecord("b", 20, 52.0, 12, 30, None, None, False), RunRecord("a", 30, 60.0, 4, 15, None, None, True)]
     rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5),
-                       variants=["baseline", "a", "b", "ghost"])
+                       variants=["baseline", "a", "b", "ghost"]).to_json()
     keys = {"mean", "low80", "high80", "p_above_reference", "p_best"}
     entries = [rep["baseline"], *rep["variants"]]
     assert {e["name"] for e in rep["variants"]} == {"a", "b", "ghost"} and any(e.get("partial") for e in entries)

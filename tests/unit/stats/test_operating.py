@@ -20,7 +20,7 @@ def _report_codes(base, cands, ref):
         runs += [RunRecord(f"c{j}", 100 * (j + 1) + i, float(y), 12, 30, None, None, False) for i, y in enumerate(c)]
     rep = build_report(runs, baseline="baseline",
                        reference=None if ref is None else Reference(ref.mean, ref.sd, ref.n, ref.prior, ref.offset_sd))
-    by = {e["name"]: e["verdict"] for e in rep["variants"]}
+    by = {e.name: e.verdict for e in rep.entries}
     code = {"better": op.BETTER, "worse": op.WORSE, "undecided": op.UNDECIDED, None: op.UNDECIDED}
     return [code[by[f"c{j}"]] for j in range(len(cands))]
 

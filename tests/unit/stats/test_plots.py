@@ -42,7 +42,8 @@ def _realistic():
     ],
 )
 def test_plot_writes_a_png(tmp_path, report):
-    out = plot_compare(json.loads(json.dumps(report)), tmp_path / "cmp.png")  # works from --json output too
+    out = plot_compare(report, tmp_path / "cmp.png")
+    assert json.loads(json.dumps(report.to_json()))  # and the report prints as plain JSON
     w, h = _png_size(out)
     assert w >= 600 and 400 <= h <= 1000
     assert out.stat().st_size > 5000

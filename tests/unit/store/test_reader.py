@@ -33,8 +33,9 @@ def documents(cfg, reader) -> tuple[dict, dict, dict]:
     from opsdctl.plan.report import compare_doc
 
     status = gather_status(cfg, reader, None)
-    compare = compare_report(cfg, reader)  # what `compare --json` prints
-    some = compare_doc(cfg, reader, ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01", pool_code=True)
+    compare = compare_report(cfg, reader).to_json()  # what `compare --json` prints
+    some = compare_doc(cfg, reader, ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01",
+                       pool_code=True).to_json()
     return steady(status), steady(compare), steady(some)
 
 
