@@ -1,13 +1,14 @@
 """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    python benchmarks/simulate_session.py --sessions 500 --also 0,1,3,-2   # the committed figures (~15 CPU min, a process per scenario)
+    python benchmarks/simulate_session.py --sessions 300 --also 0,1,3,-2   # the committed figures (a process per scenario)
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
-                                          [--also E1,E2,... ...] [--out DIR]
+                                          [--also E1,E2,... ...] [--policy NAME ...] [--out DIR]
 
 The same as `opsdctl simulate`: every planner policy runs the worker's own loop and gate
 (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate) with a fake clock and a fake
 executor; see opsdctl/plan/simulate.py for the model and docs/planner.md for the figures. `--also` adds scenarios
-(other mixes of true effects). Prints the markdown tables and writes
+(other mixes of true effects); `--policy` measures the named policies (repeat it; default: the
+published rows). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
 """
 
@@ -20,6 +21,9 @@ from multiprocessing import Pool
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# the published rows (--policy picks others, e.g. "adaptive + futility"; `opsdctl simulate` runs all)
+PUBLISHED = ("fifo-by-hand x1", "fifo-by-hand x2", "oracle x2", "planner fifo", "adaptive", "adaptive, x1 queue",
+             "adaptive, auto-repeat first")
 
 
 NOTES = """\
@@ -40,7 +44,9 @@ with 8 chains; opsdctl optimises the bet and keeps the verdicts honest (no wrong
 
 The user's queue comes first: with --auto-repeat the worker queues its own chains only after the
 chains the user queued (before them only with --auto-repeat-first), and while the user's chains
-wait the policy allocates among them alone. Baseline share: the baseline's chains over all chains
+wait the policy allocates among them alone, and auto-repeat gets only the chains they leave.
+`oracle x2` is no policy but the ceiling of the x2 queue for verdicts: the three ideas of largest
+true effect, each twice, no chain spent finding them. Baseline share: the baseline's chains over all chains
 started in a session."""
 
 
@@ -48,8 +54,8 @@ def _scenario(job: tuple) -> dict:
     sys.path.insert(0, str(REPO))
     from opsdctl.plan.simulate import run_benchmark
 
-    sessions, seed, hours, effects = job
-    return run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=effects)
+    sessions, seed, hours, effects, policies = job
+    return run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=effects, policies=policies)
 
 
 def _effects(text: str) -> tuple[float, ...]:
@@ -58,7 +64,7 @@ def _effects(text: str) -> tuple[float, ...]:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import DEFAULT_EFFECTS, write_results
+    from opsdctl.plan.simulate import DEFAULT_EFFECTS, POLICIES, write_results
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="sessions per policy")
@@ -67,9 +73,16 @@ def main(argv=None) -> int:
     ap.add_argument("--effects", default=",".join(f"{e:g}" for e in DEFAULT_EFFECTS),
                     help="true effects of the candidates, points")
     ap.add_argument("--also", action="append", default=[], metavar="E1,E2,...", help="another scenario")
+    ap.add_argument("--policy", action="append", default=None, metavar="NAME",
+                    help="measure this policy (repeatable; names as in opsdctl.plan.simulate.POLICIES; "
+                         "default: the published rows)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    jobs = [(args.sessions, args.seed, args.hours, _effects(e)) for e in [args.effects, *args.also]]
+    unknown = [p for p in args.policy or () if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy {unknown[0]!r}: one of {', '.join(POLICIES)}")
+    policies = tuple(args.policy or PUBLISHED)
+    jobs = [(args.sessions, args.seed, args.hours, _effects(e), policies) for e in [args.effects, *args.also]]
     with Pool(min(len(jobs), os.cpu_count() or 1)) as pool:  # one process per scenario
         docs = pool.map(_scenario, jobs)
     default = args.effects == ",".join(f"{e:g}" for e in DEFAULT_EFFECTS) and args.also == ["0,1,3,-2"]

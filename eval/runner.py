@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from eval import plan as planmod
 from eval import records
@@ -255,8 +255,8 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
                 merged_dir = out / MERGED_DIR if settings.adapter else None
             records.append_line(progress_file, {"done": len(done), "total": total})
             write_looks(len(done))
-            timing = _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file,
-                              progress_file, total, write_looks, worker_stats, bar, merge)
+            timing = _collect(_Collection(settings, problems, opts, model_path, dispatcher, merge, done, below, index,
+                                          log_file, progress_file, total, write_looks, worker_stats, bar))
         finally:
             log_file.close()
             bar.close()
@@ -318,9 +318,33 @@ def _on_term(*_):
     raise SystemExit(143)
 
 
-def _collect(settings, problems, opts, model_path, dispatcher, done, below, index, log_file, progress_file,
-             total, write_looks, worker_stats, bar, merge=None) -> dict:
+@dataclass
+class _Collection:
+    """One run of the workers: what they run, and where each finished sample goes."""
+
+    settings: EvalSettings
+    problems: list[Problem]
+    opts: Any
+    model_path: str
+    dispatcher: Any  # planmod's dispatcher of micro-batches
+    merge: Optional["_BackgroundMerge"]  # vllm: the merged weights written while the workers start
+    done: dict  # (problem id, sample) -> record; filled here
+    below: dict  # look k -> per-problem counts below it; filled here
+    index: dict  # problem id -> its position
+    log_file: Any  # records.SampleLog
+    progress_file: Path
+    total: int
+    write_looks: Callable[[int], None]
+    worker_stats: dict  # worker id -> its figures; filled here
+    bar: Any
+
+
+def _collect(c: _Collection) -> dict:
     """Run the workers until every batch is done; returns generation timing."""
+    settings, problems, opts, model_path, dispatcher, merge = (c.settings, c.problems, c.opts, c.model_path,
+                                                               c.dispatcher, c.merge)
+    done, below, index, log_file, progress_file = c.done, c.below, c.index, c.log_file, c.progress_file
+    total, write_looks, worker_stats, bar = c.total, c.write_looks, c.worker_stats, c.bar
     from eval.worker import worker_main
 
     ctx = mp.get_context(opts.pool)

@@ -17,9 +17,10 @@ from typing import Callable, Optional
 from opsdctl.errors import UserError
 from opsdctl.daemon import procs
 from opsdctl.client.worker_view import worker_view
-from opsdctl.store.engine import Store, get_chain, latest_worker, stages_of
+from opsdctl.store.engine import Store, get_chain
+from opsdctl.store.open_read import open_reader
 from opsdctl.store.models import Stage, utcnow
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import State, transition
 
 WORKER_ACK_S = 10.0  # beyond the grace period, how long to wait for a live worker to record the stop
 
@@ -59,12 +60,11 @@ def cancel_chain(
     if was == State.QUEUED.value:
         return result
 
-    with store.read() as s:
-        worker_alive = worker_view(latest_worker(s))["state"] == "running"
+    reader = open_reader(store)
+    worker_alive = worker_view(reader.latest_worker())["state"] == "running"
     deadline = time.monotonic() + grace + WORKER_ACK_S
     while True:
-        with store.read() as s:
-            live = [st for st in stages_of(s, chain_id) if st.state == StageState.RUNNING.value]
+        live = [st for st in reader.stages_of(chain_id) if st.state == State.RUNNING.value]
         for st in live:
             rep = remote_stop(st) if remote_stop is not None else None
             if rep is not None and getattr(rep, "via", ""):
@@ -91,8 +91,8 @@ def cancel_chain(
             with store.write() as s:
                 for st in live:
                     row = s.get(Stage, st.id)
-                    if row.state == StageState.RUNNING.value:
-                        row.state = StageState.CANCELLED.value
+                    if row.state == State.RUNNING.value:
+                        row.state = State.CANCELLED.value
                         row.finished_at = utcnow()
                         row.reason = reason
             break

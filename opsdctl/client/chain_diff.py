@@ -16,22 +16,20 @@ from opsdctl.recipes import partial
 from opsdctl.identity import snapshot as snap
 from opsdctl.stats import candidates
 from opsdctl.stats.scores import code_view, training_commands, training_snapshot_ids
-from opsdctl.store.engine import Store, get_chain, snapshot_of, stages_of
-from opsdctl.store.models import Variant
+from opsdctl.store.reader import Reader
 
 MAX_FILES = 200  # files listed for two copies that differ
 
 
-def chain_diff(store: Store, a: int, b: int, patch: bool = False) -> dict:
-    with store.read() as s:
-        ca, cb = get_chain(s, a), get_chain(s, b)
-        va, vb = s.get(Variant, ca.variant_id), s.get(Variant, cb.variant_id)
-        reader = store.reader()
+def chain_diff(reader: Reader, a: int, b: int, patch: bool = False) -> dict:
+    with reader.snapshot():
+        ca, cb = reader.get_chain(a), reader.get_chain(b)
+        va, vb = reader.variant(ca.variant_id), reader.variant(cb.variant_id)
         trained = training_snapshot_ids(reader, [ca, cb])
-        sa, sb = snapshot_of(s, trained[ca.id]), snapshot_of(s, trained[cb.id])
+        sa, sb = reader.code_snapshot(trained[ca.id]), reader.code_snapshot(trained[cb.id])
         cmds = {}
         for c in (ca, cb):
-            rows = stages_of(s, c.id)
+            rows = reader.stages_of(c.id)
             ckpt = c.checkpoint if c.eval_only else next((st.checkpoint for st in rows if st.name == "train"), None)
             cmds[c.id] = {st.name: _normalized(st.command, c, st, ckpt) for st in rows}
         cmd_ids = training_commands(reader, [ca, cb])
@@ -66,7 +64,7 @@ def _side(chain, variant, row) -> dict:
             "checkpoint": chain.checkpoint, "code": code_view(row)}
 
 
-def _knob_diff(va: Variant, vb: Variant) -> list[dict]:
+def _knob_diff(va, vb) -> list[dict]:
     out = []
     for section, ha, hb in (("hparams", va.hparams, vb.hparams), ("method", va.method, vb.method)):
         for key in list(dict.fromkeys([*ha, *hb])):

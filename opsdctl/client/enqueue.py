@@ -23,6 +23,7 @@ from opsdctl.identity.snapshot_lock import snapshot_lock
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
 from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
 from opsdctl.store.chain_copy import copy_chain
+from opsdctl.store.open_read import open_reader
 from opsdctl.store.states import State
 
 
@@ -137,11 +138,11 @@ def queue_recipes(
     #    race-free, inside the write transaction).
     store: Store = store_factory()
     if not force:
-        with store.read() as session:
-            for recipe in recipes:
-                versions = variants_named(session, recipe.name)
-                if versions and all(v.hash != recipe.hash for v in versions):
-                    _refuse_changed(versions[-1], recipe)
+        reader = open_reader(store)
+        for recipe in recipes:
+            versions = reader.variants_named(recipe.name)
+            if versions and all(v.hash != recipe.hash for v in versions):
+                _refuse_changed(versions[-1], recipe)
     # 3. Freeze the code (outside the store transaction: git can take a moment), under the lock
     #    that keeps `opsdctl gc` from removing the snapshot before its chains are recorded.
     #    The worker writes every chain's logs under runs_dir: refuse now if it cannot.
@@ -206,7 +207,8 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
                 session.flush()
                 out.append(QueuedChain.of(chain, variant))
         if setting.partial:
-            base = _baseline_partial(cfg, session, recipes, setting, snapshot_row, frozen.path, spec, spec_hash, seed)
+            base = _baseline_partial(cfg, session, recipes, setting, snapshot_row=snapshot_row, code_dir=frozen.path,
+                                     spec=spec, spec_hash=spec_hash, seed=seed)
             if base is not None:
                 out.append(base)
                 notes.append(f"queued chain {base.chain_id}: {base.variant} with the same {setting.text()} eval, so "
@@ -214,7 +216,7 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
     return QueueResult(out, notes, frozen, snapshot_warnings(cfg, frozen))
 
 
-def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: partial.EvalSetting, snapshot_row,
+def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: partial.EvalSetting, *, snapshot_row,
                       code_dir: str, spec: dict, spec_hash: str, seed: int) -> Optional[QueuedChain]:
     """One chain of the baseline with this partial eval, when the baseline has a variant in the store,
     is not among the recipes queued, and has never had a chain with this setting. It runs on the

@@ -51,7 +51,9 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
         _check_name(name)
     store: Store = store_factory()
     checkpoint = BASE if target.strip().lower() == BASE else _checkpoint_dir(target)
-    with store.read() as s:  # everything that can be refused is refused before the snapshot
+    # Everything that can be refused is refused before the snapshot, by the checks the write below
+    # repeats race-free (one implementation: they query the ORM); this transaction writes nothing.
+    with store.write() as s:
         trainer = None if checkpoint == BASE else _trained_by(s, checkpoint)
         _plan_variant(s, checkpoint, trainer, name)
         if trainer is not None:

@@ -17,12 +17,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from sqlalchemy import select
-
 from opsdctl.errors import UserError
 from opsdctl.client.worker_view import worker_view
-from opsdctl.store.engine import Store, latest_worker, score_of, stages_of
-from opsdctl.store.models import Chain, Variant, iso
+from opsdctl.store.reader import Reader
+from opsdctl.store.values import iso
 from opsdctl.store.states import ACTIVE, State
 
 ACTIVE_STATES = frozenset(st.value for st in ACTIVE)
@@ -50,9 +48,9 @@ class WaitResult:
                 "chains": self.chains}
 
 
-def _view(s, asked: int, chain: Chain) -> dict:
-    v = s.get(Variant, chain.variant_id)
-    score = score_of(s, chain.id)
+def _view(reader: Reader, asked: int, chain) -> dict:
+    v = reader.variant(chain.variant_id)
+    score = reader.score_of(chain.id)
     return {"chain_id": asked, "final_chain_id": chain.id, "variant": v.label, "seed": chain.seed,
             "state": chain.state, "stage": chain.stage, "reason": chain.reason,
             "score": None if score is None else round(score.avg_at_k, 4), "k": score.k if score else None,
@@ -60,11 +58,11 @@ def _view(s, asked: int, chain: Chain) -> dict:
             "progress": None}
 
 
-def _follow(s, chain: Chain) -> Chain:
+def _follow(reader: Reader, chain):
     """The chain whose outcome stands for `chain`: its re-run when it was interrupted and re-queued."""
     seen = {chain.id}
     while chain.state == State.INTERRUPTED.value:
-        nxt = s.scalars(select(Chain).where(Chain.requeued_from == chain.id).order_by(Chain.id.desc()).limit(1)).first()
+        nxt = reader.requeued_as(chain.id)
         if nxt is None or nxt.id in seen:
             break
         seen.add(nxt.id)
@@ -72,12 +70,8 @@ def _follow(s, chain: Chain) -> Chain:
     return chain
 
 
-def _active_ids(s) -> list[int]:
-    return list(s.scalars(select(Chain.id).where(Chain.state.in_(sorted(ACTIVE_STATES))).order_by(Chain.id)))
-
-
 def wait_chains(
-    store: Store,
+    reader: Reader,
     chain_ids: Optional[Sequence[int]],
     timeout_s: Optional[float] = None,
     poll_s: float = 1.0,
@@ -87,29 +81,29 @@ def wait_chains(
 
     on_tick(views of the chains still active, the worker's view) is called at every poll."""
     tracked: list[int] = []
-    with store.read() as s:
+    with reader.snapshot():
         if chain_ids is None:
-            tracked = _active_ids(s)
+            tracked = reader.active_chain_ids()
         else:
             for cid in chain_ids:
-                if s.get(Chain, cid) is None:
+                if reader.find_chain(cid) is None:
                     raise UserError(f"chain {cid} does not exist; `opsdctl status --all` lists the chains")
                 if cid not in tracked:
                     tracked.append(cid)
     start = time.monotonic()
     while True:
-        with store.read() as s:
+        with reader.snapshot():
             if chain_ids is None:
-                tracked += [cid for cid in _active_ids(s) if cid not in tracked]
+                tracked += [cid for cid in reader.active_chain_ids() if cid not in tracked]
             views, pending = [], []
             for cid in tracked:
-                chain = _follow(s, s.get(Chain, cid))
-                view = _view(s, cid, chain)
+                chain = _follow(reader, reader.find_chain(cid))
+                view = _view(reader, cid, chain)
                 (pending if chain.state in ACTIVE_STATES else views).append(view)
                 if chain.state == State.RUNNING.value:
-                    cur = next((st for st in reversed(stages_of(s, chain.id)) if st.name == chain.stage), None)
+                    cur = next((st for st in reversed(reader.stages_of(chain.id)) if st.name == chain.stage), None)
                     view["progress"] = cur.progress if cur is not None else None
-            worker = worker_view(latest_worker(s))
+            worker = worker_view(reader.latest_worker())
         waited = time.monotonic() - start
         if not pending:
             return WaitResult(sorted(views, key=lambda v: v["chain_id"]), False, waited)

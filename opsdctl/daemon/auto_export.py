@@ -37,6 +37,7 @@ from opsdctl.plan.budget import BudgetView, fmt_duration
 from opsdctl.plan.submission import Leader, pick_leader
 from opsdctl.recipes import knobs
 from opsdctl.stats.report import Baseline, Entry, Forecast, Report
+from opsdctl.store.open_read import open_reader
 
 # (the export and the store's write functions are imported where used: `status` reads
 # last_written through here and must not import SQLAlchemy)
@@ -115,7 +116,7 @@ def render_file(store, report: Report, leader: Leader, when: str, why: str,
     head += _evidence(report, leader)
     ref = leader.variant
     if ref is None:  # the baseline: its own (empty) export when it is in the store
-        versions = store.reader().variants_named((leader.name or "").split("@")[0]) if leader.name else []
+        versions = open_reader(store).variants_named((leader.name or "").split("@")[0]) if leader.name else []
         ref = versions[-1].label if versions and versions[-1].kind == "recipe" else None
     if ref is None:
         body = knobs.format_recipe_env({}, ["the released recipe: no key differs from it"])
@@ -147,7 +148,7 @@ def current_bet(reader) -> Optional[dict]:
 
 
 def last_written(reader) -> Optional[dict]:
-    """What the exporter wrote last; `reader`: opsdctl.store.reader (`Store.reader()`)."""
+    """What the exporter wrote last; `reader`: opsdctl.store.reader (`open_reader(store)`)."""
     text = reader.get_meta(EXPORT_KEY)
     try:
         return json.loads(text) if text else None
@@ -181,7 +182,7 @@ class AutoExporter:
         now, why = due(self.budget(), self.minutes_before) if self.path is not None else (False, "")
         if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
             return None
-        reader = self.store.reader()
+        reader = open_reader(self.store)
         report = compare_doc(self.cfg, reader, None, None)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")

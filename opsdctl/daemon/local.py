@@ -16,7 +16,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -48,7 +48,7 @@ from opsdctl.store.models import (
     WorkerRun,
     utcnow,
 )
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import Outcome, State, transition
 
 POLL_S = 0.2  # how often a running stage is checked for exit
 NO_GO_EXIT_S = 5.0  # how long an eval held for its go may take to exit on its own at end of file
@@ -75,14 +75,6 @@ class StopRequest:
 
     def __bool__(self) -> bool:
         return self.reason is not None
-
-
-@dataclass
-class StageOutcome:
-    ok: bool
-    end: Optional[State] = None  # the chain's end state when the chain must stop here
-    reason: Optional[str] = None
-    checkpoint: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +104,26 @@ class _Prestarted:
     go_fd: int  # our end of its go pipe: one byte = go; closing it = no go
     ident: procs.StageIdentity
     started: float  # monotonic
+
+
+@dataclass(frozen=True)
+class _Watched:
+    """What the watch loop of one running stage looks at."""
+
+    info: ChainInfo
+    stage: str
+    stage_id: int
+    proc: subprocess.Popen
+    ident: procs.StageIdentity
+    stage_dir: Path
+    log_path: Path
+    timeout_min: Optional[float]
+    watch: "_Watch"
+    started: float  # monotonic
+
+
+# A chain moved out of `running` by someone else (`opsdctl cancel`) while its stage ran.
+CANCELLED_WHILE_RUNNING = Outcome(State.CANCELLED, "cancelled while running", recorded=True)
 
 
 @dataclass
@@ -172,13 +184,13 @@ class LocalExecutor:
             if not code_dir.is_dir() and snap is not None:
                 code_dir = ensure_materialized(snap.kind, snap.key, snap.source_dir, self.cfg.runs_dir, snap.prefix)
             if not code_dir.is_dir():
-                return self._end(chain_id, State.FAILED, f"code dir {code_dir} is missing")
+                return self._end(chain_id, Outcome(State.FAILED, f"code dir {code_dir} is missing"))
             run_dir = self._prepare_run_dir(chain, variant)
             self._settings = frozen_stages.settings(chain.stage_spec, self.cfg)
             code_dir = self._own_code_view(chain, snap, code_dir, run_dir)
         except Exception as exc:  # a broken snapshot fails this chain only
             if environment_problem(exc) is None:
-                return self._end(chain_id, State.FAILED, f"could not prepare the chain: {exc}")
+                return self._end(chain_id, Outcome(State.FAILED, f"could not prepare the chain: {exc}"))
             # An unwritable or full runs dir would fail every queued chain in turn: stop instead.
             recorded, new_id = requeue_after_error(self.store, self.cfg, chain_id, f"could not prepare the chain: {exc}", self.report)
             raise environment_stop(exc, chain_id, recorded, new_id) from None
@@ -189,13 +201,13 @@ class LocalExecutor:
             for i, stage in enumerate(chain_stages):
                 self._stages_left = chain_stages[i + 1:]
                 outcome = self._run_stage(info, chain, variant, stage, run_dir, code_dir, checkpoint)
+                if outcome.recorded:  # already ended (cancelled, or ended by the stage itself)
+                    return self._current_state(chain_id)
+                if outcome.state is State.INTERRUPTED:  # a worker stop: as after a SIGKILL, re-queued
+                    requeue_after_error(self.store, self.cfg, chain_id, outcome.reason, self.report)
+                    return self._current_state(chain_id)
                 if not outcome.ok:
-                    if outcome.end is None:  # already ended (cancelled, or ended by the stage itself)
-                        return self._current_state(chain_id)
-                    if outcome.end == State.INTERRUPTED:  # a worker stop: as after a SIGKILL, re-queued
-                        requeue_after_error(self.store, self.cfg, chain_id, outcome.reason, self.report)
-                        return self._current_state(chain_id)
-                    return self._end(chain_id, outcome.end, outcome.reason)
+                    return self._end(chain_id, outcome)
                 checkpoint = outcome.checkpoint or checkpoint
         except BaseException as exc:
             # A bug, a store failure or a full disk in the worker: stop the stage (orphans hold
@@ -270,16 +282,16 @@ class LocalExecutor:
         with self.store.read() as s:
             return State(s.get(Chain, chain_id).state)
 
-    def _end(self, chain_id: int, state: State, reason: Optional[str], score=None) -> State:
-        """Move the chain to its end state (guarded: a concurrent cancel wins)."""
+    def _end(self, chain_id: int, outcome: Outcome, score=None) -> State:
+        """Move the chain to its outcome (guarded: a concurrent cancel wins)."""
         with self.store.write() as s:
-            moved = transition(s, chain_id, State.RUNNING, state, reason=reason)
+            moved = transition(s, chain_id, State.RUNNING, outcome)
             if moved and score is not None:
                 s.add(score)
             current = State(s.get(Chain, chain_id).state)
-        if moved and state != State.SUCCEEDED:
-            tail = f": {reason}" if reason else ""
-            self.report(f"chain {chain_id}: {state}{tail}")
+        if moved and not outcome.ok:
+            tail = f": {outcome.reason}" if outcome.reason else ""
+            self.report(f"chain {chain_id}: {outcome.state}{tail}")
         return current
 
     # --- one stage ------------------------------------------------------------------------
@@ -327,23 +339,23 @@ class LocalExecutor:
         ckpt = Path(stages.render(self._settings.checkpoint, values, quote=False))
         return ckpt if ckpt.is_absolute() else code_dir / ckpt
 
-    def _run_stage(self, info, chain, variant, stage, run_dir, code_dir, checkpoint) -> StageOutcome:
+    def _run_stage(self, info, chain, variant, stage, run_dir, code_dir, checkpoint) -> Outcome:
         grant = self._wait_for_grant(info, stage)
         if not isinstance(grant, Grant):
             self._drop_prestarted("the chain ended before its evaluation")
-            return grant  # a StageOutcome that ends the chain
+            return grant  # an Outcome that ends the chain
         try:
             if self._repair_code(chain, self._snap, run_dir / "code"):
                 self._drop_prestarted("its code was put back as queued")  # it may have read the changed code
         except UserError as exc:  # a changed copy that cannot be rebuilt
             self._drop_prestarted("its code snapshot was dropped")
-            return StageOutcome(False, State.FAILED, f"{stage} not started: {exc}")
+            return Outcome(State.FAILED, f"{stage} not started: {exc}")
         gpus = tuple(grant.gpus)
         try:
             launch = self._launch(chain, variant, stage, run_dir, code_dir, checkpoint, grant)
         except UserError as exc:  # a command frozen before quoted placeholders were refused
             self._drop_prestarted("its eval could not be rendered")
-            return StageOutcome(False, State.FAILED, f"{stage} not started: {exc}")
+            return Outcome(State.FAILED, f"{stage} not started: {exc}")
         held = self._take_prestarted(launch)  # started while training ran, now given this stage
         if held is not None:
             launch = held.launch
@@ -354,10 +366,10 @@ class LocalExecutor:
             reason = s.get(Chain, chain.id).reason
             if s.get(Chain, chain.id).state != State.RUNNING.value:
                 self.report(f"chain {chain.id}: {reason or 'cancelled'} before {stage} started")
-                return StageOutcome(False, None, None)
+                return Outcome(State.CANCELLED, reason, recorded=True)
             s.get(Chain, chain.id).stage = stage
             row = Stage(
-                chain_id=chain.id, name=stage, state=StageState.RUNNING.value, command=command, cwd=str(code_dir),
+                chain_id=chain.id, name=stage, state=State.RUNNING.value, command=command, cwd=str(code_dir),
                 token=token, host=self.host, gpus=values["gpus"], log_path=str(log_path), stage_dir=str(stage_dir),
                 estimate_seconds=grant.estimate_seconds,
             )
@@ -366,15 +378,13 @@ class LocalExecutor:
             stage_id = row.id
         if self.stop_request:  # a signal arrived between the claim and the start
             reason = f"worker stopped ({self.stop_request.reason}) before {stage}"
-            self._finish_stage(stage_id, StageState.INTERRUPTED, None, 0.0, reason)
-            return StageOutcome(False, State.INTERRUPTED, reason)
+            return self._finish_stage(stage_id, Outcome(State.INTERRUPTED, reason), 0.0)
         if stage == "train" and self._settings.recipe_env_path:
             try:
                 self._install_recipe(chain, code_dir, run_dir)
             except Exception as exc:
                 reason = f"could not write the recipe to [stages.train] recipe_env_path: {exc}"
-                self._finish_stage(stage_id, StageState.FAILED, None, 0.0, reason)
-                return StageOutcome(False, State.FAILED, reason)
+                return self._finish_stage(stage_id, Outcome(State.FAILED, reason), 0.0)
         watch = _Watch()
         leader: list[int] = []  # the sampler starts first, so its baseline is the GPUs before the stage
         sampler = gpu_sampler.sampler_for_stage(gpus, lambda: _stage_pids(leader, watch),
@@ -388,8 +398,8 @@ class LocalExecutor:
                 sampler.stop()
             if environment_problem(exc) is not None:
                 raise  # not this chain's fault: run_chain re-queues it and the worker stops
-            self._finish_stage(stage_id, StageState.FAILED, None, time.monotonic() - started, f"could not start: {exc}")
-            return StageOutcome(False, State.FAILED, f"{stage} could not start: {exc}")
+            self._finish_stage(stage_id, Outcome(State.FAILED, f"could not start: {exc}"), time.monotonic() - started)
+            return Outcome(State.FAILED, f"{stage} could not start: {exc}")
         leader.append(proc.pid)
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
         self._live = ident
@@ -402,12 +412,13 @@ class LocalExecutor:
         if stage == "train" and "eval" in self._stages_left and self._settings.eval_prestart:
             self._prestart(chain, variant, run_dir, code_dir, self._checkpoint_path(values, code_dir), grant)
 
-        how, detail = self._watch(info, stage, stage_id, proc, ident, stage_dir, log_path, stage_cfg.timeout_minutes, watch, started)
+        ended = self._watch(_Watched(info, stage, stage_id, proc, ident, stage_dir, log_path,
+                                     stage_cfg.timeout_minutes, watch, started))
         seconds = time.monotonic() - started
         rc = proc.returncode
-        if how == "exited" and self._current_state(chain.id) != State.RUNNING:
-            how, detail = "cancelled", "cancelled while running"  # e.g. `opsdctl cancel` killed it first
-        if how == "exited":
+        if ended is None and self._current_state(chain.id) != State.RUNNING:
+            ended = CANCELLED_WHILE_RUNNING  # e.g. `opsdctl cancel` killed it first
+        if ended is None:
             # Recorded before its output is read: a worker killed while reading it leaves salvage
             # the fact that training ended (exit 0 + the checkpoint), so it is never trained again.
             with self.store.write() as s:
@@ -419,7 +430,7 @@ class LocalExecutor:
         self._live = None
         self._record_gpu_usage(stage_id, sampler)
         self._restore_recipe()
-        if how == "exited" and leftover.found:
+        if ended is None and leftover.found:
             self.report(f"chain {chain.id}: {stage} exited but left {leftover.found} process(es); {leftover.summary()}")
         try:
             self.gate.released(info, stage, sorted(watch.pids | {proc.pid}))
@@ -427,62 +438,51 @@ class LocalExecutor:
             self.report(f"chain {chain.id}: gate.released failed: {exc}")
         self._record_train_stats(chain.id, stage, stage_dir, log_path)
 
-        if how == "cancelled":
-            self._finish_stage(stage_id, StageState.CANCELLED, rc, seconds, detail, watch)
-            self._report_cancel(chain.id, f"during {stage}, after {_fmt_s(seconds)}; its processes were stopped")
-            return StageOutcome(False, None, None)
-        if how == "interrupted":
-            self._finish_stage(stage_id, StageState.INTERRUPTED, rc, seconds, detail, watch)
-            return StageOutcome(False, State.INTERRUPTED, detail)
-        if how == "timeout":
-            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, detail, watch)
-            return StageOutcome(False, State.FAILED, detail)
-        if how == "policy":
-            stop: Stop = detail
-            self._finish_stage(stage_id, StageState.STOPPED, rc, seconds, stop.reason, watch)
-            partial = self._partial_score(chain.id, stage, stage_dir, watch) if stage == "eval" else None
-            self._end(chain.id, stop.state, stop.reason, score=partial)
-            return StageOutcome(False, None, stop.reason)
+        if ended is not None:
+            self._finish_stage(stage_id, replace(ended, exit_code=rc), seconds, watch)
+            if ended.state is State.CANCELLED and ended.recorded:
+                self._report_cancel(chain.id, f"during {stage}, after {_fmt_s(seconds)}; its processes were stopped")
+            if ended.by_policy:
+                partial = self._partial_score(chain.id, stage, stage_dir, watch) if stage == "eval" else None
+                self._end(chain.id, ended, score=partial)
+                return replace(ended, recorded=True)
+            return ended
 
         # The process exited on its own.
         if rc != 0:
             hint = failure_hint(chain.id, stage, rc, chain.stage_spec, frozen_stages.config_now(self.cfg),
                                 eval_only_possible=stage == "eval")
             reason = f"{stage} {_exit_words(rc)}{_last_line(log_path)}{hint}"
-            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
-            return StageOutcome(False, State.FAILED, reason)
+            return self._finish_stage(stage_id, Outcome(State.FAILED, reason, rc), seconds, watch)
         if stage == "train":
             ckpt = self._checkpoint_path(values, code_dir)
             if not ckpt.exists():
                 reason = f"train exited 0 but left no checkpoint at {ckpt} (see [stages.train] checkpoint)"
-                self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
-                return StageOutcome(False, State.FAILED, reason)
+                return self._finish_stage(stage_id, Outcome(State.FAILED, reason, rc), seconds, watch)
             check = self._check_recipe(chain, variant, stage_id, log_path)
             if check.status == MISMATCH:
-                self._finish_stage(stage_id, StageState.FAILED, rc, seconds, check.reason, watch, checkpoint=str(ckpt))
-                return StageOutcome(False, State.FAILED, check.reason)
-            self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch, checkpoint=str(ckpt))
+                return self._finish_stage(stage_id, Outcome(State.FAILED, check.reason, rc, checkpoint=str(ckpt)), seconds, watch)
+            done = self._finish_stage(stage_id, Outcome(State.SUCCEEDED, None, rc, checkpoint=str(ckpt)), seconds, watch)
             self.report(f"chain {chain.id}: train done in {seconds:.1f}s, checkpoint {ckpt}")
-            return StageOutcome(True, checkpoint=str(ckpt))
+            return done
         try:
             result = results.read_eval_result(stage_dir, log_path)
         except results.ResultError as exc:
-            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, str(exc), watch)
-            return StageOutcome(False, State.FAILED, f"eval result rejected: {exc}")
+            self._finish_stage(stage_id, Outcome(State.FAILED, str(exc), rc), seconds, watch)
+            return Outcome(State.FAILED, f"eval result rejected: {exc}", rc)
         if result is None:
             reason = f"eval exited 0 but wrote no {stage_dir / 'result.json'} and no FINAL line in its log"
-            self._finish_stage(stage_id, StageState.FAILED, rc, seconds, reason, watch)
-            return StageOutcome(False, State.FAILED, reason)
-        self._finish_stage(stage_id, StageState.SUCCEEDED, rc, seconds, None, watch)
+            return self._finish_stage(stage_id, Outcome(State.FAILED, reason, rc), seconds, watch)
+        self._finish_stage(stage_id, Outcome(State.SUCCEEDED, None, rc), seconds, watch)
         mismatch = eval_request.flag_result(result, chain)
         if mismatch:
             self.report(f"chain {chain.id}: {mismatch}")
         score = _score_row(chain.id, result, seconds)
-        state = self._end(chain.id, State.SUCCEEDED, None, score=score)
+        state = self._end(chain.id, Outcome(State.SUCCEEDED, None, rc), score=score)
         if state == State.SUCCEEDED:
             self.report(f"chain {chain.id} {variant.label} seed {chain.seed}: succeeded, avg@{result.k} = "
                         f"{result.avg_at_k:.2f}" + (" (partial)" if result.partial else "") + f" (eval {seconds:.1f}s)")
-        return StageOutcome(state == State.SUCCEEDED, None)
+        return Outcome(state, None, rc, recorded=True)  # succeeded, or a cancel that got there first
 
     # --- an eval started ahead of its turn (DEVELOPERS.md, "prestart") ---------------
 
@@ -558,23 +558,26 @@ class LocalExecutor:
             if isinstance(decision, Grant):
                 return decision
             if isinstance(decision, Skip):
-                return StageOutcome(False, State.SKIPPED, f"{stage}: {decision.reason}")
+                return Outcome(State.SKIPPED, f"{stage}: {decision.reason}")
             if isinstance(decision, Wait):
                 self._activity(f"chain {info.chain_id}: {stage} waits: {decision.reason}")
                 end = time.monotonic() + max(0.05, decision.seconds)
                 while time.monotonic() < end:
                     if self.stop_request:
-                        return StageOutcome(False, State.INTERRUPTED, f"worker stopped ({self.stop_request.reason}) before {stage}")
+                        return Outcome(State.INTERRUPTED, f"worker stopped ({self.stop_request.reason}) before {stage}")
                     if self._current_state(info.chain_id) != State.RUNNING:
                         self._report_cancel(info.chain_id, f"while {stage} waited: {decision.reason}")
-                        return StageOutcome(False, None, None)
+                        return Outcome(State.CANCELLED, recorded=True)
                     time.sleep(min(0.5, max(0.0, end - time.monotonic())))
                 continue
             raise TypeError(f"gate.grant returned {decision!r}; expected Grant, Skip or Wait")
 
-    def _watch(self, info, stage, stage_id, proc, ident, stage_dir, log_path, timeout_min, watch, started):
-        """Wait for the stage to end. Returns (how, detail): how in exited | cancelled |
-        interrupted | timeout | policy."""
+    def _watch(self, w: "_Watched") -> Optional[Outcome]:
+        """Wait for the stage to end. Returns None when its process exited on its own (what that
+        means is for its output to say), else how it was ended: cancelled (already recorded),
+        interrupted by a worker stop, failed on its timeout, or stopped by the gate's policy."""
+        info, stage, stage_id, proc, ident = w.info, w.stage, w.stage_id, w.proc, w.ident
+        stage_dir, log_path, timeout_min, watch, started = w.stage_dir, w.log_path, w.timeout_min, w.watch, w.started
         profile = PROFILES.get(info.profile)
         adapter = results.LogProgress(stage, profile.max_steps if profile and stage == "train" else None)
         deadline = started + timeout_min * 60.0 if timeout_min else None
@@ -586,15 +589,15 @@ class LocalExecutor:
             if proc.poll() is not None:
                 self._read_progress(info, stage, stage_dir, log_path, adapter, watch)
                 self._write_progress(stage_id, watch)
-                return "exited", None
+                return None
             now = time.monotonic()
             if self.stop_request:
                 reason = f"worker stopped ({self.stop_request.reason}) during {stage}"
                 self._stop(ident, proc, force=self.stop_request.force)
-                return "interrupted", reason
+                return Outcome(State.INTERRUPTED, reason)
             if deadline is not None and now >= deadline:
                 self._stop(ident, proc)
-                return "timeout", f"{stage} timed out after {timeout_min:g} min ([stages.{stage}] timeout_minutes)"
+                return Outcome(State.FAILED, f"{stage} timed out after {timeout_min:g} min ([stages.{stage}] timeout_minutes)")
             if now >= next_pids:
                 watch.pids.update(procs.descendants(proc.pid))
                 next_pids = now + 2.0
@@ -604,12 +607,12 @@ class LocalExecutor:
                 self._note_stall(info.chain_id, stage, watch)
                 if stop is not None:
                     self._stop(ident, proc)
-                    return "policy", stop
+                    return Outcome(stop.state, stop.reason, by_policy=True)
             if now >= next_state:
                 next_state = now + STATE_CHECK_S
                 if self._current_state(info.chain_id) != State.RUNNING:
                     self._stop(ident, proc)
-                    return "cancelled", "cancelled while running"
+                    return CANCELLED_WHILE_RUNNING
             if now >= next_write:
                 self._write_progress(stage_id, watch)
                 next_write = now + PROGRESS_WRITE_S
@@ -749,22 +752,24 @@ class LocalExecutor:
 
     # --- records --------------------------------------------------------------------------
 
-    def _finish_stage(self, stage_id, state: StageState, rc, seconds, reason, watch: Optional[_Watch] = None, checkpoint=None):
+    def _finish_stage(self, stage_id, outcome: Outcome, seconds: float, watch: Optional[_Watch] = None) -> Outcome:
+        """Write the stage row's end from its outcome; return the outcome."""
         with self.store.write() as s:
             row = s.get(Stage, stage_id)
-            row.state = state.value
-            row.exit_code = rc
+            row.state = outcome.stage_value
+            row.exit_code = outcome.exit_code
             row.finished_at = utcnow()
             row.seconds = round(seconds, 3)
-            row.reason = one_line(reason) if reason else reason  # it may quote the stage's log
-            if checkpoint is not None:
-                row.checkpoint = checkpoint
+            row.reason = one_line(outcome.reason) if outcome.reason else outcome.reason  # it may quote the stage's log
+            if outcome.checkpoint is not None:
+                row.checkpoint = outcome.checkpoint
             if watch is not None:
                 row.pids = sorted(watch.pids | ({row.pid} if row.pid else set()))
                 p = results.progress_from_record(watch.last_progress) if watch.last_progress else None
                 if p is not None:
                     p.source = watch.last_progress.get("source", p.source)
                     row.progress = p.to_dict()
+        return outcome
 
     def _record_train_stats(self, chain_id: int, stage: str, stage_dir: Path, log_path: Path) -> None:
         if stage != "train":

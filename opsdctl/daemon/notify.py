@@ -38,6 +38,7 @@ from opsdctl.store.engine import Store, get_meta, running_stages, set_meta
 from opsdctl.store.models import Chain, Outbox, Variant, utcnow
 from opsdctl.store.outbox import EventKind, mark_sent, pending, record
 from opsdctl.templates import render
+from opsdctl.store.open_read import open_reader
 
 VERDICTS_KEY = "notify_verdicts"  # Meta: {candidate: verdict} as the notifier last saw them
 STDERR_TAIL = 400  # bytes of a failing hook's stderr kept for the log line
@@ -131,7 +132,7 @@ class Notifier:
             return
         b = self.cfg.budget
         # one event per budget: the clock's start (hours) or the configured deadline / file
-        which = self.store.reader().get_meta(CLOCK_KEY) if b.kind == "hours" else str(b.deadline or b.remaining_file)
+        which = open_reader(self.store).get_meta(CLOCK_KEY) if b.kind == "hours" else str(b.deadline or b.remaining_file)
         key = f"budget:{b.kind}:{which}"
         if key in self._recorded:
             return  # no write lock taken every second for an event already recorded
@@ -140,7 +141,7 @@ class Notifier:
         self._recorded.add(key)
 
     def _look_verdicts(self) -> None:
-        reader = self.store.reader()
+        reader = open_reader(self.store)
         scored = int(reader.value("SELECT count(*) FROM score") or 0)
         if scored == self._scored:
             return  # verdicts move only with new scores

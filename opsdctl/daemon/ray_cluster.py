@@ -67,7 +67,7 @@ from opsdctl.daemon.local import LocalExecutor, StopRequest
 from opsdctl.daemon.ray_local import local_init_kwargs
 from opsdctl.store.engine import Store, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import State, transition
 
 ACTOR_PREFIX = "opsdctl-chain-"
 SLOT_CPUS = 1  # the ChainRunner's own share of the node; stage processes are not Ray's to count
@@ -230,7 +230,7 @@ class ChainRunner:
         """Stop this chain's running stage on this node (cancel): its verified processes only."""
         with self._store().read() as s:
             rows = [st for st in stages_of(s, self.chain_id)
-                    if st.state == StageState.RUNNING.value and st.host == self.host
+                    if st.state == State.RUNNING.value and st.host == self.host
                     and (stage_id is None or st.id == stage_id)]
         found, survivors, unverified = 0, [], False
         for st in rows:
@@ -429,7 +429,7 @@ class RayExecutor:
         stage and the chain `interrupted`, and (requeue) queue a fresh copy."""
         with self.store.read() as s:
             chain = s.get(Chain, f.chain_id)
-            live = [st for st in stages_of(s, f.chain_id) if st.state == StageState.RUNNING.value]
+            live = [st for st in stages_of(s, f.chain_id) if st.state == State.RUNNING.value]
         where = f" during {chain.stage}" if chain.stage else ""
         stopped = []
         for st in live:
@@ -439,8 +439,8 @@ class RayExecutor:
                 stopped.append(note)
             with self.store.write() as s:
                 row = s.get(Stage, st.id)
-                if row.state == StageState.RUNNING.value:
-                    row.state = StageState.INTERRUPTED.value
+                if row.state == State.RUNNING.value:
+                    row.state = State.INTERRUPTED.value
                     row.finished_at = utcnow()
                     row.reason = why + (f"; {note}" if note else "")
         reason = f"{why}{where}" + (f"; {'; '.join(stopped)}" if stopped else "")

@@ -18,7 +18,7 @@ from opsdctl.daemon.env_errors import environment_problem
 from opsdctl.daemon.salvage import recover_chain
 from opsdctl.store.engine import stages_of
 from opsdctl.store.models import Chain, utcnow
-from opsdctl.store.states import StageState, State
+from opsdctl.store.states import State
 
 ATTEMPTS = 5
 RETRY_S = 1.0
@@ -33,8 +33,8 @@ def requeue_after_error(store, cfg, chain_id: int, reason: str, report: Callable
         try:
             with store.write() as s:
                 for st in stages_of(s, chain_id):
-                    if st.state == StageState.RUNNING.value:
-                        st.state, st.finished_at, st.reason = StageState.INTERRUPTED.value, utcnow(), reason
+                    if st.state == State.RUNNING.value:
+                        st.state, st.finished_at, st.reason = State.INTERRUPTED.value, utcnow(), reason
                 chain = s.get(Chain, chain_id)
                 if chain.state != State.RUNNING.value:
                     return True, None  # it ended meanwhile (a cancel)

@@ -31,7 +31,7 @@ from opsdctl.store.chain_copy import interrupt_and_requeue
 from opsdctl.contract.score_row import score_row
 from opsdctl.store.engine import stages_of, train_stats_of
 from opsdctl.store.models import Chain, Stage, TrainStats, Variant, utcnow
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import Outcome, State, transition
 
 FINAL_LOG_BYTES = 1 << 20  # the Trainer's last lines, where train_runtime is
 
@@ -58,7 +58,7 @@ def inspect(session, cfg: Config, chain: Chain) -> Found:
 
 
 def _complete_checkpoint(session, cfg: Config, chain: Chain, row: Stage) -> tuple[Optional[str], str]:
-    if row.state == StageState.SUCCEEDED.value:
+    if row.state == State.SUCCEEDED.value:
         if row.checkpoint and Path(row.checkpoint).exists():
             return row.checkpoint, "its train stage had succeeded"
         return None, ""
@@ -134,11 +134,11 @@ def recover_chain(session, cfg: Config, chain: Chain, reason: str, report: Calla
     re-queued chain's id (None when it succeeded or had already ended)."""
     found = inspect(session, cfg, chain)
     if found.result is not None:
+        done = Outcome(State.SUCCEEDED, f"recovered after {reason}: its evaluation had finished ({found.result.source})")
         row = session.get(Stage, found.eval_row.id)
-        row.state, row.reason = StageState.SUCCEEDED.value, f"salvaged after {reason}: its result was complete"
+        row.state, row.reason = done.stage_value, f"salvaged after {reason}: its result was complete"
         row.finished_at = row.finished_at or utcnow()
-        why = f"recovered after {reason}: its evaluation had finished ({found.result.source})"
-        if transition(session, chain.id, State.RUNNING, State.SUCCEEDED, reason=why):
+        if transition(session, chain.id, State.RUNNING, done):
             session.add(score_row(chain.id, found.result, None))
             report(f"chain {chain.id}: salvaged its finished evaluation ({found.result.source}, avg@{found.result.k} = "
                    f"{found.result.avg_at_k:.2f}); succeeded without re-running anything")

@@ -49,7 +49,7 @@ from opsdctl.store.engine import (
 )
 from opsdctl.store.locks import WorkerBusy, worker_lock, worker_lock_path  # noqa: F401  (re-exported)
 from opsdctl.store.models import Chain, Stage, Variant, WorkerRun, utcnow
-from opsdctl.store.states import StageState, State, transition
+from opsdctl.store.states import State, transition
 
 
 
@@ -91,8 +91,8 @@ def recover(store: Store, cfg: Config, report: Callable[[str], None],
         stopped_by_chain[st.chain_id] = stopped_by_chain.get(st.chain_id, 0) + rep.found
         with store.write() as s:
             row = s.get(Stage, st.id)
-            if row.state == StageState.RUNNING.value:
-                row.state = StageState.INTERRUPTED.value
+            if row.state == State.RUNNING.value:
+                row.state = State.INTERRUPTED.value
                 row.finished_at = utcnow()
                 row.reason = "its worker died" + (f"; {rep.summary()}" if rep.found else "")
     here = socket.gethostname()

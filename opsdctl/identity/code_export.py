@@ -24,6 +24,7 @@ from typing import Optional
 
 from opsdctl.errors import UserError
 from opsdctl.identity import snapshot as snap
+from opsdctl.store.open_read import open_reader
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def write_code(store, runs_dir: Path, chain_id: int, dest: Path) -> CodeWritten:
     dest = Path(dest).expanduser().absolute()
     with store.read() as s:
         chain = get_chain(s, chain_id)
-        trained = training_snapshot_ids(store.reader(), [chain]).get(chain.id)
+        trained = training_snapshot_ids(open_reader(store), [chain]).get(chain.id)
         row = snapshot_of(s, trained)
         trainer = chain.trained_by if chain.eval_only and chain.trained_by else chain.id
         if row is None:

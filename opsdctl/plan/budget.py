@@ -139,6 +139,6 @@ def fmt_duration(seconds: float) -> str:
 
 def clock_start(reader) -> Optional[float]:
     """When the first worker started the hours clock (epoch seconds), from the store's reader
-    (opsdctl.store.reader; `Store.reader()` for a Store)."""
+    (opsdctl.store.reader; `open_reader(store)` for a Store)."""
     value = reader.get_meta(CLOCK_KEY)
     return float(value) if value else None

@@ -202,7 +202,7 @@ def default_seconds(cfg) -> dict[str, float]:
 
 def history(reader, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     """The latest `limit` succeeded stages with their actual seconds, keyed by cost_key (oldest
-    first); `reader`: opsdctl.store.reader (`Store.reader()` for a Store).
+    first); `reader`: opsdctl.store.reader (`open_reader(store)` for a Store).
 
     One narrow query of plain columns, and each variant's knobs decoded once. The cap keeps
     status and the worker's refresh flat as a store grows (10,000 chains are 20,000 stages);

@@ -38,6 +38,7 @@ from opsdctl.plan.gate import (
 )
 from opsdctl.stats.report import Report
 from opsdctl.store.states import State
+from opsdctl.store.open_read import open_reader
 
 RELEASE_POLL_S = 0.25
 PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
@@ -163,9 +164,10 @@ class PlannerGate:
                                         list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
 
         def plan(auto_repeat: bool) -> policy.Plan:
-            return policy.plan(items, self.compare, policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s,
-                               chain_median_s=chain_median_s, dropped=self.facts.dropped(), auto_repeat=auto_repeat,
-                               known_variants=known, voi=not s.try_every_variant, advice=advice)
+            return policy.plan(items, self.compare, policy.PlanInputs(
+                policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
+                dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
+                voi=not s.try_every_variant, advice=advice))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -344,13 +346,13 @@ class PlannerGate:
 
 
 class StoreFacts:
-    """The store as Facts: reads through `reader` (the worker's store.reader(), or status's own
+    """The store as Facts: reads through `reader` (the worker's open_reader(store), or status's own
     reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
 
     def __init__(self, cfg, store=None, reader=None):
         self.cfg = cfg
         self.store = store
-        self.reader = reader if reader is not None else store.reader()
+        self.reader = reader if reader is not None else open_reader(store)
 
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records

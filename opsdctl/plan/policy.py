@@ -56,12 +56,13 @@ quantile). `runs_needed` assumes the observed delta and s hold (inference.rule_r
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 from opsdctl.plan.advise import Action, Advice
 from opsdctl.stats import inference
-from opsdctl.stats.report import Report
+from opsdctl.stats.report import Entry, Report
 
 FIFO, ADAPTIVE = "fifo", "adaptive"
 POLICIES = (FIFO, ADAPTIVE)
@@ -74,12 +75,54 @@ class QueuedItem:
     priority: int = 0
 
 
+class Tier(str, enum.Enum):
+    """The tiers of the module docstring, in rank order (their codes are what --json prints)."""
+
+    VALUE = "v"  # `opsdctl advise`'s pick
+    NO_BASELINE = "0"
+    FIRST_RUN = "1"
+    SETTLES = "2a"
+    SETTLES_WORSE = "2b"
+    NO_NOISE = "2c"
+    OUT_OF_REACH = "3"
+    REST = "4"
+    QUEUE_ORDER = "-"  # fifo: no tiers
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TIER_RANK = {t: rank for rank, t in enumerate(Tier, start=-1)}
+# The tiers that still run before --auto-repeat may add a chain.
+_BEFORE_EXTRA = frozenset({Tier.NO_BASELINE, Tier.FIRST_RUN, Tier.SETTLES, Tier.SETTLES_WORSE, Tier.NO_NOISE})
+
+
 @dataclass(frozen=True)
 class Slot:
     chain_id: int
     variant: str
-    tier: str  # "0", "1", "2a", "2b", "2c", "3"
+    tier: Tier
     why: str
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What `plan` weighs besides the queue and the report. `chain_s` / `chain_median_s`: one
+    chain's high-quantile and median estimates; `dropped`: variant -> reason for variants with a
+    stopped-futile chain; `known_variants`: variants that may receive an --auto-repeat chain
+    (every variant with a run); `advice`: `opsdctl advise`'s ranking (opsdctl.plan.advise),
+    which then makes the pick."""
+
+    policy: str = ADAPTIVE
+    baseline: Optional[str] = None
+    usable_s: Optional[float] = None
+    chain_s: Optional[float] = None
+    chain_median_s: Optional[float] = None
+    dropped: Optional[Mapping[str, str]] = None
+    auto_repeat: bool = False
+    known_variants: Sequence[str] = ()
+    voi: bool = True
+    advice: Optional[Sequence[Advice]] = None
 
 
 @dataclass
@@ -95,10 +138,7 @@ class Plan:
     def to_json(self) -> dict:
         return {"order": self.order, "skips": {str(k): v for k, v in self.skips.items()},
                 "extra": self.extra, "extra_why": self.extra_why, "extra_first": self.extra_first, "full_eval": self.full_eval,
-                "slots": [{"chain_id": s.chain_id, "variant": s.variant, "tier": s.tier, "why": s.why} for s in self.slots]}
-
-
-_TIER_RANK = {"v": -1, "0": 0, "1": 1, "2a": 2, "2b": 3, "2c": 4, "3": 5, "4": 6}
+                "slots": [{"chain_id": s.chain_id, "variant": s.variant, "tier": s.tier.value, "why": s.why} for s in self.slots]}
 
 
 class _Cost:
@@ -117,29 +157,14 @@ class _Cost:
         return (chains - 1) * self.median + self.high <= self.usable
 
 
-def plan(
-    queued: Sequence[QueuedItem],
-    report: Optional[Report],
-    *,
-    policy: str = ADAPTIVE,
-    baseline: Optional[str] = None,
-    usable_s: Optional[float] = None,
-    chain_s: Optional[float] = None,
-    chain_median_s: Optional[float] = None,
-    dropped: Optional[Mapping[str, str]] = None,
-    auto_repeat: bool = False,
-    known_variants: Sequence[str] = (),
-    voi: bool = True,
-    advice: Optional[Sequence[Advice]] = None,
-) -> Plan:
-    """Order (and skip) the queued chains. `chain_s` / `chain_median_s`: one chain's high-quantile
-    and median estimates; `dropped`: variant -> reason for variants with a stopped-futile chain;
-    `known_variants`: variants that may receive an --auto-repeat chain (every variant with a run);
-    `advice`: `opsdctl advise`'s ranking (opsdctl.plan.advise), which then makes the pick."""
-    if policy == FIFO:
-        return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, "-", "queue order") for q in queued])
-    cost = _Cost(chain_s, chain_median_s, usable_s)
-    dropped = dict(dropped or {})
+def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInputs = PlanInputs()) -> Plan:
+    """Order (and skip) the queued chains (PlanInputs says what else it weighs)."""
+    if inputs.policy == FIFO:
+        return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, Tier.QUEUE_ORDER, "queue order") for q in queued])
+    baseline, auto_repeat, known_variants, voi, advice = (inputs.baseline, inputs.auto_repeat, inputs.known_variants,
+                                                          inputs.voi, inputs.advice)
+    cost = _Cost(inputs.chain_s, inputs.chain_median_s, inputs.usable_s)
+    dropped = dict(inputs.dropped or {})
     entries = {e.name: e for e in report.full} if report is not None else {}
     base = report.baseline if report is not None else None
     base_source = base.source if base is not None else None
@@ -153,6 +178,7 @@ def plan(
                 and cost.fits(2 * (e.runs_needed_both_arms or 0))}
     base_key = max((e.p_beat or 0.0) for e in base_for.values()) if base_for else None
 
+    ctx = _Context(report, base_source, baseline, base_for, base_key, noise_known, cost)
     taken: dict[str, int] = {}
     slots: list[tuple[tuple, Slot]] = []
     skips: dict[int, str] = {}
@@ -167,10 +193,10 @@ def plan(
             continue
         j = taken.get(q.variant, 0)
         taken[q.variant] = j + 1
-        tier, key, why = _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost)
+        tier, key, why = _classify(q, j, e, ctx)
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     pick = None
-    if advice is not None and voi and not any(t[1].tier == "0" for t in slots):
+    if advice is not None and voi and not any(t[1].tier is Tier.NO_BASELINE for t in slots):
         pick = _advice_pick(advice, {t[1].variant for t in slots}, dropped, auto_repeat, set(known_variants))
         if pick is not None and pick[0] is None:  # stop: nothing is worth its minutes; no chain of our own
             slots.sort(key=lambda t: t[0])
@@ -182,16 +208,16 @@ def plan(
         if first is not None:
             slots.remove(first)
             key, sl = first
-            slots.append(((key[0], _TIER_RANK["v"], 0.0, key[3]), Slot(sl.chain_id, sl.variant, "v", why)))
+            slots.append(((key[0], _TIER_RANK[Tier.VALUE], 0.0, key[3]), Slot(sl.chain_id, sl.variant, Tier.VALUE, why)))
     slots.sort(key=lambda t: t[0])
     ordered = [s for _, s in slots]
     out = Plan([s.chain_id for s in ordered], skips, slots=ordered)
     if pick is not None:
         out.full_eval = [pick[0]] if pick[2] else []
-        if not any(s.tier == "v" for s in ordered):
+        if not any(s.tier is Tier.VALUE for s in ordered):
             out.extra, out.extra_why, out.extra_first = pick[0], pick[1], True
         return out
-    if auto_repeat and not any(s.tier in ("0", "1", "2a", "2b", "2c") for s in ordered):
+    if auto_repeat and not any(s.tier in _BEFORE_EXTRA for s in ordered):
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
                                                set(known_variants), noise_known)
     return out
@@ -215,40 +241,55 @@ def _advice_pick(advice: Sequence[Advice], queued: set, dropped: Mapping[str, st
     return None
 
 
-def _classify(q, j, e, report, base, base_source, baseline, base_for, base_key, noise_known, cost):
+@dataclass(frozen=True)
+class _Context:
+    """What classifying one queued chain reads, the same for every chain of one plan."""
+
+    report: Optional[Report]
+    base_source: Optional[str]
+    baseline: Optional[str]
+    base_for: dict
+    base_key: Optional[float]
+    noise_known: bool
+    cost: _Cost
+
+
+def _classify(q: QueuedItem, j: int, e: Optional[Entry], ctx: _Context) -> tuple[Tier, float, str]:
     """(tier, key within the tier, why) of the j-th queued chain of q.variant."""
+    report, base_source, baseline, base_for, base_key, noise_known, cost = (
+        ctx.report, ctx.base_source, ctx.baseline, ctx.base_for, ctx.base_key, ctx.noise_known, ctx.cost)
     if q.variant == baseline:
         if base_source is None and j == 0:
-            return "0", 0.0, "no baseline yet: every delta needs it"
+            return Tier.NO_BASELINE, 0.0, "no baseline yet: every delta needs it"
         if base_key is not None and j == 0:
-            return "2a", -base_key, "a candidate needs baseline runs to settle"
-        return "4", 0.0, "baseline: enough for now"
+            return Tier.SETTLES, -base_key, "a candidate needs baseline runs to settle"
+        return Tier.REST, 0.0, "baseline: enough for now"
     n = e.n if e is not None else 0
     if n == 0:
-        return ("1", 0.0, "first run of a new variant") if j == 0 else ("4", 0.0, "repeat of a variant not yet run")
+        return (Tier.FIRST_RUN, 0.0, "first run of a new variant") if j == 0 else (Tier.REST, 0.0, "repeat of a variant not yet run")
     if not noise_known:
         if j == 0:
-            return "2c", -(e.delta if e.delta is not None else e.mean or 0.0), \
+            return Tier.NO_NOISE, -(e.delta if e.delta is not None else e.mean or 0.0), \
                 "no noise estimate yet: repeat the best"
-        return "4", 0.0, "no noise estimate yet"
+        return Tier.REST, 0.0, "no noise estimate yet"
     verdict, delta, p = e.verdict, e.delta, e.p_beat
     if verdict == inference.BETTER:
-        return "4", 0.0, "settled better: extra runs only tighten it"
+        return Tier.REST, 0.0, "settled better: extra runs only tighten it"
     if verdict != inference.UNDECIDED or delta is None:
-        return "4", 0.0, "nothing to settle"
+        return Tier.REST, 0.0, "nothing to settle"
     need = e.runs_needed
     if delta > 0:
         if need is not None and cost.fits(need) and j < need:
-            return "2a", -(p or 0.0), f"undecided, P(beat) {p:.3f}: +{need} run(s) could settle it"
+            return Tier.SETTLES, -(p or 0.0), f"undecided, P(beat) {p:.3f}: +{need} run(s) could settle it"
         if e.name in base_for and j == 0:
-            return "2a", -(p or 0.0), "undecided: settles with baseline runs too"
+            return Tier.SETTLES, -(p or 0.0), "undecided: settles with baseline runs too"
         if need is not None and j >= need:
-            return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: beyond the +{need} run(s) that could settle it"
-        return "3", -(p or 0.0), f"undecided, P(beat) {p:.3f}: out of reach in the time left"
+            return Tier.OUT_OF_REACH, -(p or 0.0), f"undecided, P(beat) {p:.3f}: beyond the +{need} run(s) that could settle it"
+        return Tier.OUT_OF_REACH, -(p or 0.0), f"undecided, P(beat) {p:.3f}: out of reach in the time left"
     w = e.runs_needed_worse
     if w is not None and cost.fits(w) and j < w:
-        return "2b", (p or 0.0), f"undecided, P(beat) {p:.3f}: +{w} run(s) could settle worse"
-    return "4", 0.0, "undecided, delta <= 0: out of reach in the time left"
+        return Tier.SETTLES_WORSE, (p or 0.0), f"undecided, P(beat) {p:.3f}: +{w} run(s) could settle worse"
+    return Tier.REST, 0.0, "undecided, delta <= 0: out of reach in the time left"
 
 
 def _pick_extra(entries, baseline, base_for, report, cost, dropped, known, noise_known):

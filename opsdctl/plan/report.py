@@ -4,7 +4,7 @@ budget has left.
 The statistics themselves (opsdctl.stats) know nothing of budgets or of the store; this puts the
 pieces together for `opsdctl compare` and the demo: every scored run of the store (the noise
 pools them all, whatever is shown), the family the verdicts correct for, and the time left. The
-store is read through a light reader (opsdctl.store.reader; `Store.reader()` for a Store).
+store is read through a light reader (opsdctl.store.reader; `open_reader(store)` for a Store).
 """
 
 from __future__ import annotations

@@ -21,12 +21,14 @@ Only the world is simulated:
   are what removes the published mean's setup offset from compare's verdicts), then each idea
   once (round robin) or twice in a row, in a random order, and keeps the GPUs busy until the
   budget ends; a chain running at the deadline is cut (lost). The planner policies get the same
-  queue (the baseline and each idea twice).
+  queue (the baseline and each idea twice, or once). `oracle x2` is no policy but a ceiling: the
+  x2 queue cut to the ideas of largest true |effect|, run by hand.
 
 Figures per policy (mean over sessions, with standard errors): GPU-busy fraction of the budget
 and until the GPUs went idle for good (the last admissible chain), chains cut by the deadline,
 settled comparisons (final verdict better/worse), correct ones, and wrong ones in absolute terms
-(per session, and per no-effect idea tried) as well as the wrong-verdict rate (of those settled).
+(per session, and per no-effect idea tried) as well as the wrong-verdict rate (of those settled),
+and the bet: the true effect of the arm of highest forecast official mean at the end.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ MARGIN_MIN = 5.0
 PROFILE = "qwen3-1.7b"
 HPARAMS = {"max_completion_length": 1024}
 DEFAULT_EFFECTS = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
+ORACLE_IDEAS = 3  # ideas whose two runs fit beside the baseline's two in a session's ~8 chains
 BETA_AB = (0.13, 0.11)  # per-problem solve rates: mostly near 0 or 1, as on AIME
 
 POLICIES = {
@@ -72,6 +75,9 @@ POLICIES = {
     "fifo-by-hand x1": ("hand", 1, None),
     "fifo-by-hand 1-2": ("hand", "1or2", None),
     "fifo-by-hand x2": ("hand", 2, None),
+    # not a policy: the x2 queue cut to the ORACLE_IDEAS ideas of largest |true effect|, i.e. the most
+    # verdicts chains of the user's x2 queue can buy when nothing has to be spent finding them
+    "oracle x2": ("oracle", 2, None),
     "planner fifo": ("planner", 2, dict(policy="fifo")),
     "adaptive": ("planner", 2, dict(policy="adaptive", auto_repeat=True)),
     "adaptive, x1 queue": ("planner", 1, dict(policy="adaptive", auto_repeat=True)),
@@ -185,7 +191,7 @@ class Session:
     """A simulated store + clock; the Facts of a PlannerGate."""
 
     def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats,
-                 offset: float = 0.0):
+                 offset: float = 0.0, oracle: bool = False):
         self.world = world
         self.rng = np.random.default_rng(seed)
         order = self.rng.permutation(len(effects))
@@ -200,12 +206,15 @@ class Session:
         self._samples: list[Sample] = []
         self.repeats = repeats
         self.queue_rng = np.random.default_rng([seed, 1])
+        ideas = sorted((n for n in self.effects if n != BASELINE), key=lambda n: -abs(self.effects[n]))
+        self.queued_variants = ([BASELINE, *[n for n in self.effects if n in ideas[:ORACLE_IDEAS]]] if oracle
+                                else list(self.effects))
         self.queue_round()
 
     # a user's queue: every variant `repeats` times in a row ("1or2": once or twice at random), in
     # the drawn order; the draws come from their own generator, so every policy sees the same queue
     def queue_round(self) -> None:
-        for name in self.effects:
+        for name in self.queued_variants:
             n = self.repeats if self.repeats != "1or2" else int(self.queue_rng.integers(1, 3))
             for _ in range(n):
                 self.add_chain(name)
@@ -468,8 +477,9 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
 
 
 def judge(s: Session, res: SessionResult) -> None:
-    """Final verdicts of the compare report against the true effects. A variant dropped as futile
-    (no full run left to judge) counts as answered "not a winner": right when its effect <= 0."""
+    """Final verdicts of the compare report against the true effects, and the bet (what the
+    submission rule submits, scored by its true effect). A variant dropped as futile (no full run
+    left to judge) counts as answered "not a winner": right when its effect <= 0."""
     rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
     res.report = rep
     for e in rep.full:
@@ -507,9 +517,9 @@ def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: S
     the figures, the chains in run order (`run_order`, `chains`) and compare's final `report`."""
     kind, repeats, overrides = POLICIES[policy_name]
     world = world or World.make()
-    s = Session(world, effects, seed, hours, repeats, offset)
+    s = Session(world, effects, seed, hours, repeats, offset, oracle=kind == "oracle")
     res = SessionResult(policy_name, s.budget_s)
-    if kind == "hand":
+    if kind in ("hand", "oracle"):
         run_hand(s, res)
     else:
         settings = settings or PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
@@ -655,6 +665,9 @@ LEGEND = {
                        "(round robin); no admission",
     "fifo-by-hand 1-2": "the baseline and each idea once or twice in a row (at random); no admission",
     "fifo-by-hand x2": "the baseline and each idea twice in a row; no admission",
+    "oracle x2": f"not a policy but a ceiling: FIFO by hand over the baseline and only the {ORACLE_IDEAS} ideas of "
+                 "largest true |effect|, each twice (what the x2 queue's chains settle when no chain is spent "
+                 "finding those ideas)",
     "planner fifo": "the x2 queue in queue order, with admission (a chain that cannot finish is skipped)",
     "adaptive": "the x2 queue, `worker --policy adaptive --auto-repeat` (the user's chains first, in the "
                 "policy's order; auto-repeat after them)",
@@ -681,7 +694,7 @@ def goals_markdown(docs: Sequence[dict]) -> str:
         lines.append(f"- effects {eff} (best FIFO by hand: {best}, "
                      f"{pol[best]['correct']['mean']:.3f} correct a session):" if best else f"- effects {eff}:")
         for n, r in pol.items():
-            if POLICIES.get(n, ("hand",))[0] == "hand":
+            if POLICIES.get(n, ("hand",))[0] != "planner":
                 continue
             ratio = d.get("ratio_correct_vs_best_fifo", {}).get(n)
             checks = [
@@ -693,7 +706,8 @@ def goals_markdown(docs: Sequence[dict]) -> str:
                  f"{r['idle_min_while_action_fits']['mean']:.2f}"),
             ]
             lines.append(f"  - {n}: " + "; ".join(f"{what} {val} {'met' if ok else 'MISSED'}" for what, ok, val in checks)
-                         + f"; baseline share {100 * r['baseline_share']['mean']:.0f}%")
+                         + f"; baseline share {100 * r['baseline_share']['mean']:.0f}%"
+                         + f"; submission's true gain {r['submission_gain']['mean']:+.2f}")
     return "\n".join(lines)
 
 

@@ -423,7 +423,7 @@ def _family(runs: list[RunRecord], rs: _Runs, family: Sequence[str] | None, cand
                        _f(sequential.boundary_constant(alpha / m)) if m else None, inference.MIN_LOCAL_DOF))
 
 
-def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], m: int,
+def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], *, m: int,
            alpha: float, chain_minutes: float | None, minutes_left: float | None) -> rp.Entry:
     """One candidate with full runs against the baseline: the verdict rule (opsdctl.stats.inference)."""
     ys = [r.score for r in vr]
@@ -431,7 +431,7 @@ def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_r
     se_m, lo_m, hi_m = inference.mean_interval(mean_v, n_v, pool.s, pool.nu)
     vv = [rs.v_of[id(r)] for r in vr if id(r) in rs.v_of]
     noise_note = inference.NOT_ENOUGH_RUNS if pool.s2 is None else None
-    out = dict(delta=None, se=None, ci_low=None, ci_high=None, p_beat=None, verdict=None, better_at=None,
+    out = dict(delta=None, se_delta=None, ci_low=None, ci_high=None, p_beat=None, verdict=None, better_at=None,
                worse_at=None, runs_needed=None, runs_needed_worse=None, needs_baseline_runs=False,
                runs_needed_both_arms=None, minutes_needed=None, fits=None, paired_delta=None, paired_se=None,
                paired_problems=None, note=noise_note)
@@ -440,7 +440,7 @@ def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_r
         out.update(delta=_f(d.delta), verdict=inference.UNDECIDED)
         if d.se is not None:
             level = inference.look_level(n_v + b.n_local, m, pool.nu_local, alpha)
-            out.update(se=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat),
+            out.update(se_delta=_f(d.se), ci_low=_f(d.ci_low), ci_high=_f(d.ci_high), p_beat=_f(d.p_beat),
                        better_at=_f(1.0 - level) if level else None, worse_at=_f(level) if level else None,
                        verdict=inference.rule_verdict(d.delta, d.se, pool.nu, level))
             if not level:
@@ -561,7 +561,8 @@ def build_report(
     base_doc, b = _baseline(rs, baseline, reference, pool, notes)
     spending = _family(runs, rs, family, candidates, baseline, b.mean is not None, alpha)
     base_runs = rs.full.get(baseline, []) if baseline is not None else []
-    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, spending.m, alpha, chain_minutes, minutes_left)
+    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, m=spending.m, alpha=alpha,
+                          chain_minutes=chain_minutes, minutes_left=minutes_left)
                    for v in candidates if rs.full.get(v)), key=_rank)
     missing = [rp.MissingEntry(v) for v in candidates if not rs.full.get(v) and not any(k[0] == v for k in rs.part)]
     partials = _partials(rs, pool, baseline, names, bool(variants))

@@ -148,7 +148,7 @@ class Entry(_Json):
     n: int
     mean: Optional[float]
     sd: Optional[float]
-    se: Optional[float]  # of delta
+    se_delta: Optional[float] = field(metadata={"key": "se"})  # printed as `se`
     delta: Optional[float]
     ci_low: Optional[float]
     ci_high: Optional[float]

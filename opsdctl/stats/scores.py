@@ -1,7 +1,7 @@
 """From the store to the statistics: scored runs as plain records, and one variant's runs.
 
 compare and the planner read runs through here, so both see the same records. The
-reads go through a light reader (opsdctl.store.reader; `Store.reader()` for a Store).
+reads go through a light reader (opsdctl.store.reader; `open_reader(store)` for a Store).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from opsdctl.stats import candidates
 from opsdctl.stats.compare import RunRecord
 from opsdctl.store import queries
 from opsdctl.store.values import variant_label
+from opsdctl.store.open_read import open_reader
 
 
 def run_records(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
@@ -203,6 +204,12 @@ def show_doc(store, ref: str) -> dict:
                 "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
 
 
+def runs_of(store, chains) -> list[dict]:
+    """`run_views` in a session of its own; `chains`: rows or the reader's records."""
+    with store.read() as s:
+        return run_views(store, s, chains)
+
+
 def run_views(store, s, chains) -> list[dict]:
     """Each chain as `show` lists it: score, per-problem counts, training statistics and curve,
     the recipe check, the code it trained with. `s`: an open session of `store`. The rows are read
@@ -211,7 +218,7 @@ def run_views(store, s, chains) -> list[dict]:
 
     from opsdctl.store.models import CodeSnapshot, Score, Stage, TrainStats
 
-    reader = store.reader()
+    reader = open_reader(store)
     labels = candidate_labels(reader, [c.id for c in chains])
     trained = training_snapshot_ids(reader, chains)
     # an eval-only run shows its trainer's training and recipe check

@@ -39,7 +39,7 @@ from opsdctl.store.models import (
     WorkerRun,
 )
 from opsdctl.store import queries
-from opsdctl.store.reader import SQLITE_BUSY_TIMEOUT_S, Reader, SqlAlchemyDriver
+from opsdctl.store.reader import SQLITE_BUSY_TIMEOUT_S
 from opsdctl.store.states import State
 from opsdctl.store.variant_ref import pick_variant
 
@@ -148,11 +148,6 @@ class Store:
                 conn.execute(text("SELECT pg_advisory_xact_lock(CAST(:c AS integer), CAST(:k AS integer))"),
                              {"c": LOCK_CLASS, "k": MIGRATION_KEY})
             migrations.upgrade(conn, where=self.safe_url())
-
-    def reader(self):
-        """A light reader (opsdctl.store.reader) over this store's engine: the read queries of
-        status and compare, for code that already holds a Store (the worker, the planner)."""
-        return Reader(SqlAlchemyDriver(self.engine), self.safe_url())
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -267,12 +262,6 @@ def _chains(session: Session, sql: str, **params) -> list[Chain]:
 def _rows(session: Session, model, sql: str, **params) -> list:
     """ORM objects of `model` from one of the SQL texts in opsdctl.store.queries."""
     return list(session.scalars(select(model).from_statement(text(sql)), params))
-
-
-def trainer_of(session: Session, chain_id: int) -> int:
-    """The chain that trained this chain's checkpoint: itself, or an eval-only chain's `trained_by`."""
-    chain = session.get(Chain, chain_id)
-    return chain.trained_by if chain is not None and chain.eval_only and chain.trained_by else chain_id
 
 
 def stages_of(session: Session, chain_id: int) -> list[Stage]:

@@ -1,4 +1,9 @@
-"""Opening the store for reading at the least cost: what `status` and `compare` do.
+"""Opening the store for reading at the least cost: how every command reads it.
+
+Two ways to read the store, one per side: commands (cli/, client/) read through the Reader this
+module hands out; the worker reads and writes its rows through the ORM session (`Store.read()`,
+`Store.write()`), and gives the queries it shares with status (the planner's facts, compare's
+runs) a Reader on its own engine (`open_reader(store)`).
 
 A SQLite file whose schema is already at the migrations' head (one sqlite3 query says so) gets a
 Reader on stdlib sqlite3 and SQLAlchemy is never imported. Anything else (no file yet, an empty
@@ -12,17 +17,21 @@ import os
 import sqlite3
 
 from opsdctl.store.migrations import HEAD, VERSION_TABLE
-from opsdctl.store.reader import Reader, SqliteDriver
+from opsdctl.store.reader import Reader, SqlAlchemyDriver, SqliteDriver
 from opsdctl.store.urls import sqlite_file
 
 
-def open_reader(db_url: str) -> Reader:
-    reader = _at_head(db_url)
+def open_reader(store) -> Reader:
+    """The one way to read the store without the ORM. `store`: its URL (a command), or a Store
+    already open (the worker and the planner, which share their engine with it)."""
+    if not isinstance(store, str):
+        return Reader(SqlAlchemyDriver(store.engine), store.safe_url())
+    reader = _at_head(store)
     if reader is not None:
         return reader
     from opsdctl.store.engine import open_store
 
-    return open_store(db_url).reader()
+    return open_reader(open_store(store))
 
 
 def _at_head(db_url: str):

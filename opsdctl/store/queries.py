@@ -25,6 +25,14 @@ STAGES_OF = "SELECT stage.* FROM stage WHERE stage.chain_id = :chain_id ORDER BY
 SCORE_OF = "SELECT score.* FROM score WHERE score.chain_id = :chain_id"
 ALL_VARIANTS = "SELECT variant.* FROM variant ORDER BY variant.name, variant.version"
 VARIANTS_NAMED = "SELECT variant.* FROM variant WHERE variant.name = :name ORDER BY variant.version"
+CHAIN = "SELECT chain.* FROM chain WHERE chain.id = :chain_id"
+ACTIVE_CHAIN_IDS = (f"SELECT chain.id FROM chain WHERE chain.state IN ('{State.QUEUED.value}', '{State.RUNNING.value}') "
+                    "ORDER BY chain.id")
+REQUEUED_AS = ("SELECT chain.* FROM chain WHERE chain.requeued_from = :chain_id "
+               "ORDER BY chain.id DESC LIMIT 1")  # the latest re-run of an interrupted chain
+CHAINS_OF_VARIANT = "SELECT chain.* FROM chain WHERE chain.variant_id = :variant_id ORDER BY chain.id"
+VARIANT = "SELECT variant.* FROM variant WHERE variant.id = :variant_id"
+CODE_SNAPSHOT = "SELECT code_snapshot.* FROM code_snapshot WHERE code_snapshot.id = :snapshot_id"
 LATEST_WORKER = "SELECT worker_run.* FROM worker_run ORDER BY worker_run.id DESC LIMIT 1"
 META_VALUE = "SELECT meta.value FROM meta WHERE meta.key = :key"
 

@@ -4,7 +4,7 @@ Why: `status` and `compare` only read, and importing SQLAlchemy + SQLModel (abou
 more than everything else they do, even at 10,000 chains. For a SQLite store at the schema's
 head, opsdctl.store.open_read hands out a Reader on the stdlib sqlite3 driver, and nothing
 imports SQLAlchemy; every other store (PostgreSQL, or a SQLite file to create or upgrade first)
-gets a Reader on the Store's SQLAlchemy engine (`Store.reader()`). One interface, one set of
+gets a Reader on the Store's SQLAlchemy engine (`open_reader(store)`). One interface, one set of
 queries, whichever driver runs them.
 
 Records are named tuples with the models' attribute names (chain.id, chain.state, variant.label),
@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterator, Optional
 
+from opsdctl.errors import UserError
 from opsdctl.store import queries
 from opsdctl.store.columns import BOOL, DATETIME, JSON, KINDS
 from opsdctl.store.states import State
@@ -188,7 +189,37 @@ class Reader:
     def close(self) -> None:
         self.driver.close()
 
-    # --- what status, compare and the planner read --------------------------------------
+    # --- what the commands, status, compare and the planner read --------------------------
+    def find_chain(self, chain_id: int):
+        got = self.rows(queries.CHAIN, chain_id=chain_id)
+        return got[0] if got else None
+
+    def get_chain(self, chain_id: int):
+        """The chain, or the one-line UserError a command gives for an id it does not know."""
+        chain = self.find_chain(chain_id)
+        if chain is None:
+            raise UserError(f"chain {chain_id}: no such chain (see `opsdctl status --all`)")
+        return chain
+
+    def active_chain_ids(self) -> list[int]:
+        return [r[0] for r in self.tuples(queries.ACTIVE_CHAIN_IDS)]
+
+    def requeued_as(self, chain_id: int):
+        """The latest re-run of an interrupted chain (None: not re-queued)."""
+        got = self.rows(queries.REQUEUED_AS, chain_id=chain_id)
+        return got[0] if got else None
+
+    def chains_of_variant(self, variant_id: int) -> list:
+        return self.rows(queries.CHAINS_OF_VARIANT, variant_id=variant_id)
+
+    def variant(self, variant_id: int):
+        got = self.rows(queries.VARIANT, variant_id=variant_id)
+        return got[0] if got else None
+
+    def code_snapshot(self, snapshot_id: Optional[int]):
+        got = self.rows(queries.CODE_SNAPSHOT, snapshot_id=snapshot_id) if snapshot_id is not None else []
+        return got[0] if got else None
+
     def queued_chains(self) -> list:
         return self.rows(queries.QUEUED_CHAINS)
 

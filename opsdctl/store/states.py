@@ -8,6 +8,8 @@ both win: the loser's UPDATE matches no row and it sees that it lost.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Optional, Union
 
 from opsdctl.errors import one_line
 
@@ -55,21 +57,52 @@ def check_transition(old: State, new: State) -> None:
         raise IllegalTransition(f"chain state {old} -> {new} is not an allowed transition")
 
 
-# Stage rows have their own, smaller life: running, then one terminal outcome.
-class StageState(str, enum.Enum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    INTERRUPTED = "interrupted"
-    STOPPED = "stopped"  # stopped by a policy (the planner's futility rule)
-
-    def __str__(self) -> str:
-        return self.value
+# A stage row lives `running`, then takes its chain's terminal value, with one spelling of its
+# own: the stage the planner stopped is `stopped` (its chain ends `stopped-futile`).
+STAGE_STOPPED = "stopped"
 
 
-def transition(session, chain_id: int, expected, new: State, *, reason: str | None = None, **values) -> bool:
-    """Move chain `chain_id` from one of `expected` to `new` in one guarded UPDATE.
+def stage_value(state: State) -> str:
+    """The stage row's spelling of `state` (the store's strings are unchanged)."""
+    return STAGE_STOPPED if State(state) is State.STOPPED_FUTILE else State(state).value
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a stage or a chain ended: a terminal state that carries its reason and exit code
+    (pueue's `TaskStatus::Done(result)`). The stage watcher makes one, the chain's loop and the
+    salvage pass it on, and `transition` writes it: one value from the process to the store.
+
+    `recorded`: the chain's row already holds its end (a cancel from a shell got there first, or
+    the stage itself ended the chain with its score), so whoever gets it only reads the row back.
+    `by_policy`: the gate stopped the stage (its row says `stopped`, whatever end its chain takes).
+    """
+
+    state: State
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+    checkpoint: Optional[str] = None  # a train stage that succeeded: what the eval stage reads
+    recorded: bool = False
+    by_policy: bool = False
+
+    def __post_init__(self) -> None:
+        if State(self.state) not in TERMINAL:
+            raise IllegalTransition(f"an outcome must be a terminal state, not {self.state}")
+        object.__setattr__(self, "state", State(self.state))
+
+    @property
+    def ok(self) -> bool:
+        return self.state is State.SUCCEEDED
+
+    @property
+    def stage_value(self) -> str:
+        return STAGE_STOPPED if self.by_policy else stage_value(self.state)
+
+
+def transition(session, chain_id: int, expected, new: Union[State, Outcome], *, reason: str | None = None,
+               **values) -> bool:
+    """Move chain `chain_id` from one of `expected` to `new` in one guarded UPDATE. `new` may be
+    an Outcome: its state, with its reason unless `reason` is given.
 
     Returns False (and changes nothing) when the chain is not in an expected state any more:
     someone else moved it first. Records the move in the transition table, and a chain's end in
@@ -81,6 +114,9 @@ def transition(session, chain_id: int, expected, new: State, *, reason: str | No
     from opsdctl.store.models import Chain, Transition, utcnow
     from opsdctl.store.outbox import CHAIN_END_EVENTS
 
+    if isinstance(new, Outcome):
+        new, reason = new.state, reason if reason is not None else new.reason
+    new = State(new)
     expected = (expected,) if isinstance(expected, (State, str)) else tuple(expected)
     expected = tuple(State(e) for e in expected)
     for old in expected:

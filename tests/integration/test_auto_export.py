@@ -146,8 +146,8 @@ def test_without_export_the_worker_keeps_the_bet_for_status(ws):
     assert "export:" not in out.stdout and "bet:" not in out.stdout  # nothing written, nothing failed
     doc = ws.status()
     assert doc["export"] is None
-    bet, lead = doc["bet"], pick_leader(ws.cli_json("compare"))
-    assert bet == {"leader": lead.name, "variant": lead.variant, "forecast": lead.forecast} and bet["leader"] == "hot"
+    bet, lead = doc["bet"], pick_leader(typed(ws.cli_json("compare")))
+    assert bet == {"leader": lead.name, "variant": lead.variant, "forecast": lead.forecast.to_json()} and bet["leader"] == "hot"
     f = bet["forecast"]
     assert (f"bet  hot: forecast {f['mean']:.2f} [{f['low80']:.2f}, {f['high80']:.2f}], P(best) {f['p_best']:.2f}"
             in ws.cli("status").stdout)

@@ -15,6 +15,7 @@ from conftest import FAKE_EVAL, default_config
 from opsdctl.stats.scores import candidate_labels
 from opsdctl.store.engine import open_store
 from opsdctl.store.models import Chain
+from opsdctl.store.open_read import open_reader
 
 
 def git(cwd, *args) -> str:
@@ -94,7 +95,7 @@ def test_two_code_states_are_two_candidates_unless_pooled(ws):
     more = ws.cli_json("queue", "token-clip")  # on the edited code
     ws.cli("queue", "--eval-only", str(ws.runs / "3" / "train" / "checkpoint-final"), "--partial", "3x2")
     store = open_store(f"sqlite:///{ws.db}")
-    labels = candidate_labels(store.reader(), [more[0]["chain_id"], more[0]["chain_id"] + 1], "baseline")
+    labels = candidate_labels(open_reader(store), [more[0]["chain_id"], more[0]["chain_id"] + 1], "baseline")
     assert labels == {more[0]["chain_id"]: edited, more[0]["chain_id"] + 1: "token-clip"}  # eval-only: its trainer's code
     store.dispose()
 

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from opsdctl.store.open_read import open_reader
 
 from conftest import STAGES, default_config, stop_process, wait_for
 
@@ -142,7 +143,7 @@ def _next_fits(ws, chain_s: float, left_s: float) -> list[str]:
 
     cfg = load_config(ws.root / "opsdctl.toml")
     store = open_store(f"sqlite:///{ws.db}")
-    rep = build_report(run_records(store.reader(), baseline="baseline"), baseline="baseline", reference=cfg.reference)
+    rep = build_report(run_records(open_reader(store), baseline="baseline"), baseline="baseline", reference=cfg.reference)
     out = []
     for a in advise.from_report(rep, advise.Costs(chain_s, chain_s, chain_s), left_s):
         if a.action == advise.Action.STOP:

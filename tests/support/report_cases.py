@@ -89,3 +89,15 @@ def store_fill_runs(tmp_path) -> list[RunRecord]:
     fill_store(open_store(cfg.db))
     runs, _ = candidate_runs(open_reader(cfg.db), None, baseline="baseline")
     return runs
+
+
+if __name__ == "__main__":  # rewrite the golden document (only when the --json document changes on purpose)
+    import sys
+    import tempfile
+
+    sys.path.insert(0, str(GOLDEN.parents[2]))  # tests/: conftest, store_fill
+    from opsdctl.stats.compare import build_report
+
+    store = store_fill_runs(Path(tempfile.mkdtemp()))
+    GOLDEN.write_text(json.dumps({name: build_report(r, **kw).to_json() for name, (r, kw) in cases(store).items()},
+                                 indent=1) + "\n")

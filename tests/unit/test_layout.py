@@ -425,3 +425,69 @@ def test_command_modules_import_only_the_cli_at_start():
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             heavy[path.name] = heavy.get(path.name, []) + [n for n in names if not light(n)]
     assert not {k: v for k, v in heavy.items() if v}, {k: v for k, v in heavy.items() if v}
+
+
+# --- parameter objects and the two read paths ----------------------------------------------
+MAX_POSITIONAL = 8
+
+
+def long_signatures(tree: ast.Module, skip: frozenset = frozenset()) -> list[str]:
+    """Functions taking more than MAX_POSITIONAL positional parameters (self/cls aside): a
+    parameter object says what belongs together. `skip`: names exempt (a Typer command's
+    parameters are its command line)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in skip:
+            names = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+            if len(names) > MAX_POSITIONAL:
+                out.append(f"line {node.lineno}: {node.name} takes {len(names)}")
+    return out
+
+
+def test_no_function_takes_more_than_eight_positional_parameters():
+    bad = {}
+    for path in sorted((ROOT / "opsdctl").rglob("*.py")):
+        skip = frozenset({"command"}) if path.parent == COMMANDS_DIR else frozenset()
+        found = long_signatures(ast.parse(path.read_text()), skip)
+        if found:
+            bad[str(path.relative_to(ROOT))] = found
+    assert not bad, bad
+
+
+def orm_reads(tree: ast.Module) -> list[str]:
+    """`with <store>.read() as s`: an ORM read session (the worker's way to read)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                call = item.context_expr
+                if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "read"
+                        and not call.args and not call.keywords):
+                    out.append(f"line {node.lineno}: {ast.unparse(call)}")
+    return out
+
+
+def test_commands_and_clients_read_the_store_through_the_reader():
+    """Two ways to read the store, one per side: commands (cli/, client/) through the Reader of
+    opsdctl.store.open_read (stdlib sqlite3 at the schema's head: status at 10,000 chains stays
+    fast), the worker through the ORM session. A command never opens an ORM read session."""
+    bad = {}
+    for wing in ("cli", "client"):
+        for path in sorted((ROOT / "opsdctl" / wing).rglob("*.py")):
+            found = orm_reads(ast.parse(path.read_text()))
+            if found:
+                bad[str(path.relative_to(ROOT))] = found
+    assert not bad, bad
+
+
+def test_the_signature_and_read_checkers_find_what_they_look_for():
+    planted = ast.parse("def f(a, b, c, d, e, f, g, h, i): pass\n"
+                        "def ok(self, a, b, c, d, e, f, g, h, *, i): pass\n"
+                        "def command(a, b, c, d, e, f, g, h, i): pass\n"
+                        "with store.read() as s: pass\n"
+                        "with self.store.read() as s, open(p) as f: pass\n"
+                        "with store.write() as s: pass\n"
+                        "with reader.snapshot(): data = f.read()\n")
+    assert long_signatures(planted, frozenset({"command"})) == ["line 1: f takes 9"]
+    assert len(long_signatures(planted)) == 2
+    assert orm_reads(planted) == ["line 4: store.read()", "line 5: self.store.read()"]

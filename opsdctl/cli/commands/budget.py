@@ -25,7 +25,7 @@ def command(
     if restart_clock:
         with store.write() as s:
             set_meta(s, CLOCK_KEY, repr(time.time()) if cfg.budget.kind == "hours" else None)
-    view = budget_now(cfg.budget, clock_start(store.reader()))
+    view = budget_now(cfg.budget, clock_start(app.reader(cfg)))
     if as_json:
         print_json({**view.to_json(), "text": view.text()})
         return

@@ -41,15 +41,14 @@ def chain_doc(store, chain_id: int, lines: int = 40) -> dict:
     `show` lists it (score, per-problem counts, training curve, recipe check, code), and the
     last `lines` lines of its current stage's log."""
     from opsdctl.cli.commands.status import chain_view
-    from opsdctl.stats.scores import run_views
-    from opsdctl.store.engine import get_chain
-    from opsdctl.store.models import Variant
+    from opsdctl.stats.scores import runs_of
+    from opsdctl.store.open_read import open_reader
 
-    with store.read() as s:
-        chain = get_chain(s, chain_id)
-        variant = s.get(Variant, chain.variant_id)
-        run = run_views(store, s, [chain])[0]
-    doc = chain_view(store.reader(), chain, variant)
+    reader = open_reader(store)
+    chain = reader.get_chain(chain_id)
+    variant = reader.variant(chain.variant_id)
+    run = runs_of(store, [chain])[0]
+    doc = chain_view(reader, chain, variant)
     stage = next((st for st in reversed(doc.get("stages", [])) if st["name"] == chain.stage), None)
     doc["run"] = run
     doc["log_tail"] = None if stage is None else {"stage": stage["name"], "path": stage["log"],

@@ -53,7 +53,7 @@ def command(
     run_worker(paths, cfg, store, total, con)
 
     con.print("[bold]4/4[/bold] results\n")
-    reader = store.reader()
+    reader = App.of(ctx).reader(cfg)
     render_status(con, gather_status(cfg, reader, None))
     report = compare_report(cfg, reader)
     con.print()
@@ -176,6 +176,9 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
     )
 
     from opsdctl.cli.commands.status import gather_status
+    from opsdctl.store.open_read import open_reader
+
+    reader = open_reader(store)
 
     con.print(f"[bold]3/4[/bold] worker: train -> eval for each chain (log: {paths.worker_log})")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -188,7 +191,7 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
                           TextColumn("{task.description}"), console=con, transient=False) as bar:
                 task = bar.add_task("", total=total)
                 while proc.poll() is None:
-                    doc = gather_status(cfg, store.reader(), None)
+                    doc = gather_status(cfg, reader, None)
                     done = sum(c["state"] not in ("queued", "running") for c in doc["chains"])
                     running = [c for c in doc["chains"] if c["state"] == "running"]
                     what = ""

@@ -28,7 +28,7 @@ def command(
 
     app = App.of(ctx)
     cfg = app.config()
-    doc = chain_diff(app.store(cfg), chain_a, chain_b, patch=patch)
+    doc = chain_diff(app.reader(cfg), chain_a, chain_b, patch=patch)
     if as_json:
         print_json(doc)
         return

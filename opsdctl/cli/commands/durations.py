@@ -25,7 +25,7 @@ def command(
 
     app = App.of(ctx)
     cfg = app.config()
-    doc = durations_doc(cfg, app.store(cfg).reader(), recent)
+    doc = durations_doc(cfg, app.reader(cfg), recent)
     if as_json:
         print_json(doc)
         return

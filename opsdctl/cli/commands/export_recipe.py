@@ -73,8 +73,9 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     from opsdctl.plan.report import compare_doc
     from opsdctl.daemon.auto_export import render_file
     from opsdctl.plan.submission import pick_leader
+    from opsdctl.store.open_read import open_reader
 
-    reader = store.reader()
+    reader = open_reader(store)
     report = compare_doc(cfg, reader, None, None)
     kinds = {v.label: v.kind for v in reader.all_variants()}
     lead = pick_leader(report, lambda label: kinds.get(label) == "recipe")

@@ -13,7 +13,7 @@ from opsdctl.cli import args
 from opsdctl.cli.app import App
 
 if TYPE_CHECKING:
-    from opsdctl.store.engine import Store
+    from opsdctl.store.reader import Reader
 
 
 def command(
@@ -27,37 +27,36 @@ def command(
     """Print a chain's stage log (its path is in `opsdctl status --json`)."""
     app = App.of(ctx)
     cfg = app.config()
-    store = app.store(cfg)
-    path, text = stage_log(store, chain_id, stage, lines)
+    reader = app.reader(cfg)
+    path, text = stage_log(reader, chain_id, stage, lines)
     sys.stdout.write(text)
     sys.stdout.flush()
     if follow:
-        follow_log(store, chain_id, path, sys.stdout)
+        follow_log(reader, chain_id, path, sys.stdout)
 
 
-def _pick_stage(s, chain_id: int, stage: Optional[str]):
+def _pick_stage(reader: Reader, chain_id: int, stage: Optional[str]):
     from opsdctl.errors import UserError
-    from opsdctl.store.engine import get_chain, stage_of, stages_of
 
-    chain = get_chain(s, chain_id)
+    with reader.snapshot():
+        chain = reader.get_chain(chain_id)
+        rows = reader.stages_of(chain_id)
     if stage is not None:
         if stage not in ("train", "eval"):
             raise UserError(f"--stage {stage!r}: must be train or eval")
-        row = stage_of(s, chain_id, stage)
+        row = next((r for r in rows if r.name == stage), None)
         if row is None:
             raise UserError(f"chain {chain_id} has no {stage} stage yet (it is {chain.state})")
         return row
-    rows = stages_of(s, chain_id)
     if not rows:
         raise UserError(f"chain {chain_id} has not started yet (it is {chain.state}); no log")
     return rows[-1]
 
 
-def stage_log(store: Store, chain_id: int, stage: Optional[str], lines: int) -> tuple[Path, str]:
+def stage_log(reader: Reader, chain_id: int, stage: Optional[str], lines: int) -> tuple[Path, str]:
     from opsdctl.errors import UserError
 
-    with store.read() as s:
-        row = _pick_stage(s, chain_id, stage)
+    row = _pick_stage(reader, chain_id, stage)
     path = Path(row.log_path)
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -68,9 +67,8 @@ def stage_log(store: Store, chain_id: int, stage: Optional[str], lines: int) -> 
     return path, text
 
 
-def follow_log(store: Store, chain_id: int, path: Path, out: TextIO, poll: float = 0.5) -> None:
+def follow_log(reader: Reader, chain_id: int, path: Path, out: TextIO, poll: float = 0.5) -> None:
     """Print what is appended to `path` until the chain's stage using it ends."""
-    from opsdctl.store.engine import stages_of
 
     with open(path, "rb") as f:
         f.seek(0, 2)
@@ -80,8 +78,7 @@ def follow_log(store: Store, chain_id: int, path: Path, out: TextIO, poll: float
                 out.write(chunk.decode("utf-8", errors="replace"))
                 out.flush()
                 continue
-            with store.read() as s:
-                running = [st for st in stages_of(s, chain_id) if st.log_path == str(path) and st.state == "running"]
+            running = [st for st in reader.stages_of(chain_id) if st.log_path == str(path) and st.state == "running"]
             if not running:
                 rest = f.read()
                 if rest:

@@ -77,7 +77,7 @@ def command(
         warn(note) if "version" in note or "same knobs" in note else console(stderr=True).print(escape(note))
     from opsdctl.plan.fit_warning import unfit_warnings
 
-    for warning in [*result.warnings, *unfit_warnings(cfg, app.store(cfg).reader(), [c.chain_id for c in result.chains])]:
+    for warning in [*result.warnings, *unfit_warnings(cfg, app.reader(cfg), [c.chain_id for c in result.chains])]:
         warn(warning)
     if as_json:
         print_json([c.to_json() for c in result.chains])

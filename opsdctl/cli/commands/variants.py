@@ -13,31 +13,30 @@ from opsdctl.cli.console import console, escape, print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from opsdctl.store.engine import Store
+    from opsdctl.store.reader import Reader
 
 
 def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the variants as JSON.")) -> None:
     """Recorded variants: name, version, hash, knobs that differ from the released recipe, runs."""
     app = App.of(ctx)
     cfg = app.config()
-    rows = list_variants(app.store(cfg))
+    rows = list_variants(app.reader(cfg))
     if as_json:
         print_json(rows)
         return
     render_variants(console(), rows)
 
 
-def list_variants(store: Store) -> list[dict]:
+def list_variants(reader: Reader) -> list[dict]:
     from opsdctl.recipes import partial
     from opsdctl.recipes.knobs import recipe_changes
-    from opsdctl.store.engine import all_variants, chains_of_variant, score_of
     from opsdctl.store.states import State
 
     rows = []
-    with store.read() as s:
-        for v in all_variants(s):
-            chains = chains_of_variant(s, v.id)
-            scored = [(c, score_of(s, c.id)) for c in chains if c.state == State.SUCCEEDED.value]
+    with reader.snapshot():
+        for v in reader.all_variants():
+            chains = reader.chains_of_variant(v.id)
+            scored = [(c, reader.score_of(c.id)) for c in chains if c.state == State.SUCCEEDED.value]
             scored = [(c, x) for c, x in scored if x is not None]
             scores = [x.avg_at_k for c, x in scored if not partial.run_is_partial(c, x)]
             partial_scores = [{"chain_id": c.id, "score": x.avg_at_k, "n_problems": x.n_problems, "k": x.k}

@@ -38,7 +38,7 @@ def command(
     if bool(chain_ids) == all_chains:
         raise UserError("opsdctl wait: name the chains (opsdctl wait 3 4) or pass --all, not both or neither")
     cfg = app.config()
-    store = app.store(cfg)
+    reader = app.reader(cfg)
     err = console(stderr=True)
     warned, absent_since = [], []
 
@@ -63,7 +63,7 @@ def command(
     if spinner is not None:
         spinner.start()
     try:
-        result = wait_chains(store, None if all_chains else chain_ids, None if timeout is None else timeout * 60, on_tick=tick)
+        result = wait_chains(reader, None if all_chains else chain_ids, None if timeout is None else timeout * 60, on_tick=tick)
     finally:
         if spinner is not None:
             spinner.stop()

@@ -99,15 +99,15 @@ def test_the_adaptive_policy_takes_the_first_action_the_worker_can_take():
     queued = [policy.QueuedItem(1, "a"), policy.QueuedItem(2, "d")]
     ranked = [A(S.REEVAL, "a", 10, True, 0.3), A(S.NEW, "d", 60, True, 0.2), A(S.REPEAT, "a", 60, True, 0.1),
               A(S.STOP, None, 0, True, 0.0)]
-    p = policy.plan(queued, None, advice=ranked, auto_repeat=True, known_variants=["a"])
+    p = policy.plan(queued, None, policy.PlanInputs(advice=ranked, auto_repeat=True, known_variants=["a"]))
     assert p.order == [2, 1] and p.slots[0].why.startswith("advise: first run of d") and p.extra is None
     # the leader's repeat, not queued: --auto-repeat queues it first, and futility leaves it alone
-    p = policy.plan([], None, advice=ranked[2:], auto_repeat=True, known_variants=["a"])
+    p = policy.plan([], None, policy.PlanInputs(advice=ranked[2:], auto_repeat=True, known_variants=["a"]))
     assert (p.extra, p.extra_first, p.full_eval) == ("a", True, ["a"])
     # without --auto-repeat the worker adds nothing; stop ranked first: nothing of its own either
-    assert policy.plan([], None, advice=ranked[2:], known_variants=["a"]).extra is None
-    p = policy.plan(queued, None, advice=[A(S.STOP, None, 0, True, 0.0), *ranked], auto_repeat=True,
-                    known_variants=["a"])
+    assert policy.plan([], None, policy.PlanInputs(advice=ranked[2:], known_variants=["a"])).extra is None
+    p = policy.plan(queued, None, policy.PlanInputs(advice=[A(S.STOP, None, 0, True, 0.0), *ranked], auto_repeat=True,
+                    known_variants=["a"]))
     assert p.extra is None and p.order == [1, 2] and p.extra_why.startswith("advise: stop")
 
 

@@ -18,6 +18,7 @@ from opsdctl.plan.durations import (
     estimate_from_samples,
     quantile,
 )
+from opsdctl.store.open_read import open_reader
 
 
 def test_cost_key_names_the_knobs_that_change_cost():
@@ -85,9 +86,9 @@ def test_history_reads_the_latest_stages_oldest_first_with_each_variants_knobs(t
         for cid in range(1, 6):
             s.add(Stage(chain_id=cid, name="train", state="succeeded", started_at=t0, seconds=100.0 * cid))
             s.add(Stage(chain_id=cid, name="eval", state="failed", started_at=t0 + timedelta(seconds=1), seconds=5.0))
-    got = history(store.reader())
+    got = history(open_reader(store))
     assert [x.seconds for x in got] == [100.0, 200.0, 300.0, 400.0, 500.0]  # failed stages never count
     assert [x.key for x in got[:2]] == [cost_key("train", "qwen3-1.7b", {"max_completion_length": 2048}),
                                         cost_key("train", "qwen3-1.7b", {"max_completion_length": 1024})]
-    assert [x.chain_id for x in history(store.reader(), limit=2)] == [4, 5]  # the latest, oldest first
+    assert [x.chain_id for x in history(open_reader(store), limit=2)] == [4, 5]  # the latest, oldest first
     store.dispose()

@@ -6,7 +6,7 @@ priority first, fifo untouched, and --auto-repeat's one extra chain."""
 from __future__ import annotations
 
 from opsdctl.config import Reference
-from opsdctl.plan.policy import QueuedItem, plan
+from opsdctl.plan.policy import PlanInputs, QueuedItem, plan
 from opsdctl.stats.compare import RunRecord, build_report
 from tests.support.report_doc import report as typed
 
@@ -35,8 +35,8 @@ def q(*pairs):
 
 def test_first_runs_of_new_variants_before_repeats():
     rep = report(cand("a", 1, 2.5, 0.93, need=2), cand("b", 1, 0.5, 0.62, need=30))
-    p = plan(q((1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "d"), (6, "c")), rep, baseline="baseline",
-             usable_s=300 * MIN, chain_s=CHAIN, voi=False)
+    p = plan(q((1, "a"), (2, "b"), (3, "c"), (4, "a"), (5, "d"), (6, "c")), rep, PlanInputs(baseline="baseline",
+             usable_s=300 * MIN, chain_s=CHAIN, voi=False))
     assert p.order[:2] == [3, 5]  # c and d have no run yet: one each, queue order
     assert p.order[2:4] == [1, 4]  # then a: undecided, P(beat) 0.93, 2 runs settle it and fit
     assert p.order[4:] == [2, 6]  # b is out of reach (30 runs) but promising; c's second chain waits its first
@@ -47,8 +47,8 @@ def test_first_runs_of_new_variants_before_repeats():
 
 def test_repeats_by_p_beat_and_only_as_many_as_needed():
     rep = report(cand("a", 2, 1.8, 0.90, need=1), cand("b", 2, 2.6, 0.97, need=2))
-    p = plan(q((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")), rep, baseline="baseline",
-             usable_s=400 * MIN, chain_s=CHAIN, voi=False)
+    p = plan(q((1, "a"), (2, "a"), (3, "b"), (4, "b"), (5, "b")), rep, PlanInputs(baseline="baseline",
+             usable_s=400 * MIN, chain_s=CHAIN, voi=False))
     assert p.order == [3, 4, 1, 5, 2]  # b (0.97) x2, then a (0.90) x1, then the extra runs by P(beat)
     assert [s.tier for s in p.slots] == ["2a", "2a", "2a", "3", "3"]
     assert "beyond the +2 run(s)" in p.slots[3].why
@@ -56,17 +56,17 @@ def test_repeats_by_p_beat_and_only_as_many_as_needed():
 
 def test_what_does_not_fit_in_the_time_left_waits():
     rep = report(cand("a", 1, 2.0, 0.92, need=3), cand("b", 1, 1.0, 0.75, need=1))
-    p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False)
+    p = plan(q((1, "a"), (2, "b")), rep, PlanInputs(baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False))
     assert p.order == [2, 1]  # a needs 3 x 46 min > 100 min; b's 1 run fits
     assert {s.chain_id: s.tier for s in p.slots} == {1: "3", 2: "2a"}
-    p = plan(q((1, "a"), (2, "b")), rep, baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False, chain_median_s=27 * MIN)
+    p = plan(q((1, "a"), (2, "b")), rep, PlanInputs(baseline="baseline", usable_s=100 * MIN, chain_s=CHAIN, voi=False, chain_median_s=27 * MIN))
     assert p.order == [1, 2]  # 2 x 27 + 46 = 100 min: a's 3 runs fit, and it has the higher P(beat)
 
 
 def test_nothing_for_worse_or_futile_variants():
     rep = report(cand("bad", 2, -4.0, 0.002, verdict="worse"), cand("a", 1, 1.0, 0.7, need=4))
-    p = plan(q((1, "bad"), (2, "a"), (3, "dropped"), (4, "bad")), rep, baseline="baseline", usable_s=None,
-             chain_s=CHAIN, dropped={"dropped": "an evaluation of it was stopped as futile (chain 9: ...)"})
+    p = plan(q((1, "bad"), (2, "a"), (3, "dropped"), (4, "bad")), rep, PlanInputs(baseline="baseline", usable_s=None,
+             chain_s=CHAIN, dropped={"dropped": "an evaluation of it was stopped as futile (chain 9: ...)"}))
     assert p.order == [2]
     assert set(p.skips) == {1, 3, 4}
     assert p.skips[1].startswith("verdict worse (P(beat) = 0.002 <= 0.025)")
@@ -75,49 +75,49 @@ def test_nothing_for_worse_or_futile_variants():
 
 def test_settling_worse_comes_after_settling_better():
     rep = report(cand("up", 1, 1.5, 0.85, need=3), cand("down", 1, -2.5, 0.07, worse=2), m=2, nu=40)
-    p = plan(q((1, "down"), (2, "up")), rep, baseline="baseline", usable_s=600 * MIN, chain_s=CHAIN, voi=False)
+    p = plan(q((1, "down"), (2, "up")), rep, PlanInputs(baseline="baseline", usable_s=600 * MIN, chain_s=CHAIN, voi=False))
     assert p.order == [2, 1]
     assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 1: "2b"}
 
 
 def test_baseline_repeats_when_a_candidate_needs_them():
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="runs", base_n=1)
-    p = plan(q((1, "x"), (2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
+    p = plan(q((1, "x"), (2, "baseline"), (3, "a")), rep, PlanInputs(baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN))
     assert p.order == [1, 2, 3]  # the new variant first, then baseline and candidate runs
     assert {s.chain_id: s.tier for s in p.slots} == {1: "1", 2: "2a", 3: "2a"}
     # measured by the published reference instead: local baseline runs remove its setup offset,
     # so they help too
     rep = report(cand("a", 3, 2.0, 0.96, need=None, base_too=True, both=2), base_source="reference")
-    p = plan(q((2, "baseline"), (3, "a")), rep, baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN)
+    p = plan(q((2, "baseline"), (3, "a")), rep, PlanInputs(baseline="baseline", usable_s=400 * MIN, chain_s=CHAIN))
     assert {s.chain_id: s.tier for s in p.slots} == {2: "2a", 3: "2a"}
 
 
 def test_no_baseline_at_all_runs_it_first():
     rep = report(base_source=None, base_n=0, s=None, nu=0)
-    p = plan(q((1, "a"), (2, "baseline")), rep, baseline="baseline", usable_s=None, chain_s=CHAIN)
+    p = plan(q((1, "a"), (2, "baseline")), rep, PlanInputs(baseline="baseline", usable_s=None, chain_s=CHAIN))
     assert p.order == [2, 1]
 
 
 def test_priority_first_and_fifo_untouched():
     rep = report(cand("a", 1, 2.5, 0.93, need=1))
-    p = plan(q((1, "a", 0), (2, "new", 0), (3, "a", 5)), rep, baseline="baseline", usable_s=None, chain_s=CHAIN)
+    p = plan(q((1, "a", 0), (2, "new", 0), (3, "a", 5)), rep, PlanInputs(baseline="baseline", usable_s=None, chain_s=CHAIN))
     assert p.order == [3, 2, 1]
     f = plan(q((1, "a"), (2, "new"), (3, "bad")), report(cand("bad", 2, -5, 0.001, verdict="worse")),
-             policy="fifo", baseline="baseline")
+             PlanInputs(policy="fifo", baseline="baseline"))
     assert f.order == [1, 2, 3] and f.skips == {}
 
 
 def test_auto_repeat_adds_one_chain_only_when_nothing_queued_can_settle_anything():
     rep = report(cand("a", 2, 2.0, 0.95, need=2), cand("b", 2, 1.0, 0.80, need=5), cand("s", 3, 4.0, 0.999, verdict="better"))
-    p = plan(q((1, "s")), rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
-             known_variants=["a", "b", "s"])
+    p = plan(q((1, "s")), rep, PlanInputs(baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
+             known_variants=["a", "b", "s"]))
     assert p.extra == "a" and "P(beat) 0.950" in p.extra_why
-    p = plan(q((1, "b")), rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
-             known_variants=["a", "b", "s"])
+    p = plan(q((1, "b")), rep, PlanInputs(baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True,
+             known_variants=["a", "b", "s"]))
     assert p.extra is None  # b's repeat can settle it: nothing added
-    p = plan([], rep, baseline="baseline", usable_s=40 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True, known_variants=["a"])
+    p = plan([], rep, PlanInputs(baseline="baseline", usable_s=40 * MIN, chain_s=CHAIN, voi=False, auto_repeat=True, known_variants=["a"]))
     assert p.extra is None  # not even one chain fits
-    p = plan([], rep, baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=False, known_variants=["a"])
+    p = plan([], rep, PlanInputs(baseline="baseline", usable_s=300 * MIN, chain_s=CHAIN, voi=False, auto_repeat=False, known_variants=["a"]))
     assert p.extra is None  # opt-in
 
 
@@ -132,8 +132,8 @@ def test_on_a_real_report():
     rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5))
     verdicts = {e.name: e.verdict for e in rep.entries}
     assert verdicts["cold"] == "worse" and verdicts["hot"] in ("better", "undecided")
-    p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, baseline="baseline",
-             usable_s=300 * MIN, chain_s=CHAIN)
+    p = plan(q((10, "cold"), (11, "mid"), (12, "new"), (13, "hot")), rep, PlanInputs(baseline="baseline",
+             usable_s=300 * MIN, chain_s=CHAIN))
     assert 10 in p.skips and set(p.order) == {11, 12, 13}
     assert p.skips[10].endswith(f"<= {by_name_worse(rep, 'cold'):.3g}): no more runs for it")
 

@@ -51,3 +51,14 @@ def test_same_world_same_sessions_for_every_policy():
     # same queue, same draws: the planner's FIFO differs only by not starting the chain that would be cut
     assert b.succeeded == a.succeeded and b.cut == 0 and a.cut == 1
     assert {k: v for k, v in a.verdicts.items()} == {k: v for k, v in b.verdicts.items()}
+
+
+def test_the_oracle_ceiling_queues_only_the_largest_effects_and_the_bet_is_judged():
+    r = simulate.simulate_session("oracle x2", seed=4, effects=(0.0, 0.0, 1.0, 2.0, 3.0, -2.0))
+    s = simulate.Session(simulate.World.make(), (0.0, 0.0, 1.0, 2.0, 3.0, -2.0), 4, 6.0, 2)
+    queued = {c.variant for c in r.chains}
+    assert queued == {simulate.BASELINE} | {n for n, e in s.effects.items() if abs(e) >= 2}
+    assert all(sum(c.variant == v for c in r.chains[:8]) == 2 for v in queued)  # each twice in a row
+    # the bet: the arm of highest forecast mean, scored by its true effect
+    assert r.submitted in s.effects and r.submission_gain == s.effects[r.submitted]
+    assert simulate.simulate_session("fifo-by-hand x2", seed=4).submission_gain in set(s.effects.values())

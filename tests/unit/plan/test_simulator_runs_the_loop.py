@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from conftest import REPO
 from support.gpus import NoFacts
 
@@ -47,9 +49,7 @@ def test_a_bug_in_the_loop_changes_the_benchmarks_output(monkeypatch, tmp_path):
         import simulate_session as bench
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    monkeypatch.setattr(simulate, "POLICIES", {"planner fifo": simulate.POLICIES["planner fifo"],
-                                                "fifo-by-hand x2": simulate.POLICIES["fifo-by-hand x2"]})
-    args = ["--sessions", "2", "--effects", "0,3"]
+    args = ["--sessions", "2", "--effects", "0,3", "--policy", "planner fifo", "--policy", "fifo-by-hand x2"]
     bench.main([*args, "--out", str(tmp_path / "good")])
     _last_admissible_first(monkeypatch)
     bench.main([*args, "--out", str(tmp_path / "bad")])
@@ -124,3 +124,15 @@ def test_no_zero_value_chain_is_queued():
     assert "no repeat has value in the time left (advise: stop" in gate.idle_reason()  # log and status say why
     gate, queued, _, _ = _gate()  # a close race: a repeat has value
     assert gate.order([]) and queued == ["a"] and gate.plan.extra_why.startswith("advise: one more run of a")
+
+
+def test_the_benchmark_refuses_an_unknown_policy(tmp_path, capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import simulate_session as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--sessions", "1", "--policy", "adaptve", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "unknown policy 'adaptve'" in capsys.readouterr().err
+    assert not (tmp_path / "simulate.json").exists()

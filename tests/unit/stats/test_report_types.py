@@ -83,7 +83,7 @@ def test_the_live_rule_against_scipy_in_float64():
         delta = ys[v].mean() - b_mean
         se = np.sqrt(s2 / len(ys[v]) + b_var)
         half = ss.t.ppf(0.975, nu) * se
-        assert e.delta == pytest.approx(delta, rel=1e-12) and e.se == pytest.approx(se, rel=1e-12)
+        assert e.delta == pytest.approx(delta, rel=1e-12) and e.se_delta == pytest.approx(se, rel=1e-12)
         assert (e.ci_low, e.ci_high) == (pytest.approx(delta - half, rel=1e-12), pytest.approx(delta + half, rel=1e-12))
         assert e.p_beat == pytest.approx(ss.t.cdf(delta / se, nu), rel=1e-12)
         level = inference.look_level(len(ys[v]) + nb, rep.spending.m, nu_local)

@@ -22,6 +22,7 @@ from opsdctl.store.engine import (
     stages_of,
 )
 from opsdctl.store.models import Chain, Score, Stage, Variant
+from opsdctl.store.open_read import open_reader
 
 
 def test_head_constant_matches_the_scripts():
@@ -63,7 +64,7 @@ def test_pre_migration_sqlite_store_is_upgraded_in_place(tmp_path):
         assert c1.finished_at - c1.started_at == dt.timedelta(minutes=43)
         assert s.get(Variant, 1).hparams == {"learning_rate": 5e-6}
         assert [q.id for q in queued_chains(s)] == [3]
-        (run,) = store.reader().rows(queries.SCORED_ROWS)  # compare's read of the scored runs
+        (run,) = open_reader(store).rows(queries.SCORED_ROWS)  # compare's read of the scored runs
         assert (run.id, run.label, run.avg_at_k) == (1, "baseline", 54.22)
         assert s.get(Score, run.score_id).problems == PROBLEMS
         # 0003 filled the compact counts of the rows it found (compare reads those)

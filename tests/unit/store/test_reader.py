@@ -46,7 +46,7 @@ def test_status_and_compare_read_the_same_through_sqlite3_and_sqlalchemy(filled)
     cfg, store = filled
     light = open_reader(cfg.db)
     assert isinstance(light.driver, SqliteDriver)  # a store at HEAD: no SQLAlchemy
-    light_docs, orm_docs = documents(cfg, light), documents(cfg, store.reader())
+    light_docs, orm_docs = documents(cfg, light), documents(cfg, open_reader(store))
     assert light_docs == orm_docs
     status, compare, _ = light_docs
     states = {c["state"] for c in status["chains"]}
