@@ -1,6 +1,6 @@
 """What to submit: three submission rules over simulated 6-hour sessions through the real worker loop.
 
-    python benchmarks/decision.py                    # the committed figures: 1,200 sessions (~6 min on 2 cores)
+    python benchmarks/decision.py                    # the committed figures: 1,000 sessions
     python benchmarks/decision.py --sessions 5 --out /tmp/d
 
 Every session runs opsdctl/plan/simulate.py's `simulate_session` (the worker's own loop, gate and
@@ -107,7 +107,8 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
         fc = post.forecasts()
         for name, f in zip(post.names, fc):
             official = BASE_MEAN + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
-            arms.append({"name": name, "low80": f.low80, "high80": f.high80, "p_above": f.p_above_reference,
+            arms.append({"name": name, "effect": true[name], "low80": f.low80, "high80": f.high80,
+                         "p_above": f.p_above_reference,
                          "official": official, "above": official > BASE_MEAN})
     best = max(true[n] for n in tried)
     return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
@@ -204,7 +205,7 @@ def markdown(doc: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=1200, help="simulated sessions (the six conditions take turns)")
+    ap.add_argument("--sessions", type=int, default=1000, help="simulated sessions (the six conditions take turns)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -212,7 +213,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     with Pool(args.processes) as pool:
         rows = pool.starmap(one_session, [(i, args.seed) for i in range(args.sessions)])
-    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1200 else f" --sessions {args.sessions}"),
+    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}"),
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
            "summary": summarize(rows)}
     args.out.mkdir(parents=True, exist_ok=True)

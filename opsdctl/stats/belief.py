@@ -80,21 +80,12 @@ class Belief:
 
 
 def from_posterior(post: forecast.Posterior) -> Belief:
-    """The belief of the forecast's joint posterior (opsdctl.stats.forecast, the one model of the
-    official score). A fresh idea's effect: the family's mean as the candidates' posterior effects
-    show it, shrunk toward the family-mean prior's centre as that prior would (FAMILY_MEAN,
-    FAMILY_MEAN_SD), and the family's spread with its own uncertainty; its link to the tried ideas
-    through the family mean is left out."""
-    k = len(post.names) - 1
-    theta = post.state_mean[2:]
-    if k:
-        m2, t2 = forecast.FAMILY_MEAN_SD**2, post.spread**2
-        fam_mean = forecast.FAMILY_MEAN + (float(np.mean(theta)) - forecast.FAMILY_MEAN) * k * m2 / (t2 + k * m2)
-    else:
-        fam_mean = forecast.FAMILY_MEAN
-    fam_sd = math.sqrt(post.spread**2 + post.spread_sd**2 + forecast.FAMILY_MEAN_SD**2 / (1 + k))
+    """The belief of the forecast's posterior (opsdctl.stats.forecast, the one model of the
+    official score), as its first two moments. A fresh idea's effect: the family's (null or slab)
+    with the hyperparameters' posterior, by its mean and sd; its link to the tried ideas through
+    the hyperparameters is left out."""
     return Belief(post.names, post.state_mean, post.state_cov, post.noise.train_var, post.noise.eval_var or None,
-                  fam_mean, fam_sd)
+                  post.new_mean, post.new_sd)
 
 
 def from_report(report) -> Optional[Belief]:

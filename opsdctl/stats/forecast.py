@@ -10,7 +10,9 @@ The generative model (docs/decision.md):
     B          the official baseline's true mean                 flat prior
     d          the user's setup offset (local - official)        flat with local baseline runs and a
                                                                  reference, else N(0, offset_sd^2)
-    theta_c    candidate c's effect                              N(m, tau^2), m ~ N(mean, mean_sd^2)
+    theta_c    candidate c's effect: 0 with probability pi (an idea that does nothing), else
+               N(m, tau^2); pi ~ Beta around NULL_SHARE, tau log-normal around DEFAULT_SPREAD,
+               m ~ N(FAMILY_MEAN, FAMILY_MEAN_SD^2): the family's spike and slab
     R          the published reference mean = B + N(0, ref_sd^2 / ref_n)
     local run r of arm a:  y = B + d + theta_a + N(0, train_var + V_r)   (theta_baseline = 0)
     official run of arm a: B + theta_a + N(0, train_var + eval_var)
@@ -20,32 +22,40 @@ the training part of the run-to-run noise, eval_var the eval-sampling variance o
 evaluation (a run without counts gets train_var + eval_var). The official score depends on B
 alone, and local baseline runs see B + d: with a prior on d they would lend B part of any setup
 offset, so whenever local baseline runs and the published reference can both measure d it gets
-no prior, B comes from the reference and the local runs measure the effects (a +2-point offset
-under a 1-point prior had every forecast ~1 point optimistic; the prior sharpened B only from
-0.66 to 0.60 points). The effects share one family:
-the spread tau is integrated over a log grid with a log-normal prior centred on
-DEFAULT_SPREAD (the data decide once the family is large enough), and the family mean m with
-its normal prior is integrated out in closed form. Given tau the model is linear-Gaussian, so
-the posterior of x = (B, d, theta_1..theta_C) is exact; the tau mixture is summarised by its
-first two moments, so what comes out is one Gaussian: `Posterior.mean` / `Posterior.cov` of
-the arms' true official means, and the predictive adds the official runs' own noise.
+no prior, B comes from the reference and the local runs measure the effects.
+
+Why a spike and slab: most ideas do nothing, a normal family cannot say so. It shrank every
+effect by the same factor, so a null idea with a lucky run kept half its luck (the forecast
+rule then submitted it) and its P(above the reference) was far too sure (0.04 where 0.11 came
+true). The spike pulls a small effect to 0 and leaves a large one nearly alone.
+
+Computation: given the hyperparameters (pi, tau, m) and the local baseline level L = B + d, the
+candidates are independent and each one's posterior is a two-part mixture in closed form; B given
+L is normal. So the posterior is exact on a grid of nodes: hyperparameters (midpoint, log and
+Gauss-Hermite rules under their priors) times L (an equally spaced grid refined around its
+posterior: a trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
+`Posterior.mean` / `cov` are its first two moments, the Gaussian the knowledge gradient uses.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Optional, Sequence
 
 import numpy as np
 
 OFFICIAL_RUNS = 5  # the scorer re-trains 5 times (seed 42) and averages
-DEFAULT_SPREAD = 2.0  # points: sd of effects across ideas (a realistic mix: half null, a third -1..-5, rest +1..+4)
-SPREAD_PRIOR_LOG_SD = 0.75  # sd of log(tau) around log(DEFAULT_SPREAD): 80% of the prior mass in 0.76..5.2 points
-SPREAD_GRID = (0.05, 12.0, 41)  # tau grid: log-spaced from, to, points
-FAMILY_MEAN = -0.5  # points: prior centre of the family's mean effect (that mix: most ideas do not help; mean -0.58)
-FAMILY_MEAN_SD = 1.0  # points: prior sd of the family's mean effect
+NULL_SHARE = 0.5  # prior centre of the share of ideas that do nothing (a realistic mix: half null)
+NULL_STRENGTH = 6.0  # Beta pseudo-count on that share: a family of ~6 ideas moves it halfway
+DEFAULT_SPREAD = 2.8  # points: prior centre of the slab's sd (the mix's non-null half: a third -1..-5, a sixth +1..+4)
+SPREAD_PRIOR_LOG_SD = 0.5  # sd of log(tau) around log(DEFAULT_SPREAD): 80% of the prior mass in 1.5..5.3 points
+SPREAD_GRID = (0.3, 12.0, 9)  # tau grid: log-spaced from, to, points
+NULL_GRID = 8  # points of the null-share grid (midpoints of equal cells of 0..1)
+MEAN_NODES = 3  # Gauss-Hermite nodes of the slab mean's normal prior
+LEVEL_NODES = 25  # grid of the local baseline level L = B + d (refined around its posterior)
+FAMILY_MEAN = -1.2  # points: prior centre of the slab's mean (that mix's non-null half: mean -1.17)
+FAMILY_MEAN_SD = 1.0  # points: prior sd of the slab's mean
 INTERVAL = 0.80  # the forecast interval's coverage
 BEST_DRAWS = 60_000  # Monte Carlo draws for p_best: SE <= 0.5 / sqrt(draws) = 0.002
 BEST_SEED = 25  # fixed: the same store gives the same p_best
@@ -89,8 +99,15 @@ class PublishedRef:
 
 @dataclass(frozen=True)
 class FamilyPrior:
-    spread: float = DEFAULT_SPREAD  # centre of the prior on tau
-    spread_log_sd: float = SPREAD_PRIOR_LOG_SD  # 0: tau fixed at `spread`
+    """The family of effects: a share `null_share` of ideas do nothing (effect exactly 0), the rest
+    draw from a normal slab N(m, tau^2). null_strength: the Beta prior's pseudo-count on the null
+    share (0: fixed); spread / spread_log_sd: tau's log-normal prior (0: fixed); mean / mean_sd: m's
+    normal prior (0: fixed). null_share=0 with null_strength=0 is the plain normal family."""
+
+    null_share: float = NULL_SHARE
+    null_strength: float = NULL_STRENGTH
+    spread: float = DEFAULT_SPREAD
+    spread_log_sd: float = SPREAD_PRIOR_LOG_SD
     mean: float = FAMILY_MEAN
     mean_sd: float = FAMILY_MEAN_SD
 
@@ -111,13 +128,30 @@ class ArmForecast:
 
 
 @dataclass(frozen=True)
+class Mixture:
+    """The posterior as a weighted set of nodes (hyperparameters x local baseline level), each
+    exact: B ~ N(b_mean, b_var) and, independently, candidate c's effect is 0 with probability
+    1 - slab[:, c], else N(slab_mean[:, c], slab_var[:, c]). Arrays: (nodes,) and (nodes, C)."""
+
+    weight: np.ndarray
+    b_mean: np.ndarray
+    b_var: np.ndarray
+    slab: np.ndarray
+    slab_mean: np.ndarray
+    slab_var: np.ndarray
+
+
+@dataclass(frozen=True)
 class Posterior:
     """The joint posterior of the arms' true official means (arm 0 is the baseline).
 
-    mean, cov: of M_a = B + theta_a, the arms' true official means (points, points^2).
+    mean, cov: of M_a = B + theta_a, the arms' true official means (points, points^2): the
+    mixture's first two moments, which the knowledge gradient's Gaussian what-ifs use.
     state_mean, state_cov: of x = (B, d, theta_1..theta_C), for what-if updates (`after_runs`).
+    mixture: the exact posterior the forecasts (interval, p_above_reference, p_best) come from.
     noise: the per-run components; official runs add noise.run_var / OFFICIAL_RUNS to each arm.
-    spread: posterior mean of tau (points); spread_sd its posterior sd.
+    spread, spread_sd: posterior mean and sd of the slab's tau (points); null_share: of the share
+    of ideas that do nothing; new_mean, new_sd: a fresh idea's effect under the family.
     """
 
     names: tuple[str, ...]
@@ -125,9 +159,13 @@ class Posterior:
     cov: np.ndarray
     state_mean: np.ndarray
     state_cov: np.ndarray
+    mixture: Mixture
     noise: NoiseParts
     spread: float
     spread_sd: float
+    null_share: float
+    new_mean: float
+    new_sd: float
     reference_mean: Optional[float]
     official_runs: int = OFFICIAL_RUNS
 
@@ -143,11 +181,11 @@ class Posterior:
 
     def after_runs(self, arm: int, runs: int = 1, eval_var: Optional[float] = None) -> np.ndarray:
         """The covariance of the arms' true official means after `runs` more local runs of `arm`
-        (whatever they score: a Gaussian's covariance does not depend on the values), tau held
-        at the mixture's moments. `eval_var`: each new run's eval-sampling variance (default:
-        one full eval's); a re-eval of an existing checkpoint is not this (its training part is
-        already drawn). Kalman update of the state with observation row h = e_B + e_d + e_theta.
-        A first baseline run keeps the offset's prior here, where a refit would drop it."""
+        (whatever they score), under the posterior's Gaussian summary (state_mean, state_cov).
+        `eval_var`: each new run's eval-sampling variance (default: one full eval's); a re-eval of
+        an existing checkpoint is not this (its training part is already drawn). Kalman update
+        of the state with observation row h = e_B + e_d + e_theta. A first baseline run keeps
+        the offset's prior here, where a refit would drop it."""
         v = self.noise.train_var + (self.noise.eval_var if eval_var is None else eval_var)
         h = obs_row(arm, len(self.names))
         p = self.state_cov
@@ -157,29 +195,76 @@ class Posterior:
         a = official_map(len(self.names))
         return a @ post @ a.T
 
+    def _components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each arm's predictive of its official mean as a normal mixture: (weights, means,
+        variances), (arms, components); the official runs' own noise included."""
+        mx, off = self.mixture, self.noise.run_var / self.official_runs
+        w, bm, bv = mx.weight, mx.b_mean, mx.b_var + off
+        ws = [np.concatenate([w, np.zeros_like(w)])]
+        ms = [np.concatenate([bm, bm])]
+        vs = [np.concatenate([bv, bv])]
+        for c in range(mx.slab.shape[1]):
+            ws.append(np.concatenate([w * (1.0 - mx.slab[:, c]), w * mx.slab[:, c]]))
+            ms.append(np.concatenate([bm, bm + mx.slab_mean[:, c]]))
+            vs.append(np.concatenate([bv, bv + mx.slab_var[:, c]]))
+        return np.array(ws), np.array(ms), np.array(vs)
+
     def forecasts(self, draws: int = BEST_DRAWS, seed: int = BEST_SEED) -> tuple[ArmForecast, ...]:
         """Each arm's forecast of its official mean: predictive mean, 80% interval,
-        P(> the published reference mean) and P(the highest of all arms). With an estimated
-        noise (noise.dof) the interval and P(above) are Student t on those dof, the Gaussian's
-        sd as scale: sigma^2 scaled-inverse-chi^2 around the estimate, integrated out. A normal
-        with the posterior mean of sigma^2 instead is too wide at 80% (85-86% coverage in
-        benchmarks/forecast_model.py) and too thin in the tails."""
+        P(> the published reference mean) and P(the highest of all arms), all from the exact
+        mixture. With an estimated noise (noise.dof) each component is Student t on those dof,
+        its sd as scale: sigma^2 scaled-inverse-chi^2 around the estimate, integrated out (a
+        normal with s^2 plugged in covers ~72% at 80% on 3 dof)."""
         from scipy import stats
+        from scipy.special import ndtr, stdtr
 
-        mu, cov = self.predictive_mean(), self.predictive_cov()
-        sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-        dist = stats.norm() if not self.noise.dof else stats.t(float(self.noise.dof))
-        z = float(dist.ppf(0.5 + INTERVAL / 2.0))
-        best = p_best(mu, cov, draws, seed)
-        out = []
-        for i in range(len(self.names)):
-            above = None
-            if self.reference_mean is not None:
-                above = float(dist.cdf((mu[i] - self.reference_mean) / sd[i])) if sd[i] > 0 else float(
-                    mu[i] > self.reference_mean)
-            out.append(ArmForecast(float(mu[i]), float(mu[i] - z * sd[i]), float(mu[i] + z * sd[i]), above,
-                                   float(best[i])))
-        return tuple(out)
+        dof = self.noise.dof
+        std_cdf = ndtr if not dof else (lambda z: stdtr(float(dof), z))  # noqa: E731
+        w, m, v = self._components()
+        sd = np.sqrt(np.maximum(v, 1e-300))
+        cdf = lambda x: np.sum(w * std_cdf((x[:, None] - m) / sd), axis=1)  # noqa: E731
+        pdf = (lambda z: np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)) if not dof else (  # noqa: E731
+            lambda z: stats.t.pdf(z, float(dof)))
+        mean = np.sum(w * m, axis=1)
+        spread = np.sqrt(np.sum(w * (v + (m - mean[:, None]) ** 2), axis=1))
+        bounds = []
+        for q in (0.5 - INTERVAL / 2.0, 0.5 + INTERVAL / 2.0):
+            # safeguarded Newton on the mixture's cdf, every arm at once: a step that leaves the
+            # bracket is a bisection (spike and slab can make the cdf flat between two bumps)
+            lo, hi = mean - 12.0 * spread - 1.0, mean + 12.0 * spread + 1.0
+            x = mean + (q - 0.5) * 2.5631 * spread  # the moment-matched normal's quantile
+            for _ in range(40):
+                z = (x[:, None] - m) / sd
+                f = np.sum(w * std_cdf(z), axis=1) - q
+                lo, hi = np.where(f < 0, x, lo), np.where(f < 0, hi, x)
+                if np.all(np.abs(f) < 1e-10) or np.all(hi - lo < 1e-9):
+                    break
+                step = x - f / np.maximum(np.sum(w * pdf(z) / sd, axis=1), 1e-300)
+                x = np.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
+            bounds.append(x)
+        above = None if self.reference_mean is None else np.sum(
+            w * std_cdf((m - self.reference_mean) / sd), axis=1)
+        best = self._p_best(draws, seed)
+        return tuple(ArmForecast(float(mean[i]), float(bounds[0][i]), float(bounds[1][i]),
+                                 None if above is None else float(min(1.0, max(0.0, above[i]))), float(best[i]))
+                     for i in range(len(self.names)))
+
+    def _p_best(self, draws: int, seed: int) -> np.ndarray:
+        """P(arm i's official mean is the highest), a seeded Monte Carlo over the mixture (the same
+        store gives the same numbers; SE <= 0.5 / sqrt(draws)); one arm: 1."""
+        k = len(self.names)
+        if k == 1:
+            return np.ones(1)
+        mx = self.mixture
+        rng = np.random.default_rng(seed)
+        node = np.minimum(np.searchsorted(np.cumsum(mx.weight), rng.random(draws) * mx.weight.sum()),
+                          mx.weight.size - 1)
+        off = math.sqrt(self.noise.run_var / self.official_runs)
+        x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(draws))[:, None] \
+            + off * rng.standard_normal((draws, k))
+        on = rng.random((draws, k - 1)) < mx.slab[node]
+        x[:, 1:] += on * (mx.slab_mean[node] + np.sqrt(mx.slab_var[node]) * rng.standard_normal((draws, k - 1)))
+        return np.bincount(np.argmax(x, axis=1), minlength=k) / draws
 
 
 def official_map(n_arms: int) -> np.ndarray:
@@ -200,39 +285,6 @@ def obs_row(arm: int, n_arms: int) -> np.ndarray:
     return h
 
 
-def p_best(mu: np.ndarray, cov: np.ndarray, draws: int = BEST_DRAWS, seed: int = BEST_SEED) -> np.ndarray:
-    """P(arm i's value is the largest) for a joint normal N(mu, cov): exact for two arms
-    (Phi of the difference over its sd), a seeded Monte Carlo otherwise (common draws, so the
-    same inputs always give the same numbers; SE <= 0.5 / sqrt(draws))."""
-    from scipy.special import ndtr
-
-    mu = np.asarray(mu, dtype=np.float64)
-    k = mu.size
-    if k == 1:
-        return np.ones(1)
-    if k == 2:
-        v = cov[0, 0] + cov[1, 1] - 2.0 * cov[0, 1]
-        p0 = float(ndtr((mu[0] - mu[1]) / math.sqrt(v))) if v > 0 else float(mu[0] > mu[1]) + 0.5 * (mu[0] == mu[1])
-        return np.array([p0, 1.0 - p0])
-    w, u = np.linalg.eigh(0.5 * (cov + cov.T))
-    # float32 draws: half the time (compare runs in the planner's loop), far below the MC error
-    root = (u * np.sqrt(np.clip(w, 0.0, None))).astype(np.float32)
-    # arms along rows: the matrix product and the arg-max run over long contiguous rows
-    x = root @ _standard_draws(draws, k, seed)
-    x += mu.astype(np.float32)[:, None]
-    return np.bincount(np.argmax(x, axis=0), minlength=k) / draws
-
-
-@lru_cache(maxsize=16)
-def _standard_draws(draws: int, k: int, seed: int) -> np.ndarray:
-    """The common N(0, I) draws of p_best, (k, draws), made once per shape: the planner's loop
-    rebuilds compare's report after every chain, and drawing them was half of p_best's time."""
-    z = np.random.default_rng(seed).standard_normal((draws, k), dtype=np.float32)
-    z = np.ascontiguousarray(z.T)
-    z.flags.writeable = False  # shared between calls
-    return z
-
-
 def _arm_obs(arm: ArmRuns, noise: NoiseParts) -> Optional[tuple[float, float]]:
     """(precision-weighted mean, its variance) of one arm's local runs; None without runs."""
     if not arm.scores:
@@ -245,54 +297,74 @@ def _arm_obs(arm: ArmRuns, noise: NoiseParts) -> Optional[tuple[float, float]]:
     return float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
 
 
-@dataclass(frozen=True)
-class _Gauss:
-    mean: np.ndarray
-    cov: np.ndarray
-    log_evidence: float
+def _hyper_grid(prior: FamilyPrior, n_cand: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(null share, tau, slab mean, log prior weight) of every hyperparameter node: the null share
+    on midpoints of equal cells under its Beta prior, tau on a log grid under its log-normal prior,
+    the slab mean on Gauss-Hermite nodes of its normal prior; a fixed one is a single point. Without
+    candidates the family matters only to a fresh idea."""
+    from scipy import stats
+
+    if prior.null_strength > 0:
+        pi = (np.arange(NULL_GRID) + 0.5) / NULL_GRID
+        a, b = prior.null_share * prior.null_strength, (1.0 - prior.null_share) * prior.null_strength
+        lp_pi = stats.beta.logpdf(pi, max(a, 1e-3), max(b, 1e-3))
+    else:
+        pi, lp_pi = np.array([prior.null_share]), np.zeros(1)
+    if prior.spread_log_sd > 0:
+        lo, hi, n = SPREAD_GRID
+        tau = np.exp(np.linspace(math.log(lo), math.log(hi), n))
+        lp_tau = -0.5 * ((np.log(tau) - math.log(prior.spread)) / prior.spread_log_sd) ** 2
+    else:
+        tau, lp_tau = np.array([prior.spread]), np.zeros(1)
+    if prior.mean_sd > 0:
+        x, wx = np.polynomial.hermite_e.hermegauss(MEAN_NODES)
+        mu, lp_mu = prior.mean + prior.mean_sd * x, np.log(wx)
+    else:
+        mu, lp_mu = np.array([prior.mean]), np.zeros(1)
+    g = np.meshgrid(np.arange(pi.size), np.arange(tau.size), np.arange(mu.size), indexing="ij")
+    i, j, k = (x.ravel() for x in g)
+    lp = lp_pi[i] + lp_tau[j] + lp_mu[k]
+    return pi[i], tau[j], mu[k], lp - lp.max()
 
 
-def _theta_precision(n_cand: int, tau: float, mean_sd: float) -> np.ndarray:
-    """inverse of tau^2 I + mean_sd^2 J (Sherman-Morrison)."""
-    t2, m2 = tau * tau, mean_sd * mean_sd
-    return (np.eye(n_cand) - m2 / (t2 + n_cand * m2) * np.ones((n_cand, n_cand))) / t2
+def _log_norm(x: np.ndarray, var: np.ndarray) -> np.ndarray:
+    return -0.5 * (np.log(2.0 * math.pi * var) + x * x / var)
 
 
-def _given_spread(h: np.ndarray, y: np.ndarray, v: np.ndarray, n_arms: int, offset_sd: Optional[float],
-                  tau: float, mean_sd: float) -> _Gauss:
-    """The exact posterior of x given tau, and log p(y | tau) up to a constant that does not
-    depend on tau (the flat priors on B, and on d when offset_sd is None, are the same improper
-    factor for every tau)."""
-    dim = n_arms + 1
-    p0 = np.zeros((dim, dim))
-    logdet0 = 0.0
-    if offset_sd is not None:
-        p0[1, 1] = 1.0 / max(offset_sd, 1e-4) ** 2
-        logdet0 = math.log(p0[1, 1])
-    if n_arms > 1:
-        pt = _theta_precision(n_arms - 1, tau, mean_sd)
-        p0[2:, 2:] = pt
-        logdet0 += float(np.linalg.slogdet(pt)[1])
-    w = 1.0 / v
-    lam = p0 + (h.T * w) @ h
-    eta = h.T @ (w * y)
-    chol = np.linalg.cholesky(lam)
-    mean = np.linalg.solve(lam, eta)
-    cov = np.linalg.inv(lam)
-    logdet_lam = 2.0 * float(np.sum(np.log(np.diag(chol))))
-    quad = float(np.sum(w * y * y) - eta @ mean)
-    return _Gauss(mean, 0.5 * (cov + cov.T), 0.5 * (logdet0 - logdet_lam - quad))
-
-
-def spread_grid(prior: FamilyPrior) -> tuple[np.ndarray, np.ndarray]:
-    """(tau values, log prior weights): a log grid under a log-normal prior around prior.spread;
-    a single point when the prior's log sd is 0 (tau fixed)."""
-    if prior.spread_log_sd <= 0:
-        return np.array([prior.spread]), np.zeros(1)
-    lo, hi, n = SPREAD_GRID
-    tau = np.exp(np.linspace(math.log(lo), math.log(hi), n))
-    lp = -0.5 * ((np.log(tau) - math.log(prior.spread)) / prior.spread_log_sd) ** 2
-    return tau, lp - np.log(np.sum(np.exp(lp - lp.max()))) - lp.max()
+def _nodes(level: np.ndarray, y0: Optional[tuple[float, float]], level_prior: Optional[tuple[float, float]],
+           obs: list[Optional[tuple[float, float]]], hyper: tuple) -> tuple[np.ndarray, dict]:
+    """Log posterior weight of every (hyper node, level) pair, and the per-candidate slab
+    responsibility and slab posterior there. `level`: the L grid (equally spaced, so the
+    weights are a trapezoid rule); y0: the baseline's (local mean, variance); level_prior: L's
+    normal prior (None: flat); obs: each candidate's (local mean, variance) or None."""
+    pi, tau, mu, lp = hyper
+    pi, tau, mu, lp = pi[:, None], tau[:, None], mu[:, None], lp[:, None]
+    lw = lp + np.zeros((1, level.size))
+    if y0 is not None:
+        lw = lw + _log_norm(y0[0] - level, np.array(y0[1]))[None, :]
+    if level_prior is not None:
+        lw = lw + _log_norm(level - level_prior[0], np.array(level_prior[1]))[None, :]
+    t2 = tau * tau
+    slab, smean, svar = [], [], []
+    with np.errstate(divide="ignore"):
+        l_null, l_slab = np.log(pi), np.log1p(-pi)
+    for ob in obs:
+        if ob is None:  # no runs: the family's prior
+            slab.append(np.broadcast_to(1.0 - pi, lw.shape))
+            smean.append(np.broadcast_to(mu, lw.shape))
+            svar.append(np.broadcast_to(t2, lw.shape))
+            continue
+        y, r = ob
+        e = y - level[None, :]
+        a = l_null + _log_norm(e, np.array(r))
+        b = l_slab + _log_norm(e - mu, t2 + r)
+        tot = np.logaddexp(a, b)
+        lw = lw + tot
+        slab.append(np.exp(b - tot))
+        k = t2 / (t2 + r)
+        smean.append(mu + k * (e - mu))
+        svar.append(np.broadcast_to(k * r, lw.shape))
+    return lw, {"slab": slab, "mean": smean, "var": svar}
 
 
 def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,
@@ -300,45 +372,94 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     """The joint posterior of the true official means of the baseline and `candidates` (module
     docstring). None when nothing pins the official baseline down: no reference and no local
     runs at all. A candidate without runs gets the family's prediction for a new idea."""
-    arms = [baseline, *candidates]
-    n_arms = len(arms)
-    rows, ys, vs = [], [], []
-    for i, arm in enumerate(arms):
-        ob = _arm_obs(arm, noise)
-        if ob is not None:
-            rows.append(obs_row(i, n_arms))
-            ys.append(ob[0] - (family.mean if i > 0 else 0.0))  # fit theta - mean, whose prior is centred on 0
-            vs.append(ob[1])
-    if reference is not None:
-        r = np.zeros(n_arms + 1)
-        r[0] = 1.0
-        rows.append(r)
-        ys.append(float(reference.mean))
-        vs.append(max(float(reference.sd) ** 2 / int(reference.n), 1e-9))
-    if not rows:
+    y0 = _arm_obs(baseline, noise)
+    obs = [_arm_obs(c, noise) for c in candidates]
+    if reference is None and y0 is None and all(o is None for o in obs):
         return None
-    h, y, v = np.array(rows), np.array(ys), np.array(vs)
-    # d flat when the local baseline and the reference both measure it (module docstring)
-    offset_sd = None if reference is not None and baseline.scores else (
-        reference.offset_sd if reference is not None else 1.0)
-    taus, logw = spread_grid(family) if n_arms > 1 else (np.array([family.spread]), np.zeros(1))
-    fits = [_given_spread(h, y, v, n_arms, offset_sd, float(t), family.mean_sd) for t in taus]
-    lw = logw + np.array([f.log_evidence for f in fits])
-    w = np.exp(lw - lw.max())
-    w /= w.sum()
-    mean = sum(wi * f.mean for wi, f in zip(w, fits))
-    cov = sum(wi * (f.cov + np.outer(f.mean - mean, f.mean - mean)) for wi, f in zip(w, fits))
-    mean = mean + np.concatenate([[0.0, 0.0], np.full(n_arms - 1, family.mean)])
-    a = official_map(n_arms)
-    tau_mean = float(np.sum(w * taus))
+    n_cand = len(candidates)
+    # B given the local level L = B + d, and L's prior (module docstring)
+    od = 1.0 if reference is None else max(float(reference.offset_sd), 0.0)
+    if reference is not None:
+        rv = max(float(reference.sd) ** 2 / int(reference.n), 1e-12)
+        r_mean = float(reference.mean)
+    if reference is not None and y0 is not None:  # d flat: B is the reference's alone
+        level_prior = None
+        b_of = lambda lv: (np.full_like(lv, r_mean), rv)  # noqa: E731
+    elif reference is not None:
+        level_prior = (r_mean, rv + od * od)
+        k = rv / (rv + od * od)
+        b_of = lambda lv: (r_mean + k * (lv - r_mean), rv * od * od / (rv + od * od))  # noqa: E731
+    else:
+        level_prior = None
+        b_of = lambda lv: (lv, od * od)  # noqa: E731
+    hyper = _hyper_grid(family, n_cand)
+    # without candidates the family is only a fresh idea's prior: L's integral needs one node of it
+    fit_hyper = hyper if n_cand else tuple(x[:1] for x in hyper)
+    # L's grid: wide first, then refined around the posterior of L
+    if y0 is not None:
+        centre, half = y0[0], 10.0 * math.sqrt(y0[1])
+    elif level_prior is not None:
+        centre, half = level_prior[0], 10.0 * math.sqrt(level_prior[1])
+    else:
+        seen = [o for o in obs if o is not None]
+        centre = float(np.median([o[0] for o in seen]))
+        half = 10.0 * (math.sqrt(max(o[1] for o in seen)) + family.spread + abs(family.mean)) \
+            + float(np.ptp([o[0] for o in seen]))
+    for nodes in (4 * LEVEL_NODES, LEVEL_NODES):
+        level = np.linspace(centre - half, centre + half, nodes)
+        lw, per = _nodes(level, y0, level_prior, obs, fit_hyper)
+        w = np.exp(lw - lw.max())
+        w /= w.sum()
+        wl = w.sum(axis=0)
+        centre = float(wl @ level)
+        half = 9.0 * math.sqrt(max(float(wl @ (level - centre) ** 2), 1e-12)) + 1e-9
+    shape = w.shape
+    flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
+    bm, bv = b_of(level)
+    bm, bv = flat(bm[None, :]), flat(np.asarray(bv, dtype=np.float64))
+    lv = flat(level[None, :])
+    slab = np.stack([flat(x) for x in per["slab"]], axis=1) if n_cand else np.zeros((w.size, 0))
+    smean = np.stack([flat(x) for x in per["mean"]], axis=1) if n_cand else np.zeros((w.size, 0))
+    svar = np.stack([flat(x) for x in per["var"]], axis=1) if n_cand else np.zeros((w.size, 0))
+    w = w.ravel()
+    # the nodes that carry all but 1e-7 of the mass (a quarter to a half of them)
+    order = np.argsort(w)[::-1]
+    keep = order[: int(np.searchsorted(np.cumsum(w[order]), 1.0 - 1e-7)) + 1]
+    w, bm, bv, lv, slab, smean, svar = (x[keep] for x in (w, bm, bv, lv, slab, smean, svar))
+    w = w / w.sum()
+    mix = Mixture(w, bm, bv, slab, smean, svar)
+    # the mixture's first two moments of x = (B, d, theta_1..theta_C)
+    e = np.column_stack([bm, lv - bm, slab * smean])
+    mean = w @ e
+    dev = e - mean
+    cov = (dev.T * w) @ dev
+    vb = float(w @ bv)
+    cov[0, 0] += vb
+    cov[1, 1] += vb
+    cov[0, 1] -= vb
+    cov[1, 0] -= vb
+    th2 = slab * (svar + smean**2) - (slab * smean) ** 2
+    cov[2:, 2:] += np.diag(w @ th2) if n_cand else 0.0
+    # the hyperparameters' posterior: a fresh idea, the spread, the null share
+    pi, tau, mu, lp = hyper
+    wh = np.exp(lw - lw.max()).sum(axis=1) if n_cand else np.exp(lp)
+    wh /= wh.sum()
+    new_mean = float(wh @ ((1 - pi) * mu))
+    new_sd = math.sqrt(max(0.0, float(wh @ ((1 - pi) * (tau**2 + mu**2))) - new_mean**2))
+    tau_mean = float(wh @ tau)
+    a = official_map(n_cand + 1)
     return Posterior(
-        names=tuple(arm.name for arm in arms),
+        names=(baseline.name, *(c.name for c in candidates)),
         mean=a @ mean,
         cov=a @ cov @ a.T,
         state_mean=mean,
         state_cov=cov,
+        mixture=mix,
         noise=noise,
         spread=tau_mean,
-        spread_sd=float(math.sqrt(max(0.0, float(np.sum(w * taus**2)) - tau_mean**2))),
+        spread_sd=math.sqrt(max(0.0, float(wh @ tau**2) - tau_mean**2)),
+        null_share=float(wh @ pi),
+        new_mean=new_mean,
+        new_sd=new_sd,
         reference_mean=None if reference is None else float(reference.mean),
     )

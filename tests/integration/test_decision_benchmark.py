@@ -16,7 +16,7 @@ def test_five_sessions_make_the_document(tmp_path):
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "decision.json").read_text())
     s = doc["summary"]
-    assert s["sessions"] == 5 and set(s["rules"]) == {"P(beat)", "local mean", "forecast"}
+    assert s["sessions"] == 5 and set(s["rules"]) == {"P(beat)", "local mean", "forecast", "oracle"}
     for r in s["rules"].values():
         assert {"gain_mean", "gain_p5", "regret_mean", "p_worse_1", "baseline_picked"} <= set(r)
         assert r["regret_mean"] >= 0.0 and 0.0 <= r["p_worse_1"] <= 1.0

@@ -13,7 +13,9 @@ from opsdctl.stats import forecast as fc
 
 NOISE = fc.NoiseParts(train_var=1.2, eval_var=1.0)
 REF = fc.PublishedRef(54.22, 1.48, 5, offset_sd=1.0)
-FIXED = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0, mean=0.0, mean_sd=0.0)
+# the plain normal family, fixed: every closed form of a linear-Gaussian model holds (to the level
+# grid's quadrature error)
+FIXED = fc.FamilyPrior(null_share=0.0, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=0.0, mean_sd=0.0)
 
 
 def arm(name, ys, v=None):
@@ -24,10 +26,10 @@ def test_baseline_local_runs_only_closed_form():
     ys = [53.0, 55.5, 54.1]
     post = fc.posterior(arm("b", ys), [], NOISE, None, FIXED)
     # B = (B + d) - d: the local mean, plus the offset's variance
-    assert post.mean[0] == pytest.approx(np.mean(ys), abs=1e-9)
-    assert post.cov[0, 0] == pytest.approx(NOISE.run_var / 3 + 1.0, rel=1e-9)
+    assert post.mean[0] == pytest.approx(np.mean(ys), abs=1e-6)
+    assert post.cov[0, 0] == pytest.approx(NOISE.run_var / 3 + 1.0, rel=1e-5)
     pred = post.predictive_cov()[0, 0]
-    assert pred == pytest.approx(NOISE.run_var / 3 + 1.0 + NOISE.run_var / 5, rel=1e-9)
+    assert pred == pytest.approx(NOISE.run_var / 3 + 1.0 + NOISE.run_var / 5, rel=1e-5)
 
 
 def test_reference_only_and_combined_closed_form():
@@ -38,11 +40,11 @@ def test_reference_only_and_combined_closed_form():
     # alone (a prior on d would lend B part of any offset: every arm's forecast shifted with it)
     ys = [56.0, 57.0]
     post = fc.posterior(arm("b", ys, 0.9), [], NOISE, REF, FIXED)
-    assert post.mean[0] == pytest.approx(54.22, abs=1e-9)
-    assert post.cov[0, 0] == pytest.approx(1.48**2 / 5, rel=1e-9)
+    assert post.mean[0] == pytest.approx(54.22, abs=1e-6)
+    assert post.cov[0, 0] == pytest.approx(1.48**2 / 5, rel=1e-5)
     d_var = (NOISE.train_var + 0.9) / 2 + 1.48**2 / 5
-    assert post.state_mean[1] == pytest.approx(56.5 - 54.22, abs=1e-9)
-    assert post.state_cov[1, 1] == pytest.approx(d_var, rel=1e-9)
+    assert post.state_mean[1] == pytest.approx(56.5 - 54.22, abs=1e-6)
+    assert post.state_cov[1, 1] == pytest.approx(d_var, rel=1e-5)
 
 
 def test_a_setup_offset_does_not_move_the_forecast():
@@ -51,8 +53,8 @@ def test_a_setup_offset_does_not_move_the_forecast():
     post = fc.posterior(arm("b", base), [arm(f"c{i}", c) for i, c in enumerate(cands)], NOISE, REF)
     up = fc.posterior(arm("b", [y + 2 for y in base]), [arm(f"c{i}", [y + 2 for y in c]) for i, c in enumerate(cands)],
                       NOISE, REF)
-    assert np.allclose(post.mean, up.mean, atol=1e-9)
-    assert np.allclose(post.cov, up.cov, atol=1e-9)
+    assert np.allclose(post.mean, up.mean, atol=1e-6)
+    assert np.allclose(post.cov, up.cov, atol=1e-6)
 
 
 def test_candidate_shrinkage_closed_form():
@@ -63,8 +65,8 @@ def test_candidate_shrinkage_closed_form():
     v_b = NOISE.run_var / 40
     # exact: theta's obs is ybar_c - ybar_b with var v_c + v_b (B + d integrated, flat)
     k = 4.0 / (4.0 + v_c + v_b)
-    assert post.mean[1] - post.mean[0] == pytest.approx(k * 3.5, abs=1e-9)
-    assert post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1] == pytest.approx(k * (v_c + v_b), rel=1e-9)
+    assert post.mean[1] - post.mean[0] == pytest.approx(k * 3.5, abs=1e-6)
+    assert post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1] == pytest.approx(k * (v_c + v_b), rel=1e-5)
 
 
 def test_runs_with_counts_are_weighted_by_their_own_eval_variance():
@@ -79,99 +81,119 @@ def test_after_runs_equals_the_posterior_with_those_runs():
     base, c = arm("b", [54.0, 55.0]), arm("c", [56.0])
     post = fc.posterior(base, [c], NOISE, REF, FIXED)
     more = fc.posterior(base, [arm("c", [56.0, 50.0, 61.0])], NOISE, REF, FIXED)
-    assert np.allclose(post.after_runs(1, 2), more.cov, atol=1e-10)
+    assert np.allclose(post.after_runs(1, 2), more.cov, atol=1e-6)
     more_b = fc.posterior(arm("b", [54.0, 55.0, 1.0]), [c], NOISE, REF, FIXED)
-    assert np.allclose(post.after_runs(0, 1), more_b.cov, atol=1e-10)
+    assert np.allclose(post.after_runs(0, 1), more_b.cov, atol=1e-6)
 
 
-def test_p_best_exact_for_two_arms_and_monte_carlo_matches_simulation():
-    mu = np.array([1.0, 1.5])
-    cov = np.array([[1.0, 0.3], [0.3, 2.0]])
-    p = fc.p_best(mu, cov)
-    assert p[1] == pytest.approx(stats.norm.cdf(0.5 / math.sqrt(1.0 + 2.0 - 0.6)), abs=1e-12)
-    mu3 = np.array([0.0, 0.4, -0.2])
-    cov3 = np.array([[1.0, 0.5, 0.5], [0.5, 1.5, 0.5], [0.5, 0.5, 0.8]])
-    p3 = fc.p_best(mu3, cov3)
-    assert p3.sum() == pytest.approx(1.0)
-    x = np.random.default_rng(7).multivariate_normal(mu3, cov3, 400_000)
-    direct = np.bincount(np.argmax(x, axis=1), minlength=3) / x.shape[0]
-    assert np.max(np.abs(p3 - direct)) < 0.005
-    assert np.max(np.abs(p3 - fc.p_best(mu3, cov3, seed=99))) < 0.005  # stable to 0.005 across seeds
-    assert np.array_equal(p3, fc.p_best(mu3, cov3))  # fixed seed: reproducible
+def test_p_best_matches_the_exact_two_arm_probability_and_is_reproducible():
+    post = fc.posterior(arm("b", [54.0, 55.0]), [arm("c", [56.0])], NOISE, REF, FIXED)
+    cov = post.predictive_cov()
+    v = cov[0, 0] + cov[1, 1] - 2 * cov[0, 1]
+    exact = stats.norm.cdf((post.mean[1] - post.mean[0]) / math.sqrt(v))
+    f = post.forecasts()
+    assert f[1].p_best == pytest.approx(exact, abs=0.006)  # 60k draws: SE 0.002
+    assert f[0].p_best + f[1].p_best == pytest.approx(1.0)
+    assert f[1].p_best == post.forecasts()[1].p_best  # fixed seed
 
 
-def _simulate(rng, sessions, prior_draw_tau, fam, n_b, n_c, use_ref=True):
-    """Draw sessions from the generative model and return (forecasts, true 5-run official means)."""
-    out_f, out_y = [], []
+def _draw_effects(rng, fam, n):
+    """Effects from the family prior: a null share drawn from its Beta, then each idea null or slab."""
+    pi = rng.beta(fam.null_share * fam.null_strength, (1 - fam.null_share) * fam.null_strength) \
+        if fam.null_strength > 0 else fam.null_share
+    tau = math.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal())
+    m = fam.mean + fam.mean_sd * rng.standard_normal()
+    return np.where(rng.random(n) < pi, 0.0, m + tau * rng.standard_normal(n))
+
+
+def test_the_quadrature_matches_importance_sampling_of_the_model():
+    # reference, no local baseline run (L has a proper prior): the posterior by weighting 400k
+    # prior draws with the likelihood, against the node mixture's
+    fam = fc.FamilyPrior()
+    noise = fc.NoiseParts(1.2, 1.0)
+    cands = [arm("c0", [57.5, 56.0]), arm("c1", [53.0])]
+    post = fc.posterior(fc.ArmRuns("b"), cands, noise, REF, fam)
+    rng = np.random.default_rng(17)
+    n = 400_000
+    pi = rng.beta(fam.null_share * fam.null_strength, (1 - fam.null_share) * fam.null_strength, n)
+    tau = np.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal(n))
+    m = fam.mean + fam.mean_sd * rng.standard_normal(n)
+    b = REF.mean + REF.sd / math.sqrt(REF.n) * rng.standard_normal(n)  # flat B seen through the reference
+    d = REF.offset_sd * rng.standard_normal(n)
+    theta = np.where(rng.random((2, n)) < pi, 0.0, m + tau * rng.standard_normal((2, n)))
+    logw = np.zeros(n)
+    for c, ys in enumerate(([57.5, 56.0], [53.0])):
+        for y in ys:
+            logw += -0.5 * (y - b - d - theta[c]) ** 2 / noise.run_var
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    assert abs(post.mean[1] - w @ (b + theta[0])) < 0.03
+    assert abs(post.mean[2] - w @ (b + theta[1])) < 0.03
+    assert abs(post.null_share - w @ pi) < 0.01
+    off = math.sqrt(noise.run_var / 5)
+    f = post.forecasts()
+    for c in range(2):
+        p_above = w @ stats.norm.sf((REF.mean - b - theta[c]) / off)
+        assert abs(f[c + 1].p_above_reference - p_above) < 0.01
+        var = w @ (b + theta[c]) ** 2 - (w @ (b + theta[c])) ** 2
+        assert post.cov[c + 1, c + 1] == pytest.approx(var, rel=0.05)
+
+
+def _simulate(rng, sessions, fam, n_b, n_c, use_ref=True):
+    """Draw sessions from the generative model and return (forecasts, true 5-run official means,
+    the published means)."""
+    out_f, out_y, refs = [], [], []
     for _ in range(sessions):
-        tau = math.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal()) if prior_draw_tau else fam.spread
-        m = fam.mean + fam.mean_sd * rng.standard_normal()
         b_true = 54.0
         d = REF.offset_sd * rng.standard_normal()
-        theta = np.concatenate([[0.0], m + tau * rng.standard_normal(len(n_c))])
+        theta = np.concatenate([[0.0], _draw_effects(rng, fam, len(n_c))])
         ref = fc.PublishedRef(b_true + rng.normal(0, REF.sd / math.sqrt(REF.n)), REF.sd, REF.n, REF.offset_sd)
         noise = fc.NoiseParts(REF.sd**2 - 1.0, 1.0)  # run sd = the published 1.48
         sd_run = math.sqrt(noise.run_var)
         arms = [fc.ArmRuns(f"a{i}", tuple(b_true + d + theta[i] + sd_run * rng.standard_normal(n)))
                 for i, n in enumerate([n_b, *n_c])]
         post = fc.posterior(arms[0], arms[1:], noise, ref if use_ref else None, fam)
-        out_f.append(post.forecasts(draws=20_000))
+        out_f.append(post.forecasts(draws=4000))
         out_y.append(b_true + theta + rng.standard_normal(len(theta)) * math.sqrt(noise.run_var / 5))
-    return out_f, np.array(out_y)
+        refs.append(ref.mean)
+    return out_f, np.array(out_y), np.array(refs)
 
 
-@pytest.mark.parametrize("prior_draw_tau", [False, True])
-def test_coverage_and_calibration_against_a_simulation_of_the_model(prior_draw_tau):
+def test_coverage_and_calibration_against_a_simulation_of_the_model():
     rng = np.random.default_rng(2025)
-    fam = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0 if not prior_draw_tau else fc.SPREAD_PRIOR_LOG_SD)
-    fs, ys = _simulate(rng, 300 if prior_draw_tau else 500, prior_draw_tau, fam, n_b=2, n_c=[1, 2, 3])
+    fs, ys, refs = _simulate(rng, 250, fc.FamilyPrior(), n_b=2, n_c=[1, 2, 3])
     low = np.array([[f.low80 for f in row] for row in fs])
     high = np.array([[f.high80 for f in row] for row in fs])
     cover = ((low <= ys) & (ys <= high)).mean()
-    assert 0.76 <= cover <= 0.84, cover
+    assert 0.75 <= cover <= 0.85, cover
     # p_best: the arm with the highest official mean, calibration of the mean probability
     pb = np.array([[f.p_best for f in row] for row in fs])
     won = (ys == ys.max(axis=1, keepdims=True))
-    assert abs(pb.mean(axis=0) - won.mean(axis=0)).max() < 0.06
-
-
-def test_p_above_reference_is_calibrated_in_a_simulation():
-    rng = np.random.default_rng(11)
-    hits, probs = [], []
-    fam = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0)
-    for _ in range(3000):  # bins of ~500: the mean of a bin is good to ~0.02
-        d = rng.standard_normal()
-        theta = fam.mean + math.hypot(2.0, fam.mean_sd) * rng.standard_normal()  # m + tau z
-        b_true = 54.0
-        r_mean = b_true + rng.normal(0, 1.48 / math.sqrt(5))
-        ref = fc.PublishedRef(r_mean, 1.48, 5, 1.0)
-        noise = fc.NoiseParts(1.48**2 - 1.0, 1.0)
-        sd = 1.48
-        base = fc.ArmRuns("b", tuple(b_true + d + sd * rng.standard_normal(2)))
-        cand = fc.ArmRuns("c", tuple(b_true + d + theta + sd * rng.standard_normal(2)))
-        f = fc.posterior(base, [cand], noise, ref, fam).forecasts()[1]
-        official = b_true + theta + rng.normal(0, sd / math.sqrt(5))
-        probs.append(f.p_above_reference)
-        hits.append(official > r_mean)
-    probs, hits = np.array(probs), np.array(hits)
+    assert abs(pb.mean(axis=0) - won.mean(axis=0)).max() < 0.07
+    # p_above_reference in fifths (the candidates: the baseline's is ~0.5 by construction)
+    probs = np.array([[f.p_above_reference for f in row[1:]] for row in fs]).ravel()
+    hits = (ys[:, 1:] > refs[:, None]).ravel()
     for lo in np.arange(0.0, 1.0, 0.2):
         sel = (probs >= lo) & (probs < lo + 0.2)
-        if sel.sum() > 200:
-            assert abs(probs[sel].mean() - hits[sel].mean()) < 0.06, (lo, probs[sel].mean(), hits[sel].mean())
+        if sel.sum() > 60:
+            assert abs(probs[sel].mean() - hits[sel].mean()) < 0.08, (lo, probs[sel].mean(), hits[sel].mean())
 
 
-def test_spread_is_learned_from_a_large_family():
+def test_a_null_heavy_family_shrinks_to_zero_and_a_wide_one_learns_its_spread():
     rng = np.random.default_rng(3)
     base = fc.ArmRuns("b", tuple(54 + 1.48 * rng.standard_normal(4)))
     wide = [fc.ArmRuns(f"c{i}", tuple(54 + 6 * rng.standard_normal() + 1.48 * rng.standard_normal(2)))
             for i in range(20)]
-    narrow = [fc.ArmRuns(f"c{i}", tuple(54 + 1.48 * rng.standard_normal(2))) for i in range(20)]
+    null = [fc.ArmRuns(f"c{i}", tuple(54 + 1.48 * rng.standard_normal(2))) for i in range(20)]
     noise = fc.NoiseParts(1.48**2 - 1.0, 1.0)
-    assert fc.posterior(base, wide, noise, REF).spread > 3.5
-    assert fc.posterior(base, narrow, noise, REF).spread < 1.5
-    # one candidate: the prior's centre (the small-family default)
-    one = fc.posterior(base, narrow[:1], noise, REF)
-    assert 1.5 < one.spread < 3.0
+    w = fc.posterior(base, wide, noise, REF)
+    assert w.spread > 4.0 and w.null_share < 0.4
+    n = fc.posterior(base, null, noise, REF)
+    assert n.null_share > 0.6  # from the prior's 0.5: a slab can mimic small effects
+    assert np.median(np.abs(n.mean[1:] - n.mean[0])) < 0.3  # most effects pulled to ~0
+    # one candidate: the priors' centres (the small-family default)
+    one = fc.posterior(base, null[:1], noise, REF)
+    assert 2.0 < one.spread < 3.6 and 0.4 < one.null_share < 0.6
 
 
 def test_nothing_to_forecast_from():
@@ -193,7 +215,7 @@ def test_compare_gives_every_entry_exactly_the_forecast_keys():
     assert all(set(e["forecast"]) == keys for e in entries)
     full = [e for e in entries if e.get("n") and not e.get("partial")]
     assert all(e["forecast"]["mean"] is not None for e in full)
-    assert sum(e["forecast"]["p_best"] for e in full) == pytest.approx(1.0, abs=1e-9)  # a, b, baseline: all arms
+    assert sum(e["forecast"]["p_best"] for e in full) == pytest.approx(1.0, abs=1e-6)  # a, b, baseline: all arms
     a = next(e for e in full if e["name"] == "a")
     assert a["forecast"]["low80"] < a["forecast"]["mean"] < a["forecast"]["high80"]
     assert a["forecast"]["mean"] < a["mean"]  # shrunk toward the family: the winner's curse
@@ -212,7 +234,7 @@ def test_an_estimated_sigma_gives_a_student_t_forecast():
     noise = fc.NoiseParts(1.2, 1.0, dof=3.0)
     f = fc.posterior(arm("b", [55.0, 56.0]), [], noise, REF, FIXED).forecasts()[0]
     sd = math.sqrt(noise.run_var / 5 + 1.48**2 / 5)  # B from the reference alone, plus the official runs
-    assert f.high80 - f.mean == pytest.approx(stats.t.ppf(0.9, 3.0) * sd, rel=1e-9)
+    assert f.high80 - f.mean == pytest.approx(stats.t.ppf(0.9, 3.0) * sd, rel=1e-5)
     assert f.p_above_reference == pytest.approx(0.5)
 
 
@@ -232,8 +254,14 @@ def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
 
 
 def test_an_untried_idea_is_forecast_at_the_family_mean():
-    fam = fc.FamilyPrior(spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
+    fam = fc.FamilyPrior(null_share=0.0, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
     post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, fam)
-    assert post.mean[1] - post.mean[0] == pytest.approx(-0.5, abs=1e-9)
+    assert post.mean[1] - post.mean[0] == pytest.approx(-0.5, abs=1e-6)
     var_effect = post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1]
-    assert var_effect == pytest.approx(2.0**2 + 1.0**2, rel=1e-9)  # tau^2 + mean_sd^2
+    assert var_effect == pytest.approx(2.0**2 + 1.0**2, rel=1e-5)  # tau^2 + mean_sd^2
+    # half null: (1 - pi) m, and (1 - pi)(tau^2 + m^2 + mean_sd^2) - ((1 - pi) m)^2
+    half = fc.FamilyPrior(null_share=0.5, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
+    post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, half)
+    assert post.mean[1] - post.mean[0] == pytest.approx(-0.25, abs=1e-6)
+    assert post.new_mean == pytest.approx(-0.25, abs=1e-9)
+    assert post.new_sd**2 == pytest.approx(0.5 * (4.0 + 0.25 + 1.0) - 0.0625, rel=1e-9)
