@@ -178,7 +178,7 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
                 and cost.fits(2 * (e.runs_needed_both_arms or 0))}
     base_key = max((e.p_beat or 0.0) for e in base_for.values()) if base_for else None
 
-    ctx = _Context(report, base_source, baseline, base_for, base_key, noise_known, cost)
+    ctx = _Context(base_source, baseline, base_for, base_key, noise_known, cost)
     taken: dict[str, int] = {}
     slots: list[tuple[tuple, Slot]] = []
     skips: dict[int, str] = {}
@@ -245,7 +245,6 @@ def _advice_pick(advice: Sequence[Advice], queued: set, dropped: Mapping[str, st
 class _Context:
     """What classifying one queued chain reads, the same for every chain of one plan."""
 
-    report: Optional[Report]
     base_source: Optional[str]
     baseline: Optional[str]
     base_for: dict
@@ -256,8 +255,8 @@ class _Context:
 
 def _classify(q: QueuedItem, j: int, e: Optional[Entry], ctx: _Context) -> tuple[Tier, float, str]:
     """(tier, key within the tier, why) of the j-th queued chain of q.variant."""
-    report, base_source, baseline, base_for, base_key, noise_known, cost = (
-        ctx.report, ctx.base_source, ctx.baseline, ctx.base_for, ctx.base_key, ctx.noise_known, ctx.cost)
+    base_source, baseline, base_for, base_key, noise_known, cost = (
+        ctx.base_source, ctx.baseline, ctx.base_for, ctx.base_key, ctx.noise_known, ctx.cost)
     if q.variant == baseline:
         if base_source is None and j == 0:
             return Tier.NO_BASELINE, 0.0, "no baseline yet: every delta needs it"

@@ -18,7 +18,6 @@ Observations the next action can make (all linear in z, so the knowledge gradien
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
 from opsdctl.stats import forecast, inference, sequential

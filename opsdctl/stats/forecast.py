@@ -222,7 +222,6 @@ class Posterior:
         std_cdf = ndtr if not dof else (lambda z: stdtr(float(dof), z))  # noqa: E731
         w, m, v = self._components()
         sd = np.sqrt(np.maximum(v, 1e-300))
-        cdf = lambda x: np.sum(w * std_cdf((x[:, None] - m) / sd), axis=1)  # noqa: E731
         pdf = (lambda z: np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)) if not dof else (  # noqa: E731
             lambda z: stats.t.pdf(z, float(dof)))
         mean = np.sum(w * m, axis=1)

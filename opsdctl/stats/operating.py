@@ -14,7 +14,6 @@ only read run scores).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -46,8 +45,6 @@ def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: 
     base: (N, n_b) local baseline scores (n_b may be 0); cands: (N, n_v) arrays, the candidates
     judged; others: more variants in the store (their scatter pools into the noise); m: the
     family's size."""
-    from scipy.special import stdtr
-
     n_studies = base.shape[0]
     groups = [base, *cands, *others]
     ss = sum(_ss(g) for g in groups)

@@ -4,6 +4,7 @@ transition table still refuses what it refused."""
 from __future__ import annotations
 
 import pytest
+from support.one_chain import store_with_one_chain
 
 from opsdctl.store.states import (ACTIVE, STAGE_STOPPED, TERMINAL, IllegalTransition, Outcome, State,
                                   check_transition, stage_value)
@@ -69,16 +70,10 @@ def _allowed(old, new) -> bool:
 
 
 def test_the_store_transition_writes_an_outcome(tmp_path):
-    from opsdctl.store.engine import open_store
-    from opsdctl.store.models import Chain, Variant
+    from opsdctl.store.models import Chain
     from opsdctl.store.states import transition
 
-    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
-    with store.write() as s:
-        v = Variant(name="v", version=1, hash="h")
-        s.add(v)
-        s.flush()
-        s.add(Chain(variant_id=v.id, state="running"))
+    store = store_with_one_chain(tmp_path, "running")
     with store.write() as s:
         assert transition(s, 1, State.RUNNING, Outcome(State.STOPPED_FUTILE, "futile at k=4"))
         assert not transition(s, 1, State.RUNNING, Outcome(State.FAILED, "late"))  # lost: no change

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.one_chain import store_with_one_chain
 
 from opsdctl.store.states import (
     TERMINAL,
@@ -30,15 +31,9 @@ def test_transition_table():
 
 
 def test_guarded_transition(tmp_path):
-    from opsdctl.store.engine import open_store
-    from opsdctl.store.models import Chain, Transition, Variant
+    from opsdctl.store.models import Chain, Transition
 
-    store = open_store(f"sqlite:///{tmp_path / 'x.db'}")
-    with store.write() as s:
-        v = Variant(name="v", version=1, hash="h")
-        s.add(v)
-        s.flush()
-        s.add(Chain(variant_id=v.id, state="queued"))
+    store = store_with_one_chain(tmp_path, "queued")
     with store.write() as s:
         assert transition(s, 1, State.QUEUED, State.RUNNING)
         assert not transition(s, 1, State.QUEUED, State.RUNNING)  # lost the race: no change
