@@ -27,7 +27,6 @@ import json
 import math
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Optional
 
 from opsdctl.config import export_path
@@ -175,7 +174,7 @@ class AutoExporter:
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
-        from opsdctl.plan.report import compare_doc
+        from opsdctl.plan.report import store_report
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
@@ -183,7 +182,7 @@ class AutoExporter:
         if not now and time.monotonic() - self._bet_at < BET_EVERY_S:
             return None
         reader = open_reader(self.store)
-        report = compare_doc(self.cfg, reader, None, None)
+        report = store_report(self.cfg, reader)
         kinds = {v.label: v.kind for v in reader.all_variants()}
         leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
         if not now:  # no file to write (yet): keep the bet current for `status`

@@ -146,9 +146,9 @@ class Notifier:
         if scored == self._scored:
             return  # verdicts move only with new scores
         self._scored = scored  # set first: a report that fails is said once per new score, not every second
-        from opsdctl.plan.report import compare_doc
+        from opsdctl.plan.report import store_report
 
-        report = compare_doc(self.cfg, reader, None, None)
+        report = store_report(self.cfg, reader)
         now = {e.name: {"verdict": e.verdict, "n": e.n} for e in report.full}
         with self.store.write() as s:
             seen_text = get_meta(s, VERDICTS_KEY)

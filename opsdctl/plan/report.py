@@ -10,7 +10,7 @@ store is read through a light reader (opsdctl.store.reader; `open_reader(store)`
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
 from opsdctl.errors import UserError
@@ -70,12 +70,54 @@ def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") 
 
 def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
                 chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> Report:
-    """The `opsdctl compare` report for the configured baseline, family and the time left.
+    """The `opsdctl compare` report for the configured baseline, family and the time left, with
+    what compare prints besides (its notes, training columns and the ranked next actions).
     Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates).
 
     Every scored run of the store goes in (the noise pools them all, whatever is shown; the family
     counts every candidate tried). An explicit `baseline` (`--baseline NAME`) must name a variant
     in the store: a typo would otherwise silently compare against the published reference."""
+    inputs = _inputs(cfg, reader, baseline, pool_code, family, list(variant_refs or []))
+    shown = None
+    if inputs.shown_labels:
+        shown = [inputs.base] + [k for k in dict.fromkeys(r.key for r in inputs.runs if r.variant in inputs.shown_labels)
+                                 if k != inputs.base]
+    report = inputs.report(shown, chain_minutes)
+    report = replace(report, notes=(*inputs.notes, *report.notes), pool_code=pool_code,
+                     training=tuple(training_rows(reader, report)))  # compare's training columns
+    # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
+    ranked = _advice_for(cfg, reader, report if shown is None else inputs.report(None, chain_minutes))
+    return replace(report, advice=tuple(ranked))
+
+
+def store_report(cfg, reader) -> Report:
+    """compare's report over every candidate for the configured baseline and family, without the
+    extras compare prints: what the submission rule, the export header and the verdict watcher
+    read (the worker's threads build it every few seconds, so it skips the training columns and
+    the ranking)."""
+    return _inputs(cfg, reader, None, False, None).report(None, None)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """What a compare report is built from: the baseline's label, the family, the scored runs
+    (and the labels of the variants asked to be shown)."""
+
+    cfg: object
+    base: Optional[str]
+    shown_labels: list
+    family: Sequence[str]
+    runs: list
+    notes: list
+    minutes_left: Optional[float]
+
+    def report(self, variants: Optional[Sequence[str]], chain_minutes: Optional[float]) -> Report:
+        return build_report(self.runs, baseline=self.base, reference=self.cfg.reference, variants=variants,
+                            family=self.family, chain_minutes=chain_minutes, minutes_left=self.minutes_left)
+
+
+def _inputs(cfg, reader, baseline: Optional[str], pool_code: bool, family: Optional[str],
+            refs: Sequence[str] = ()) -> _Inputs:
     base = baseline or cfg.baseline_variant
     if baseline is not None:
         try:
@@ -86,27 +128,13 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
     if base and "@" not in base:  # a bare name means its latest version, as everywhere else
         versions = reader.variants_named(base)
         base = versions[-1].label if versions else base
-    refs = list(variant_refs or [])
     shown_labels = [reader.find_variant(r).label for r in refs]
     spec = parse_family(family, "--family") if family is not None else parse_family(
         cfg.section("compare").get("family", "all"), f"{cfg.where}: [compare] family")
     fam = family_labels(reader, spec, "--family" if family is not None else f"{cfg.where}: [compare] family")
     runs, notes = candidate_runs(reader, None, pool_code=pool_code, baseline=base)
-    shown = None
-    if refs:
-        shown = [base] + [k for k in dict.fromkeys(r.key for r in runs if r.variant in shown_labels) if k != base]
-    budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
-    usable = budget.usable_seconds
-    def report_of(variants):
-        return build_report(runs, baseline=base, reference=cfg.reference, variants=variants, family=fam,
-                            chain_minutes=chain_minutes, minutes_left=None if usable is None else max(0.0, usable / 60.0))
-
-    report = report_of(shown)
-    report = replace(report, notes=(*notes, *report.notes), pool_code=pool_code,
-                     training=tuple(training_rows(reader, report)))  # compare's training columns
-    # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
-    ranked = _advice_for(cfg, reader, report if shown is None else report_of(None))
-    return replace(report, advice=tuple(ranked))
+    usable = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None).usable_seconds
+    return _Inputs(cfg, base, shown_labels, fam, runs, notes, None if usable is None else max(0.0, usable / 60.0))
 
 
 def _advice_for(cfg, reader, report: Report) -> list:

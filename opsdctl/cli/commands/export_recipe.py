@@ -70,13 +70,13 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     `export-recipe --leader`: the same rule and header as the worker's auto-export."""
     import datetime as dt
 
-    from opsdctl.plan.report import compare_doc
+    from opsdctl.plan.report import store_report
     from opsdctl.daemon.auto_export import render_file
     from opsdctl.plan.submission import pick_leader
     from opsdctl.store.open_read import open_reader
 
     reader = open_reader(store)
-    report = compare_doc(cfg, reader, None, None)
+    report = store_report(cfg, reader)
     kinds = {v.label: v.kind for v in reader.all_variants()}
     lead = pick_leader(report, lambda label: kinds.get(label) == "recipe")
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -79,12 +79,16 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
     from opsdctl.plan.gpus import gpus_status
     from opsdctl.plan.timeline import planner_status
 
+    from opsdctl.daemon.auto_export import current_bet
+
     planner = planner_status(cfg, reader, budget.usable_seconds, worker_running=worker["state"] == "running")
+    # the bet, as the worker keeps it current: what `export-recipe --leader` would submit now
+    bet = current_bet(reader)
     _in_run_order(chains, planner)
     _running_details(chains, planner)
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, reader, budget), "bet": bet_view(reader), "generated_at": iso(utcnow()),
+            "export": export_view(cfg, reader, budget, bet), "bet": bet, "generated_at": iso(utcnow()),
             "store": reader.safe_url}
 
 
@@ -156,13 +160,13 @@ def stage_view(st) -> dict:
     }
 
 
-def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
+def export_view(cfg: Config, reader: Reader, budget, bet: Optional[dict]) -> Optional[dict]:
     """[export]: where the worker writes the best recipe.env, whether it has started, and what it
-    wrote last (leader, its forecast, verdict, when), and the bet the worker keeps current before
-    then; None when [export] path is unset. (status shows the worker's figures: computing a forecast
-    here would import scipy, which status must not.)"""
+    wrote last (leader, its forecast, verdict, when), and `bet`, the one the worker keeps current
+    before then; None when [export] path is unset. (status shows the worker's figures: computing
+    a forecast here would import scipy, which status must not.)"""
     from opsdctl.config import export_path
-    from opsdctl.daemon.auto_export import current_bet, due, last_written
+    from opsdctl.daemon.auto_export import due, last_written
 
     sec = cfg.section("export")
     if not sec.get("path"):
@@ -172,17 +176,7 @@ def export_view(cfg: Config, reader: Reader, budget) -> Optional[dict]:
     last = last_written(reader)
     if last is not None:
         last = {k: v for k, v in last.items() if k != "key"}
-    # the bet the worker keeps current before the file is due: {leader, variant, forecast}
-    return {"path": str(path), "active": active, "when": why, "last": last, "bet": current_bet(reader)}
-
-
-def bet_view(reader: Reader) -> Optional[dict]:
-    """What `export-recipe --leader` would submit now, with its forecast: {leader, variant,
-    forecast}, as the worker computed it last (it keeps it current while it runs); None before
-    a worker has run."""
-    from opsdctl.daemon.auto_export import current_bet
-
-    return current_bet(reader)
+    return {"path": str(path), "active": active, "when": why, "last": last, "bet": bet}
 
 
 def _in_run_order(chains: list[dict], planner: dict) -> None:
