@@ -12,7 +12,9 @@ the pooled degrees of freedom nu. The baseline mean combines local runs with the
 (baseline_mean, baseline_var); a candidate is read against it by compare_means, and its verdict
 (rule_verdict) is one-sided at the level of its look (look_level: Bonferroni over the family,
 alpha spent over the looks). These are the functions opsdctl.stats.compare.build_report calls:
-the tested rule is the live one. The t distribution comes from scipy.special (imported inside the functions: the CLI
+the tested rule is the live one. The rule's arithmetic (within_ss, pooled_with_weight,
+baseline_mean/var, reference_se, se_delta, verdict_code) takes floats or arrays over simulated
+studies, so opsdctl.stats.operating's error-rate simulation runs these same functions. The t distribution comes from scipy.special (imported inside the functions: the CLI
 must start fast, and scipy.special is far cheaper than scipy.stats).
 """
 
@@ -363,7 +365,7 @@ def verdict_code(delta, se, nu, level: float):
     level; -1 (worse) if <= -t; else 0 (undecided, also without a test: nu <= 0 or level 0).
     SE = 0 reads as delta's sign. delta, se and nu may be arrays over studies (stats.operating;
     nu is fractional there: the prior's weighted dof); an int for floats."""
-    delta, se, nu = np.asarray(delta, dtype=np.float64), np.asarray(se, dtype=np.float64), np.asarray(nu, dtype=np.float64)
+    delta, se, nu = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu))
     shape = np.broadcast_shapes(delta.shape, se.shape, nu.shape)
     if level <= 0.0:
         return CODE_UNDECIDED if shape == () else np.zeros(shape, dtype=int)
