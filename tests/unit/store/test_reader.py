@@ -55,6 +55,15 @@ def test_status_and_compare_read_the_same_through_sqlite3_and_sqlalchemy(filled)
     assert compare["training"] and compare["baseline"]["n"] == 2  # of 3: the baseline's runs are on two code trees
 
 
+def run_documents(reader) -> tuple[dict, dict]:
+    """`show --json` of every variant and `chain --json` of every chain of the filled store."""
+    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.stats.scores import show_doc
+
+    return ({ref: show_doc(reader, ref) for ref in ("baseline", "cosine@v1", "cosine", "token-clip", "base")},
+            {chain_id: steady(chain_doc(reader, chain_id)) for chain_id in range(1, 19)})
+
+
 def test_show_and_chain_read_the_same_through_sqlite3_and_sqlalchemy(filled):
     """`show`, `chain` and the dashboard's variant and chain pages read a variant's runs through
     the Reader (never an ORM session): the same documents through either driver."""
@@ -63,11 +72,8 @@ def test_show_and_chain_read_the_same_through_sqlite3_and_sqlalchemy(filled):
     from opsdctl.store.open_read import open_reader
 
     cfg, store = filled
-    light, orm = open_reader(cfg.db), open_reader(store)
-    for ref in ("baseline", "cosine@v1", "cosine", "token-clip", "base"):
-        assert show_doc(light, ref) == show_doc(orm, ref)
-    for chain_id in range(1, 19):
-        assert steady(chain_doc(light, chain_id)) == steady(chain_doc(orm, chain_id))
+    light = open_reader(cfg.db)
+    assert run_documents(light) == run_documents(open_reader(store))
     clip = show_doc(light, "token-clip")["runs"]
     assert [r["chain_id"] for r in clip] == [7, 8, 9, 13, 16]
     trained, evaluated = clip[1], clip[2]  # chain 9 evaluates chain 8's checkpoint: its training is 8's
