@@ -12,7 +12,9 @@ the pooled degrees of freedom nu. The baseline mean combines local runs with the
 (baseline_mean, baseline_var); a candidate is read against it by compare_means, and its verdict
 (rule_verdict) is one-sided at the level of its look (look_level: Bonferroni over the family,
 alpha spent over the looks). These are the functions opsdctl.stats.compare.build_report calls:
-the tested rule is the live one. The t distribution comes from scipy.special (imported inside the functions: the CLI
+the tested rule is the live one. The rule's arithmetic (within_ss, pooled_with_weight,
+baseline_mean/var, reference_se, se_delta, verdict_code) takes floats or arrays over simulated
+studies, so opsdctl.stats.operating's error-rate simulation runs these same functions. The t distribution comes from scipy.special (imported inside the functions: the CLI
 must start fast, and scipy.special is far cheaper than scipy.stats).
 """
 
@@ -36,6 +38,11 @@ MAX_RULE_RUNS = 100  # runs needed under the verdict rule: searched up to this m
 NOT_ENOUGH_RUNS = "not enough runs to estimate noise"
 
 BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"
+
+
+def _plain(x):
+    """A float for a scalar; an array (many simulated studies at once) stays an array."""
+    return float(x) if np.ndim(x) == 0 else x
 
 
 # ---------------------------------------------------------------- one run from its counts
@@ -112,6 +119,13 @@ class Delta:
     p_beat: float | None
 
 
+def se_delta(s2, n_v: int, var_b):
+    """SE of delta = ybar_v - mean_b: sqrt(s^2 / n_v + var_b). s2 and var_b may be arrays over
+    studies (stats.operating); a float stays a float."""
+    with np.errstate(invalid="ignore"):
+        return _plain(np.sqrt(s2 / n_v + var_b))
+
+
 def compare_means(
     mean_v: float, n_v: int, mean_b: float, var_b: float | None, s2: float | None, nu: float, level: float = CI_LEVEL
 ) -> Delta:
@@ -127,7 +141,7 @@ def compare_means(
     delta = float(mean_v - mean_b)
     if s2 is None or var_b is None or nu <= 0:
         return Delta(delta, None, None, None, None)
-    se = math.sqrt(s2 / n_v + var_b)
+    se = se_delta(s2, n_v, var_b)
     half = t_ppf(0.5 + level / 2.0, nu) * se
     if se == 0.0:
         p = 1.0 if delta > 0 else 0.0 if delta < 0 else 0.5
@@ -203,33 +217,37 @@ def prior_check(ss_local: float, nu_local: int, s0: float | None, nu0: int) -> P
     return PriorCheck(s_local, nu_local, float(s0), nu0, chi2, float(fdtrc(nu_local, nu0, chi2 / nu_local)), w)
 
 
-def pooled_with_weight(ss_local: float, nu_local: int, s0: float | None, nu0: int, weight: float):
+def pooled_with_weight(ss_local, nu_local: int, s0: float | None, nu0: int, weight):
     """(s^2, nu) pooling the local scatter with weight * nu0 dof of the prior:
-    s^2 = (w nu0 s0^2 + SS) / (w nu0 + nu_local); (None, 0) when nu == 0."""
-    prior = weight * nu0 if s0 is not None and nu0 > 0 else 0.0
+    s^2 = (w nu0 s0^2 + SS) / (w nu0 + nu_local); (None, 0) when nu == 0.
+
+    ss_local and weight may be arrays over studies (stats.operating): then both come back as
+    arrays, s^2 NaN where nu == 0; floats stay floats."""
+    ss, w = np.broadcast_arrays(np.asarray(ss_local, dtype=np.float64), np.asarray(weight, dtype=np.float64))
+    prior = w * nu0 if s0 is not None and nu0 > 0 else np.zeros_like(ss)
     nu = prior + nu_local
-    if nu <= 0:
-        return None, 0
-    return (prior * float(s0 or 0.0) ** 2 + ss_local) / nu, nu
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s2 = np.where(nu > 0, (prior * float(s0 or 0.0) ** 2 + ss) / nu, np.nan)
+    if np.ndim(s2) == 0:
+        return (None, 0) if nu <= 0 else (float(s2), float(nu))
+    return s2, nu
 
 
-def within_ss(groups: Sequence[Sequence[float]]) -> tuple[float, int]:
-    """(sum over groups of sum_r (y_gr - ybar_g)^2, sum_g (n_g - 1)): the local scatter."""
+def within_ss(groups: Sequence) -> tuple:
+    """(sum over groups of sum_r (y_gr - ybar_g)^2, sum_g (n_g - 1)): the local scatter.
+
+    A group is its runs' scores; or (studies x runs) arrays of many simulated studies that share
+    their run counts (stats.operating), and then SS is an array over studies."""
     ss, nu = 0.0, 0
     for g in groups:
         y = np.asarray(g, dtype=np.float64)
-        if y.size >= 2:
-            ss += float(np.sum((y - y.mean()) ** 2))
-            nu += y.size - 1
-    return ss, nu
+        if y.shape[-1] >= 2:
+            ss = ss + np.sum((y - y.mean(axis=-1, keepdims=True)) ** 2, axis=-1)
+            nu += y.shape[-1] - 1
+    return _plain(ss), nu
 
 
 # ---------------------------------------------------------------- the published mean is not the user's setup
-
-
-def _plain(x):
-    """A float for a scalar; an array (many simulated studies at once) stays an array."""
-    return float(x) if np.ndim(x) == 0 else x
 
 
 def baseline_var(s2, n_local: int, ref_n: int | None, offset_sd, use_ref: bool):
@@ -297,12 +315,17 @@ class ReferenceCheck:
     significant: bool
 
 
+def reference_se(s, n_local: int, ref_n: int):
+    """SE of ybar_local - mean_ref: s sqrt(1/n_local + 1/n_ref) (s may be an array over studies)."""
+    return _plain(s * np.sqrt(1.0 / n_local + 1.0 / ref_n))
+
+
 def reference_check(local_mean: float, n_local: int, ref_mean: float, ref_n: int, s: float, nu: int,
                     level: float = OFFSET_TEST_LEVEL, ci: float = CI_LEVEL) -> ReferenceCheck | None:
     if n_local <= 0 or nu <= 0 or not ref_n:
         return None
     diff = float(local_mean - ref_mean)
-    se = float(s) * math.sqrt(1.0 / n_local + 1.0 / ref_n)
+    se = reference_se(float(s), n_local, ref_n)
     half = t_ppf(0.5 + ci / 2.0, nu) * se
     if se == 0.0:
         p = 1.0 if diff == 0.0 else 0.0
@@ -325,20 +348,41 @@ def look_level(j: int, m: int, local_dof: int, alpha: float = ALPHA) -> float:
     return nominal_level(j, alpha / m)
 
 
-def upper_t(level: float, nu: float) -> float:
-    """t_{1 - level, nu}, computed from the lower tail so that tiny levels stay exact."""
-    return -t_ppf(level, nu)
+def upper_t(level: float, nu):
+    """t_{1 - level, nu}, computed from the lower tail so that tiny levels stay exact (nu > 0; an
+    array of them gives an array)."""
+    from scipy.special import stdtrit
+
+    return _plain(-stdtrit(nu, level))
 
 
-def rule_verdict(delta: float | None, se: float | None, nu: int, level: float) -> str:
-    """`better` if delta / SE >= t_{1-level, nu} (P(beat) >= 1 - level), `worse` if <= -t, else
-    `undecided` (also when there is no test: no SE, level 0)."""
-    if delta is None or se is None or nu <= 0 or level <= 0.0:
+CODE_BETTER, CODE_WORSE, CODE_UNDECIDED = 1, -1, 0
+_VERDICT_OF_CODE = {CODE_BETTER: BETTER, CODE_WORSE: WORSE, CODE_UNDECIDED: UNDECIDED}
+
+
+def verdict_code(delta, se, nu, level: float):
+    """The verdict rule as a code: 1 (better) if delta / SE >= t_{1-level, nu}, i.e. P(beat) >= 1 -
+    level; -1 (worse) if <= -t; else 0 (undecided, also without a test: nu <= 0 or level 0).
+    SE = 0 reads as delta's sign. delta, se and nu may be arrays over studies (stats.operating;
+    nu is fractional there: the prior's weighted dof); an int for floats."""
+    delta, se, nu = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu))
+    shape = np.broadcast_shapes(delta.shape, se.shape, nu.shape)
+    if level <= 0.0:
+        return CODE_UNDECIDED if shape == () else np.zeros(shape, dtype=int)
+    ok = nu > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = delta / se  # SE = 0: +-inf (better / worse) or NaN (undecided)
+        c = upper_t(level, np.where(ok, nu, 1.0))
+    code = np.where(ok & (z >= c), CODE_BETTER, np.where(ok & (z <= -c), CODE_WORSE, CODE_UNDECIDED))
+    return int(code) if code.ndim == 0 else code
+
+
+def rule_verdict(delta: float | None, se: float | None, nu: float, level: float) -> str:
+    """verdict_code of one candidate, named: `better`, `worse` or `undecided` (also with no delta
+    or no SE)."""
+    if delta is None or se is None:
         return UNDECIDED
-    if se == 0.0:
-        return BETTER if delta > 0 else WORSE if delta < 0 else UNDECIDED
-    z, c = delta / se, upper_t(level, nu)
-    return BETTER if z >= c else WORSE if z <= -c else UNDECIDED
+    return _VERDICT_OF_CODE[verdict_code(delta, se, nu, level)]
 
 
 @dataclass(frozen=True)
@@ -367,17 +411,13 @@ class Arms:
 
     def se(self) -> float | None:
         vb = baseline_var(self.s**2, self.n_b, self.ref_n, self.offset_sd, self.use_ref)
-        return None if vb is None or self.n_v < 1 else math.sqrt(self.s**2 / self.n_v + vb)
+        return None if vb is None or self.n_v < 1 else se_delta(self.s**2, self.n_v, vb)
 
     def settles(self, effect: float) -> bool:
         """Would an observed |delta| = effect settle the verdict (better, or worse for a loss)?"""
         se = self.se()
         lvl = look_level(self.n_v + self.n_b, self.m, self.local_dof, self.alpha)
-        if se is None or lvl <= 0.0 or self.nu <= 0:
-            return False
-        if se == 0.0:
-            return effect != 0
-        return abs(effect) / se >= upper_t(lvl, self.nu)
+        return se is not None and verdict_code(abs(effect), se, self.nu, lvl) == CODE_BETTER
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Operating characteristics of compare's verdicts: how often they are wrong, and how often right.
 
-`verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) vectorised over many
-simulated studies that share their run counts, so a seeded simulation of thousands of studies
-and a dozen looks runs in seconds; tests/unit/stats/test_operating.py checks that it gives
+`verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) over many simulated
+studies that share their run counts: it calls the rule's own functions (opsdctl.stats.inference)
+on arrays over the studies and holds no formula of its own, so a seeded simulation of thousands
+of studies and a dozen looks runs in seconds; tests/unit/stats/test_operating.py checks that it gives
 build_report's verdicts exactly, then measures the error-rate goals with it. The scenarios
 below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
 and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem
@@ -21,7 +22,7 @@ import numpy as np
 
 from opsdctl.stats import inference
 
-BETTER, WORSE, UNDECIDED = 1, -1, 0
+BETTER, WORSE, UNDECIDED = inference.CODE_BETTER, inference.CODE_WORSE, inference.CODE_UNDECIDED
 PUBLISHED = (54.22, 1.48, 5)  # the published baseline: mean, sd, n (DEVELOPERS.md)
 
 
@@ -34,37 +35,28 @@ class Ref:
     offset_sd: float = inference.DEFAULT_OFFSET_SD
 
 
-def _ss(y: np.ndarray) -> np.ndarray:
-    return ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=1) if y.shape[1] >= 2 else np.zeros(y.shape[0])
-
-
 def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: int,
              others: Sequence[np.ndarray] = (), alpha: float = inference.ALPHA) -> np.ndarray:
-    """Verdict codes (candidates x studies) of build_report over studies that share run counts.
+    """Verdict codes (candidates x studies) of build_report over studies that share run counts:
+    the same functions of opsdctl.stats.inference, called on arrays over studies.
 
     base: (N, n_b) local baseline scores (n_b may be 0); cands: (N, n_v) arrays, the candidates
     judged; others: more variants in the store (their scatter pools into the noise); m: the
     family's size."""
-    n_studies = base.shape[0]
-    groups = [base, *cands, *others]
-    ss = sum(_ss(g) for g in groups)
-    nu_l = sum(max(0, g.shape[1] - 1) for g in groups)
-    s0, nu0 = (None, 0) if ref is None else inference.prior_from_reference(ref.sd, ref.n, ref.prior)
-    w = inference.prior_weight(ss, nu_l, s0, nu0) if s0 is not None else np.zeros(n_studies)
-    prior = w * nu0
-    nu = prior + nu_l
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s2 = (prior * (s0 or 0.0) ** 2 + ss) / nu
-    ok = nu > 0
-    n_b = base.shape[1]
-    nuc = np.where(ok, nu, 1.0)
+    n_studies, n_b = base.shape
     if n_b == 0 and ref is None:
         return np.zeros((len(cands), n_studies), dtype=int)
-    # the baseline as build_report takes it (inference.baseline_mean / baseline_var, per study)
+    ss, nu_l = inference.within_ss([base, *cands, *others])
+    ss = np.broadcast_to(ss, (n_studies,))  # 0.0 when no group has two runs
+    s0, nu0 = (None, 0) if ref is None else inference.prior_from_reference(ref.sd, ref.n, ref.prior)
+    s2, nu = inference.pooled_with_weight(ss, nu_l, s0, nu0, inference.prior_weight(ss, nu_l, s0, nu0))
+    # the baseline as build_report takes it, per study
     ybar = base.mean(axis=1) if n_b else None
     o_sd = ref.offset_sd if ref is not None else 0.0
     if n_b and ref is not None:
-        o_sd = inference.offset_sd_seen(ybar - ref.mean, s2 * (1.0 / n_b + 1.0 / ref.n), ref.offset_sd)
+        with np.errstate(invalid="ignore"):
+            se_ref = inference.reference_se(np.sqrt(s2), n_b, ref.n)
+        o_sd = inference.offset_sd_seen(ybar - ref.mean, se_ref**2, ref.offset_sd)
     ref_mean, ref_n = (ref.mean, ref.n) if ref is not None else (None, None)
     b_mean = inference.baseline_mean(ybar, n_b, s2, ref_mean, ref_n, o_sd, ref is not None)
     b_var = inference.baseline_var(s2, n_b, ref_n, o_sd, ref is not None)
@@ -72,14 +64,7 @@ def verdicts(base: np.ndarray, cands: Sequence[np.ndarray], ref: Ref | None, m: 
     for i, c in enumerate(cands):
         n_v = c.shape[1]
         level = inference.look_level(n_v + n_b, m, nu_l, alpha)
-        if level <= 0.0:
-            continue
-        from scipy.special import stdtrit
-
-        with np.errstate(divide="ignore", invalid="ignore"):
-            z = (c.mean(axis=1) - b_mean) / np.sqrt(s2 / n_v + b_var)
-        cz = -stdtrit(nuc, level)  # t_{1 - level, nu}, per study (nu is fractional: the prior's weighted dof)
-        out[i] = np.where(ok & (z >= cz), BETTER, np.where(ok & (z <= -cz), WORSE, UNDECIDED))
+        out[i] = inference.verdict_code(c.mean(axis=1) - b_mean, inference.se_delta(s2, n_v, b_var), nu, level)
     return out
 
 
@@ -187,9 +172,9 @@ def prior_weight_dips(rng: np.random.Generator, studies: int, *, sigma: float = 
     s0, nu0 = inference.prior_from_reference(ref.sd, ref.n, ref.prior)
     low = np.ones(studies)
     for n_b, n_v in _looks("alternate", runs):
-        nu_l = max(0, n_b - 1) + max(0, n_v - 1)
+        ss, nu_l = inference.within_ss([b[:, :n_b], c[:, :n_v]])
         if nu_l:
-            low = np.minimum(low, inference.prior_weight(_ss(b[:, :n_b]) + _ss(c[:, :n_v]), nu_l, s0, nu0))
+            low = np.minimum(low, inference.prior_weight(ss, nu_l, s0, nu0))
     return float((low < 0.5).mean()), float(low.mean())
 
 

@@ -1,7 +1,8 @@
 """From the store to the statistics: scored runs as plain records, and one variant's runs.
 
-compare and the planner read runs through here, so both see the same records. The
-reads go through a light reader (opsdctl.store.reader; `open_reader(store)` for a Store).
+compare and the planner read runs through here, so both see the same records; `show`, `chain`
+and the dashboard read a variant's runs here too. Every read goes through the light reader
+(opsdctl.store.reader; `open_reader(store)` for a Store), never an ORM session.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from opsdctl.stats import candidates
 from opsdctl.stats.compare import RunRecord
 from opsdctl.store import queries
 from opsdctl.store.values import variant_label
-from opsdctl.store.open_read import open_reader
 
 
 def run_records(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
@@ -192,48 +192,32 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
     )
 
 
-def show_doc(store, ref: str) -> dict:
+def show_doc(reader, ref: str) -> dict:
     """One variant: its recipe and every chain with score, per-problem counts and train stats."""
-    from opsdctl.store.engine import chains_of_variant, find_variant
-
-    with store.read() as s:
-        v = find_variant(s, ref)
-        chains = chains_of_variant(s, v.id)
-        runs = run_views(store, s, chains)
-        return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
-                "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
+    with reader.snapshot() as r:
+        v = r.find_variant(ref)
+        runs = run_views(r, r.chains_of_variant(v.id))
+    return {"variant": v.label, "name": v.name, "version": v.version, "hash": v.hash, "kind": v.kind,
+            "description": v.description, "hparams": v.hparams, "method": v.method, "runs": runs}
 
 
-def runs_of(store, chains) -> list[dict]:
-    """`run_views` in a session of its own; `chains`: rows or the reader's records."""
-    with store.read() as s:
-        return run_views(store, s, chains)
-
-
-def run_views(store, s, chains) -> list[dict]:
-    """Each chain as `show` lists it: score, per-problem counts, training statistics and curve,
-    the recipe check, the code it trained with. `s`: an open session of `store`. The rows are read
-    a table at a time (a variant of a 10,000-chain store has a thousand runs)."""
-    from sqlalchemy import select
-
-    from opsdctl.store.models import CodeSnapshot, Score, Stage, TrainStats
-
-    reader = open_reader(store)
-    labels = candidate_labels(reader, [c.id for c in chains])
-    trained = training_snapshot_ids(reader, chains)
-    # an eval-only run shows its trainer's training and recipe check
-    trainer = {c.id: c.trained_by if c.eval_only and c.trained_by else c.id for c in chains}
-    ids = sorted({c.id for c in chains} | set(trainer.values()))
-    scores = {x.chain_id: x for x in _where_in(s, select(Score), Score.chain_id, ids)}
-    stats = {x.chain_id: x for x in _where_in(s, select(TrainStats), TrainStats.chain_id, ids)}
-    stages: dict[int, list] = {}
-    # only the stage columns shown: a stage's progress, pids and command are not decoded
-    stage_cols = select(Stage.id, Stage.chain_id, Stage.name, Stage.state, Stage.gpu, Stage.gpu_peak_mib,
-                        Stage.gpu_util_pct, Stage.recipe_check)
-    for st in sorted(_where_in(s, stage_cols, Stage.chain_id, ids, rows=True), key=lambda st: st.id):
-        stages.setdefault(st.chain_id, []).append(st)
-    snap_ids = sorted({i for c in chains for i in (trained.get(c.id), c.snapshot_id) if i is not None})
-    snaps = {x.id: x for x in _where_in(s, select(CodeSnapshot), CodeSnapshot.id, snap_ids)}
+def run_views(reader, chains) -> list[dict]:
+    """Each chain (the reader's records) as `show` lists it: score, per-problem counts, training
+    statistics and curve, the recipe check, the code it trained with. The rows are read a table at
+    a time, in one snapshot (a variant of a 10,000-chain store has a thousand runs)."""
+    with reader.snapshot() as r:
+        labels = candidate_labels(r, [c.id for c in chains])
+        trained = training_snapshot_ids(r, chains)
+        # an eval-only run shows its trainer's training and recipe check
+        trainer = {c.id: c.trained_by if c.eval_only and c.trained_by else c.id for c in chains}
+        ids = sorted({c.id for c in chains} | set(trainer.values()))
+        scores = {x.chain_id: x for x in r.rows_in(queries.SCORES_OF_CHAINS, ids)}
+        stats = {x.chain_id: x for x in r.rows_in(queries.TRAIN_STATS_OF_CHAINS, ids)}
+        stages: dict[int, list] = {}
+        for st in r.rows_in(queries.SHOWN_STAGES_OF_CHAINS, ids):
+            stages.setdefault(st.chain_id, []).append(st)
+        snap_ids = sorted({i for c in chains for i in (trained.get(c.id), c.snapshot_id) if i is not None})
+        snaps = {x.id: x for x in r.rows_in(queries.CODE_SNAPSHOTS, snap_ids)}
     runs = []
     for chain in chains:
         score = scores.get(chain.id)
@@ -270,16 +254,6 @@ def run_views(store, s, chains) -> list[dict]:
             },
         })
     return runs
-
-
-def _where_in(s, stmt, column, values: list, rows: bool = False, chunk: int = 900) -> list:
-    """What `stmt` selects where `column` is in `values` (ORM objects, or plain rows with `rows`),
-    a chunk at a time (SQLite's parameter limit)."""
-    out = []
-    for i in range(0, len(values), chunk):
-        got = s.execute(stmt.where(column.in_(values[i:i + chunk])))
-        out += got.all() if rows else got.scalars().all()
-    return out
 
 
 def _recipe_check(train) -> Optional[dict]:

@@ -3,14 +3,28 @@ and orders are written.
 
 Both the light reader (stdlib sqlite3, opsdctl.store.reader) and the ORM functions of
 opsdctl.store.engine run these texts (`select(Chain).from_statement(text(QUEUED_CHAINS))`), so the
-two can never drift. Plain SQL that SQLite and PostgreSQL both accept, named `:params` only (no
-IN-lists to expand), whole rows as `table.*`; result columns keep the models' names (or a
-`table_id` alias where a join repeats one), which is how the reader knows how to decode them.
+two can never drift. Plain SQL that SQLite and PostgreSQL both accept, named `:params` only (an
+IN-list is a `{ids}` slot that `in_chunks` fills with named parameters), whole rows as `table.*`;
+result columns keep the models' names (or a `table_id` alias where a join repeats one), which is
+how the reader knows how to decode them.
 """
 
 from __future__ import annotations
 
+from typing import Iterator, Sequence
+
 from opsdctl.store.states import State
+
+IN_CHUNK = 900  # values per IN-list: under SQLite's bound-parameter limit (999 before 3.32)
+
+
+def in_chunks(sql: str, values: Sequence, chunk: int = IN_CHUNK) -> Iterator[tuple[str, dict]]:
+    """(sql with its `{ids}` slot as `:in0, :in1, ...`, those parameters), a chunk of `values` at a
+    time; nothing for no values."""
+    for start in range(0, len(values), chunk):
+        part = values[start:start + chunk]
+        names = [f"in{i}" for i in range(len(part))]
+        yield sql.format(ids=", ".join(f":{n}" for n in names)), dict(zip(names, part))
 
 _DONE = f"chain.state NOT IN ('{State.QUEUED.value}', '{State.RUNNING.value}')"
 
@@ -79,3 +93,12 @@ TRAIN_STATS = ("SELECT train_stats.chain_id, train_stats.final_loss, train_stats
                "train_stats.step_seconds, train_stats.metrics FROM train_stats")
 TRAIN_STAGE_GPU = ("SELECT stage.chain_id, stage.gpu_peak_mib, stage.gpu_util_pct FROM stage "
                    "WHERE stage.name = 'train' ORDER BY stage.id")
+
+# --- show and chain: a variant's runs, a table at a time (opsdctl.stats.scores.run_views) ---------
+SCORES_OF_CHAINS = "SELECT score.* FROM score WHERE score.chain_id IN ({ids})"
+TRAIN_STATS_OF_CHAINS = "SELECT train_stats.* FROM train_stats WHERE train_stats.chain_id IN ({ids})"
+# only the stage columns shown: a stage's progress, pids and command are not decoded
+SHOWN_STAGES_OF_CHAINS = ("SELECT stage.id, stage.chain_id, stage.name, stage.state, stage.gpu, stage.gpu_peak_mib, "
+                          "stage.gpu_util_pct, stage.recipe_check FROM stage WHERE stage.chain_id IN ({ids}) "
+                          "ORDER BY stage.id")
+CODE_SNAPSHOTS = "SELECT code_snapshot.* FROM code_snapshot WHERE code_snapshot.id IN ({ids})"

@@ -176,6 +176,15 @@ class Reader:
             return _json if self._json_text else None
         return _datetime if kind == DATETIME else _bool if kind == BOOL else None
 
+    def rows_in(self, sql: str, values) -> list:
+        """Records of `sql` whose `{ids}` IN-list holds `values`, read a chunk at a time
+        (queries.in_chunks: SQLite's parameter limit); in one snapshot, as one query would be."""
+        values = list(values)
+        if not values:
+            return []
+        with self.snapshot():
+            return [row for text, params in queries.in_chunks(sql, values) for row in self.rows(text, **params)]
+
     def value(self, sql: str, **params: Any):
         got = self.tuples(sql, **params)
         return got[0][0] if got else None

@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from conftest import default_config, pid_alive, stop_process, wait_for
+from conftest import clean_env, default_config, opsdctl_argv, pid_alive, stop_process, wait_for
 from sqlalchemy.engine import make_url
 
 from opsdctl.config import load_config
@@ -292,9 +292,9 @@ def test_busy_names_the_holder_of_this_store_not_of_another_on_the_server(ws, pg
 
 def test_status_and_compare_documents_are_the_same_on_postgresql_and_sqlite(pg_url, tmp_path):
     """The reader's SQLAlchemy driver on PostgreSQL (decoded JSON, timestamptz, real booleans) gives
-    the documents the sqlite3 driver gives for the same rows."""
+    the documents the sqlite3 driver gives for the same rows: status, compare, show and chain."""
     from store_fill import fill_store
-    from unit.store.test_reader import documents
+    from unit.store.test_reader import documents, run_documents
 
     from opsdctl.store.open_read import open_reader
     from opsdctl.store.reader import SqlAlchemyDriver, SqliteDriver
@@ -314,6 +314,47 @@ def test_status_and_compare_documents_are_the_same_on_postgresql_and_sqlite(pg_u
         fill_store(store, now)
         reader = open_reader(cfg.db)
         assert isinstance(reader.driver, SqlAlchemyDriver if url else SqliteDriver)
-        docs.append(documents(cfg, reader))
+        docs.append((documents(cfg, reader), run_documents(reader)))
         store.dispose()
     assert docs[0] == docs[1]
+
+
+def test_the_dashboard_reads_a_postgresql_store(ws, pg_url):
+    """`serve` on a PostgreSQL store: its pages read through a Reader on the store's engine (the
+    variant and chain pages' JSON is show's and chain's), and name the store without its password."""
+    import socket
+    import urllib.request
+
+    from store_fill import fill_store
+    from unit.store.test_reader import steady
+
+    pg_workspace(ws, pg_url)
+    store = open_store(load_config(ws.root / "opsdctl.toml").db)
+    fill_store(store)
+    store.dispose()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([*opsdctl_argv(), "serve", "--port", str(port)], cwd=ws.root, env=clean_env(ws.env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def get(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+            return r.read().decode()
+
+    def up():
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            return get("/changes")
+        except OSError:
+            return None
+
+    try:
+        wait_for(up, timeout=60, what="opsdctl serve to answer")
+        assert json.loads(get("/variant/token-clip?format=json")) == json.loads(ws.run("show", "token-clip", "--json").stdout)
+        chain = json.loads(get("/chain/9?format=json"))
+        assert steady(chain) == steady(json.loads(ws.run("chain", "9", "--json").stdout))
+        page = get("/variant/token-clip")
+        assert make_url(pg_url).render_as_string(hide_password=True) in page and secret() not in page
+    finally:
+        stop_process(proc)

@@ -455,7 +455,7 @@ def test_no_function_takes_more_than_eight_positional_parameters():
 
 
 def orm_reads(tree: ast.Module) -> list[str]:
-    """`with <store>.read() as s`: an ORM read session (the worker's way to read)."""
+    """`with <store>.read() as s` or a `Session(...)`: an ORM read session (the worker's way to read)."""
     out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.With, ast.AsyncWith)):
@@ -464,15 +464,20 @@ def orm_reads(tree: ast.Module) -> list[str]:
                 if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "read"
                         and not call.args and not call.keywords):
                     out.append(f"line {node.lineno}: {ast.unparse(call)}")
-    return out
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name == "Session":
+                out.append(f"line {node.lineno}: {ast.unparse(node.func)}(...)")
+    return sorted(out, key=lambda line: int(line.split()[1].rstrip(":")))
 
 
 def test_commands_and_clients_read_the_store_through_the_reader():
-    """Two ways to read the store, one per side: commands (cli/, client/) through the Reader of
-    opsdctl.store.open_read (stdlib sqlite3 at the schema's head: status at 10,000 chains stays
-    fast), the worker through the ORM session. A command never opens an ORM read session."""
+    """Two ways to read the store, one per side: commands (cli/, client/) and the documents they
+    build in stats/ (compare, show, chain's run) through the Reader of opsdctl.store.open_read
+    (stdlib sqlite3 at the schema's head: status at 10,000 chains stays fast), the worker through
+    the ORM session. None of them opens an ORM read session."""
     bad = {}
-    for wing in ("cli", "client"):
+    for wing in ("cli", "client", "stats"):
         for path in sorted((ROOT / "opsdctl" / wing).rglob("*.py")):
             found = orm_reads(ast.parse(path.read_text()))
             if found:
@@ -487,7 +492,10 @@ def test_the_signature_and_read_checkers_find_what_they_look_for():
                         "with store.read() as s: pass\n"
                         "with self.store.read() as s, open(p) as f: pass\n"
                         "with store.write() as s: pass\n"
-                        "with reader.snapshot(): data = f.read()\n")
+                        "with reader.snapshot(): data = f.read()\n"
+                        "with Session(engine) as s: pass\n"
+                        "s = orm.Session(engine, expire_on_commit=False)\n")
     assert long_signatures(planted, frozenset({"command"})) == ["line 1: f takes 9"]
     assert len(long_signatures(planted)) == 2
-    assert orm_reads(planted) == ["line 4: store.read()", "line 5: self.store.read()"]
+    assert orm_reads(planted) == ["line 4: store.read()", "line 5: self.store.read()", "line 8: Session(...)",
+                                  "line 9: orm.Session(...)"]

@@ -15,6 +15,8 @@ from opsdctl.cli.console import console, escape, print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from opsdctl.store.reader import Reader
+
 LOG_TAIL_BYTES = 64 * 1024  # a log's tail is read from its end: a 10 GB log costs the same
 
 
@@ -29,26 +31,25 @@ def command(
     recipe check, code, and the tail of its current stage's log."""
     app = App.of(ctx)
     cfg = app.config()
-    doc = chain_doc(app.store(cfg), chain_id, lines)
+    doc = chain_doc(app.reader(cfg), chain_id, lines)
     if as_json:
         print_json(doc)
         return
     render_chain(console(), doc)
 
 
-def chain_doc(store, chain_id: int, lines: int = 40) -> dict:
+def chain_doc(reader: Reader, chain_id: int, lines: int = 40) -> dict:
     """`opsdctl chain ID --json`: the chain as `status` lists it (stages, progress), its run as
     `show` lists it (score, per-problem counts, training curve, recipe check, code), and the
     last `lines` lines of its current stage's log."""
     from opsdctl.cli.commands.status import chain_view
-    from opsdctl.stats.scores import runs_of
-    from opsdctl.store.open_read import open_reader
+    from opsdctl.stats.scores import run_views
 
-    reader = open_reader(store)
-    chain = reader.get_chain(chain_id)
-    variant = reader.variant(chain.variant_id)
-    run = runs_of(store, [chain])[0]
-    doc = chain_view(reader, chain, variant)
+    with reader.snapshot() as r:
+        chain = r.get_chain(chain_id)
+        variant = r.variant(chain.variant_id)
+        run = run_views(r, [chain])[0]
+        doc = chain_view(r, chain, variant)
     stage = next((st for st in reversed(doc.get("stages", [])) if st["name"] == chain.stage), None)
     doc["run"] = run
     doc["log_tail"] = None if stage is None else {"stage": stage["name"], "path": stage["log"],

@@ -59,8 +59,10 @@ def check_bind(host: str, token: Optional[str]) -> None:
                         "give a token (OPSDCTL_SERVE_TOKEN or --token), or bind 127.0.0.1 and use an SSH tunnel")
 
 
-def read_only_store(cfg: Config):
-    """(Store, reader factory) on the store as it is; refuses one it would have to create or upgrade."""
+def read_only_store(cfg: Config) -> tuple[str, Callable]:
+    """(the store's safe URL, a reader factory) on the store as it is; refuses one it would have to
+    create or upgrade. The Store opened here only checks the revision: the pages read through the
+    readers."""
     from opsdctl.errors import UserError
 
     from opsdctl.store.engine import Store
@@ -84,8 +86,8 @@ def read_only_store(cfg: Config):
         raise UserError(f"{store.safe_url()}: schema revision {revision or 'none'}, this opsdctl reads {HEAD}; "
                         "run `opsdctl status` once to bring it up to date (serve never writes the store)")
     if path is not None:
-        return store, lambda: open_reader(cfg.db)  # stdlib sqlite3, at head: never writes
-    return store, store.reader
+        return store.safe_url(), lambda: open_reader(cfg.db)  # stdlib sqlite3, at head: never writes
+    return store.safe_url(), lambda: open_reader(store)  # on the Store's engine (PostgreSQL)
 
 
 def serve(cfg: Config, host: str, port: int, token: Optional[str], say: Callable[[str], None]) -> None:
@@ -94,9 +96,9 @@ def serve(cfg: Config, host: str, port: int, token: Optional[str], say: Callable
     from opsdctl.cli.web.app import make_app
 
     check_bind(host, token)
-    store, reader = read_only_store(cfg)
-    app = make_app(cfg, store, reader, token)
+    safe_url, reader = read_only_store(cfg)
+    app = make_app(cfg, reader, safe_url, token)
     shown = f"[{host}]" if ":" in host else host
-    say(f"serving {store.safe_url()} read-only at http://{shown}:{port}/" + ("?token=..." if token else "")
+    say(f"serving {safe_url} read-only at http://{shown}:{port}/" + ("?token=..." if token else "")
         + " (Ctrl-C to stop)")
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, server_header=False)

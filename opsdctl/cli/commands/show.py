@@ -28,8 +28,8 @@ def command(
 
     app = App.of(ctx)
     cfg = app.config()
-    store = app.store(cfg)
-    doc = show_doc(store, variant)
+    reader = app.reader(cfg)
+    doc = show_doc(reader, variant)
     drawn = None
     if plot is not None:
         from opsdctl.errors import UserError
@@ -38,7 +38,7 @@ def command(
         base = None
         if cfg.baseline_variant and cfg.baseline_variant.split("@")[0] != doc["name"]:
             try:
-                base = show_doc(store, cfg.baseline_variant)
+                base = show_doc(reader, cfg.baseline_variant)
             except UserError:  # not run yet: curves of the variant alone
                 base = None
         drawn = plot_training(doc, plot, base)

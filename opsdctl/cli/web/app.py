@@ -53,10 +53,11 @@ def _json_response(doc) -> Response:
 
 
 class Pages:
-    """`cfg`, a read-only Store, and `reader()`: a fresh light reader per request."""
+    """`cfg`, `reader()`: a fresh light reader per request (every page reads through it), and the
+    store's `safe_url` (no password) the pages name."""
 
-    def __init__(self, cfg, store, reader: Callable[[], object]):
-        self.cfg, self.store, self.reader = cfg, store, reader
+    def __init__(self, cfg, reader: Callable[[], object], safe_url: str):
+        self.cfg, self.reader, self.safe_url = cfg, reader, safe_url
         self.env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
         self.env.globals.update(fmt_s=fmt_s, strip=svg.problem_strip)
         # a key a document leaves out (a chain that never started has no elapsed time) reads as none
@@ -64,38 +65,39 @@ class Pages:
 
     # documents: the CLI's own builders -------------------------------------------------------
 
+    def _read(self, build: Callable[[object], dict]) -> dict:
+        """`build(reader)` on a fresh reader, closed after."""
+        reader = self.reader()
+        try:
+            return build(reader)
+        finally:
+            reader.close()
+
     def session_doc(self, request: Request) -> dict:
         from opsdctl.cli.commands.status import gather_status
 
         recent = request.query_params.get("recent", "10")
         if not recent.isdigit():
             raise UserError(f"recent={recent!r}: must be a whole number of finished chains, e.g. ?recent=10")
-        reader = self.reader()
-        try:
-            return gather_status(self.cfg, reader, int(recent))
-        finally:
-            reader.close()
+        return self._read(lambda reader: gather_status(self.cfg, reader, int(recent)))
 
     def compare_doc(self, request: Request) -> dict:
         from opsdctl.cli.commands.compare import compare_report
 
         q = request.query_params
-        reader = self.reader()
-        try:
-            return compare_report(self.cfg, reader, q.getlist("variant") or None, q.get("baseline"), q.get("family"),
-                                  q.get("pool_code") in ("1", "true")).to_json()  # the page's document
-        finally:
-            reader.close()
+        return self._read(lambda reader: compare_report(
+            self.cfg, reader, q.getlist("variant") or None, q.get("baseline"), q.get("family"),
+            q.get("pool_code") in ("1", "true")).to_json())  # the page's document
 
     def variant_doc(self, request: Request) -> dict:
         from opsdctl.stats.scores import show_doc
 
-        return show_doc(self.store, request.path_params["ref"])
+        return self._read(lambda reader: show_doc(reader, request.path_params["ref"]))
 
     def chain_doc(self, request: Request) -> dict:
         from opsdctl.cli.commands.chain import chain_doc
 
-        return chain_doc(self.store, request.path_params["chain_id"])
+        return self._read(lambda reader: chain_doc(reader, request.path_params["chain_id"]))
 
     # views: what each template needs besides the document ------------------------------------
 
@@ -159,7 +161,7 @@ class Pages:
             if request.query_params.get("fragment"):
                 return HTMLResponse(body)
             return HTMLResponse(self.env.get_template("base.html").render(
-                title=title(doc), page=name, body=Markup(body), store=self.store.safe_url(),
+                title=title(doc), page=name, body=Markup(body), store=self.safe_url,
                 generated=dt.datetime.now().strftime("%H:%M:%S")))
 
         return endpoint
@@ -167,14 +169,10 @@ class Pages:
     async def changes(self, request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
 
-        def version():
-            reader = self.reader()
-            try:
-                return json.dumps([list(reader.tuples(CHANGES_SQL)[0]), reader.tuples(RUNNING_SQL)], default=str)
-            finally:
-                reader.close()
+        def version(reader) -> str:
+            return json.dumps([list(reader.tuples(CHANGES_SQL)[0]), reader.tuples(RUNNING_SQL)], default=str)
 
-        return JSONResponse({"version": await run_in_threadpool(version)})
+        return JSONResponse({"version": await run_in_threadpool(self._read, version)})
 
 
 def _token_guard(app, token: str):
@@ -203,8 +201,8 @@ def _token_guard(app, token: str):
     return guarded
 
 
-def make_app(cfg, store, reader: Callable[[], object], token: Optional[str] = None):
-    p = Pages(cfg, store, reader)
+def make_app(cfg, reader: Callable[[], object], safe_url: str, token: Optional[str] = None):
+    p = Pages(cfg, reader, safe_url)
     app = Starlette(routes=[
         Route("/", p.page("session", lambda d: "session", p.session_doc, p.session_view)),
         Route("/compare", p.page("compare", lambda d: "compare", p.compare_doc, p.compare_view)),

@@ -9,13 +9,8 @@ from opsdctl.cli.web import svg
 from opsdctl.cli.web.app import Pages
 
 
-class _Store:
-    def safe_url(self) -> str:
-        return "sqlite:///runs.db"
-
-
 def _render(name: str, doc: dict) -> str:
-    p = Pages(None, _Store(), None)
+    p = Pages(None, None, "sqlite:///runs.db")
     return p.env.get_template(f"{name}.html").render(doc=doc, **getattr(p, f"{name}_view")(doc))
 
 

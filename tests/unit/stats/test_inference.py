@@ -258,3 +258,38 @@ def test_rule_runs_needed_is_the_first_r_that_settles():
     got = stats.rule_runs_needed(2.0, ref_only)
     assert got.extra is None and got.needs_baseline_runs and got.both_arms >= 1
     assert stats.rule_runs_needed(0.0, ref_only).extra is None
+
+
+def test_the_array_path_is_the_scalar_path_element_by_element():
+    """stats.operating calls the rule's functions on arrays over studies; each element must be what
+    the scalar call (build_report's) gives, bit for bit."""
+    rng = np.random.default_rng(7)
+    groups = [rng.normal(54.0, 1.5, (200, n)) for n in (3, 2, 1, 4)]
+    ss, nu_l = stats.within_ss(groups)
+    for i in range(200):
+        assert (float(ss[i]), nu_l) == stats.within_ss([g[i] for g in groups])
+    w = stats.prior_weight(ss, nu_l, 1.48, 4)
+    w[:5] = 0.0  # no prior weight left
+    for s0, nu0 in ((1.48, 4), (None, 0)):
+        s2, nu = stats.pooled_with_weight(ss, nu_l, s0, nu0, w)
+        for i in range(200):
+            assert (float(s2[i]), float(nu[i])) == stats.pooled_with_weight(float(ss[i]), nu_l, s0, nu0, float(w[i]))
+    # no dof at all: NaN in the array, None for the scalar
+    s2, nu = stats.pooled_with_weight(np.zeros(3), 0, 1.48, 4, np.zeros(3))
+    assert np.isnan(s2).all() and (nu == 0).all() and stats.pooled_with_weight(0.0, 0, 1.48, 4, 0.0) == (None, 0)
+    s2, var_b = rng.uniform(0.5, 4.0, 200), rng.uniform(0.0, 2.0, 200)
+    se = stats.se_delta(s2, 3, var_b)
+    assert all(float(se[i]) == stats.se_delta(float(s2[i]), 3, float(var_b[i])) for i in range(200))
+    s = rng.uniform(0.5, 2.0, 200)
+    assert all(float(stats.reference_se(s, 3, 5)[i]) == stats.reference_se(float(s[i]), 3, 5) for i in range(200))
+    # verdicts: around both thresholds, SE = 0 of each sign, no dof, fractional dof
+    delta = np.concatenate([rng.normal(0.0, 4.0, 200), [1.0, -1.0, 0.0, 3.0]])
+    se = np.concatenate([rng.uniform(0.5, 1.5, 200), [0.0, 0.0, 0.0, 1.0]])
+    nu = np.concatenate([rng.uniform(0.0, 12.0, 200), [5.0, 5.0, 5.0, 0.0]])
+    nu[:3] = 0.0
+    names = {1: "better", -1: "worse", 0: "undecided"}
+    for level in (0.01, 0.2, 0.0):
+        codes = stats.verdict_code(delta, se, nu, level)
+        scalar = [stats.rule_verdict(float(d), float(e), float(n), level) for d, e, n in zip(delta, se, nu)]
+        assert [names[c] for c in codes] == scalar
+        assert level == 0.0 or {"better", "worse", "undecided"} == set(scalar)

@@ -55,6 +55,48 @@ def test_status_and_compare_read_the_same_through_sqlite3_and_sqlalchemy(filled)
     assert compare["training"] and compare["baseline"]["n"] == 2  # of 3: the baseline's runs are on two code trees
 
 
+def run_documents(reader) -> tuple[dict, dict]:
+    """`show --json` of every variant and `chain --json` of every chain of the filled store."""
+    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.stats.scores import show_doc
+
+    return ({ref: show_doc(reader, ref) for ref in ("baseline", "cosine@v1", "cosine", "token-clip", "base")},
+            {chain_id: steady(chain_doc(reader, chain_id)) for chain_id in range(1, 19)})
+
+
+def test_show_and_chain_read_the_same_through_sqlite3_and_sqlalchemy(filled):
+    """`show`, `chain` and the dashboard's variant and chain pages read a variant's runs through
+    the Reader (never an ORM session): the same documents through either driver."""
+    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.stats.scores import show_doc
+    from opsdctl.store.open_read import open_reader
+
+    cfg, store = filled
+    light = open_reader(cfg.db)
+    assert run_documents(light) == run_documents(open_reader(store))
+    clip = show_doc(light, "token-clip")["runs"]
+    assert [r["chain_id"] for r in clip] == [7, 8, 9, 13, 16]
+    trained, evaluated = clip[1], clip[2]  # chain 9 evaluates chain 8's checkpoint: its training is 8's
+    assert evaluated["eval_only"] and evaluated["trained_by"] == 8 and evaluated["train"] == trained["train"]
+    assert evaluated["problems"][0] == {"id": "p0", "correct": 0, "samples": 4} and evaluated["code"]["dirty"] is False
+    assert trained["gpu"]["train"] == {"attribution": "processes", "peak_mib": 8000.0, "util_pct": 58.0}
+    assert chain_doc(light, 9)["run"] == evaluated
+
+
+def test_in_lists_are_read_a_chunk_at_a_time(filled):
+    """SQLite binds at most 999 parameters (before 3.32): an IN-list of more ids is split."""
+    from opsdctl.store import queries
+    from opsdctl.store.open_read import open_reader
+
+    chunks = list(queries.in_chunks(queries.CODE_SNAPSHOTS, list(range(1, 2001))))
+    assert [len(params) for _, params in chunks] == [900, 900, 200]
+    assert chunks[2][0].endswith("IN (:in0, :in1, " + ", ".join(f":in{i}" for i in range(2, 200)) + ")")
+    cfg, store = filled
+    for reader in (open_reader(cfg.db), open_reader(store)):
+        assert sorted(x.id for x in reader.rows_in(queries.CODE_SNAPSHOTS, range(1, 2001))) == [1, 2]
+        assert reader.rows_in(queries.CODE_SNAPSHOTS, []) == []
+
+
 def test_column_mirror_matches_the_models():
     from sqlalchemy import JSON, Boolean
     from sqlmodel import SQLModel
