@@ -501,7 +501,8 @@ def _partials(rs: _Runs, pool: _Pool, baseline: str | None, names: list[str], sh
         elif v != baseline and bp:
             note += "; without per-problem counts there is no SE to read it against the baseline's partial"
         elif v != baseline:
-            note += ("; no baseline partial on these problems to read it against yet (the worker queues one: "
+            note += ("; no baseline partial on these problems to read it against yet (queueing a partial queues "
+                     "one once the baseline is in the store; by hand: "
                      f"`opsdctl queue {baseline or 'BASELINE'} --partial {n_p}x{k}`)")
         out.append(rp.PartialEntry(
             name=v, variants=tuple(dict.fromkeys(r.variant for r in pr)), code=pr[0].code, n=len(ys), mean=_f(mean),
