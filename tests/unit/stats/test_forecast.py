@@ -265,3 +265,13 @@ def test_an_untried_idea_is_forecast_at_the_family_mean():
     assert post.mean[1] - post.mean[0] == pytest.approx(-0.25, abs=1e-6)
     assert post.new_mean == pytest.approx(-0.25, abs=1e-9)
     assert post.new_sd**2 == pytest.approx(0.5 * (4.0 + 0.25 + 1.0) - 0.0625, rel=1e-9)
+
+
+@pytest.mark.parametrize("dof", [2.5, 3.0, 4.0, 7.3, 40.0])
+def test_the_tabulated_t_cdf_is_scipys_to_1e_7(dof):
+    from scipy.special import stdtr
+
+    z = np.concatenate([np.linspace(-40.0, 40.0, 400_001), [-1e5, -300.0, 300.0, 1e5]])
+    assert np.max(np.abs(fc._t_cdf(dof)(z) - stdtr(dof, z))) < 1e-7
+    pdf = fc._t_pdf(dof)(z[::97])
+    assert np.allclose(pdf, stats.t.pdf(z[::97], dof), rtol=1e-12, atol=1e-300)
