@@ -54,18 +54,20 @@ def _check_dest(dest: Path) -> None:
 def write_code(store, runs_dir: Path, chain_id: int, dest: Path) -> CodeWritten:
     """Write chain `chain_id`'s training code snapshot into `dest` (module docstring)."""
     from opsdctl.stats.scores import training_snapshot_ids
-    from opsdctl.store.engine import get_chain, snapshot_of
 
     dest = Path(dest).expanduser().absolute()
-    with store.read() as s:
-        chain = get_chain(s, chain_id)
-        trained = training_snapshot_ids(open_reader(store), [chain]).get(chain.id)
-        row = snapshot_of(s, trained)
-        trainer = chain.trained_by if chain.eval_only and chain.trained_by else chain.id
-        if row is None:
-            raise UserError(f"chain {chain_id}: no code snapshot is recorded for its training "
-                            "(an outside checkpoint, or queued before snapshots were taken)")
-        kind, key, source, prefix, commit = row.kind, row.key, row.source_dir, row.prefix or "", row.commit
+    reader = open_reader(store)
+    try:
+        with reader.snapshot():
+            chain = reader.get_chain(chain_id)
+            row = reader.code_snapshot(training_snapshot_ids(reader, [chain]).get(chain.id))
+    finally:
+        reader.close()
+    trainer = chain.trained_by if chain.eval_only and chain.trained_by else chain.id
+    if row is None:
+        raise UserError(f"chain {chain_id}: no code snapshot is recorded for its training "
+                        "(an outside checkpoint, or queued before snapshots were taken)")
+    kind, key, source, prefix, commit = row.kind, row.key, row.source_dir, row.prefix or "", row.commit
     if kind == "live":
         raise UserError(f"chain {chain_id}: trained on the live code dir {source} (snapshot_code = false): "
                         "no snapshot was kept; set snapshot_code = true to freeze code at queue time")

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
-from opsdctl.store.engine import Store, chains_of_variant, find_variant
-from opsdctl.store.models import Variant
+from opsdctl.store.engine import Store
+from opsdctl.store.open_read import open_reader
 from opsdctl.store.states import State
 
 
@@ -59,13 +59,17 @@ def left_out_lines(keys: list[str], width: int = 96) -> list[str]:
 
 
 def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False) -> Export:
-    with store.read() as s:
-        variant: Variant = find_variant(s, ref)
-        if variant.kind != "recipe":
-            what = "the base model" if variant.kind == "base" else "a checkpoint trained outside opsdctl"
-            raise UserError(f"variant {variant.label} is {what} (evaluated with --eval-only), not a recipe; "
-                            "there are no knobs to export")
-        succeeded = len(chains_of_variant(s, variant.id, State.SUCCEEDED))
+    reader = open_reader(store)
+    try:
+        with reader.snapshot():
+            variant = reader.find_variant(ref)
+            if variant.kind != "recipe":
+                what = "the base model" if variant.kind == "base" else "a checkpoint trained outside opsdctl"
+                raise UserError(f"variant {variant.label} is {what} (evaluated with --eval-only), not a recipe; "
+                                "there are no knobs to export")
+            succeeded = sum(1 for c in reader.chains_of_variant(variant.id) if c.state == State.SUCCEEDED.value)
+    finally:
+        reader.close()
     if succeeded == 0 and not force:
         raise UserError(
             f"variant {variant.label} has no succeeded chain; run it first (opsdctl queue {variant.name}), "
@@ -97,7 +101,7 @@ def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = 
                   changed=changed, left_out=left_out)
 
 
-def method_defaults_toml(variant: Variant) -> str:
+def method_defaults_toml(variant) -> str:
     lines = [
         f"# opsdctl method defaults: variant {variant.label}, sha256 {variant.hash}",
         "# Code-level knobs; our trainer reads this file as its defaults (--method-defaults).",
