@@ -15,7 +15,7 @@ def test_advise_json_over_a_real_store(ws):
     assert next(a for a in got if a["action"] == "stop")["gain"] == 0.0
     assert all(a["gain"] >= 0.0 and a["minutes"] >= 0.0 for a in got)
     text = ws.cli("advise").stdout
-    assert "stop: submit the best forecast now" in text
+    assert "stop: submit the best forecast now" in text and "per GPU minute" in text.splitlines()[0]
     # compare's Next: line is this ranking, never another rule
     report = ws.cli_json("compare")
     assert [{k: a[k] for k in got[0]} for a in report["advice"]] == got
