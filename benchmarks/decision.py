@@ -87,9 +87,12 @@ def _oracle_rule(report, baseline_mean: float, sigma: float) -> str:
     return best
 
 
-def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
+def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = False) -> dict:
+    """One session; `right_prior`: the config's published sd is the world's (a diagnostic: what the
+    wrong prior of the sd 2.5 conditions costs), else the published 1.48 whatever the world's."""
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import BASE_MEAN, BASELINE, World, simulate_session
+    from opsdctl.plan.simulate import BASE_MEAN, BASELINE, REFERENCE, World, simulate_session
+    from opsdctl.stats.compare import Reference
 
     rng = np.random.default_rng([seed, i])
     sigma, offset = SIGMAS[i % 2], OFFSETS[(i // 2) % 3]
@@ -98,7 +101,8 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0) -> dict:
     # N(0, sigma^2 / 5) away from it, and the local runs sit the setup offset away from that truth
     true_base = BASE_MEAN + rng.normal(0.0, sigma / math.sqrt(5))
     res = simulate_session("adaptive", seed * 1_000_003 + i, hours=hours, effects=effects,
-                           world=World.make(sigma), offset=true_base - BASE_MEAN + offset)
+                           world=World.make(sigma), offset=true_base - BASE_MEAN + offset,
+                           reference=Reference(BASE_MEAN, sigma, REFERENCE.n) if right_prior else REFERENCE)
     rep = res.report
     true = {BASELINE: 0.0, **{name: eff for name, (_, eff) in res.verdicts.items()}}  # every idea with a full run
     tried = [BASELINE] + [e.name for e in rep.full]
@@ -179,7 +183,9 @@ def markdown(doc: dict) -> str:
     lines = [f"# What to submit: {s['sessions']} simulated 6-hour sessions through the worker loop", "",
              f"Command: `{doc['command']}` ({doc['seconds']:.0f} s on {doc['processes']} processes). "
              f"{s['chains_per_session']} scored chains and {s['ideas_tried_per_session']} ideas tried per session "
-             "(adaptive policy with --auto-repeat: `opsdctl advise`'s ranking).", "",
+             "(adaptive policy with --auto-repeat: `opsdctl advise`'s ranking)."
+             + (" Diagnostic run: the config's published sd is each session's true sd, so the sd 2.5 conditions "
+                "have the right prior." if doc.get("right_prior") else ""), "",
              "| rule | true official gain over baseline: mean | 5th pct | regret vs best tried | P(worse by > 1) | baseline submitted |",
              "|---|---|---|---|---|---|"]
     for r in RULES:
@@ -207,8 +213,9 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _session_of(args: tuple[int, int]) -> dict:
-    return one_session(*args)
+def _session_of(args: tuple[int, int, bool]) -> dict:
+    i, seed, right_prior = args
+    return one_session(i, seed, right_prior=right_prior)
 
 
 def main(argv=None) -> int:
@@ -218,11 +225,13 @@ def main(argv=None) -> int:
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--rows", type=Path, default=None, help="also write every session's row here (JSON lines)")
+    ap.add_argument("--right-prior", action="store_true",
+                    help="diagnostic: the published sd is each session's true sd (writes decision_right_prior.*)")
     args = ap.parse_args(argv)
     t0 = time.time()
     rows = []
     with Pool(args.processes) as pool:
-        for row in pool.imap_unordered(_session_of, [(i, args.seed) for i in range(args.sessions)], chunksize=4):
+        for row in pool.imap_unordered(_session_of, [(i, args.seed, args.right_prior) for i in range(args.sessions)], chunksize=4):
             rows.append(row)
             if len(rows) % 50 == 0 or len(rows) == args.sessions:
                 print(f"decision: {len(rows)}/{args.sessions} sessions, {time.time() - t0:.0f} s", file=sys.stderr,
@@ -230,12 +239,14 @@ def main(argv=None) -> int:
     rows.sort(key=lambda r: r["i"])
     if args.rows is not None:
         args.rows.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}"),
+    doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}")
+           + (" --right-prior" if args.right_prior else ""), "right_prior": args.right_prior,
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
            "summary": summarize(rows)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "decision.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "decision.md").write_text(markdown(doc))
+    stem = "decision_right_prior" if args.right_prior else "decision"
+    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0
 

@@ -191,8 +191,9 @@ class Session:
     """A simulated store + clock; the Facts of a PlannerGate."""
 
     def __init__(self, world: World, effects: Sequence[float], seed: int, hours: float, repeats,
-                 offset: float = 0.0, oracle: bool = False):
+                 offset: float = 0.0, oracle: bool = False, reference: Reference = REFERENCE):
         self.world = world
+        self.reference = reference  # the published baseline in the config
         self.rng = np.random.default_rng(seed)
         order = self.rng.permutation(len(effects))
         # the user queues the baseline first, as the quick start does (`opsdctl queue baseline ...`):
@@ -470,7 +471,7 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
     ests = gate.estimator.of_chain(s.info(s.chains[0]))
     if usable < sum(e.high_s for e in ests):
         return 0.0
-    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
+    rep = build_report(s.runs, baseline=BASELINE, reference=s.reference)
     ranked = advise.from_report(rep, advise.costs_of(gate.estimator, PROFILE, HPARAMS), usable)
     top = ranked[0].action if ranked else advise.Action.STOP
     return usable if top in (advise.Action.REPEAT, advise.Action.BASELINE) else 0.0
@@ -480,7 +481,7 @@ def judge(s: Session, res: SessionResult) -> None:
     """Final verdicts of the compare report against the true effects, and the bet (what the
     submission rule submits, scored by its true effect). A variant dropped as futile (no full run
     left to judge) counts as answered "not a winner": right when its effect <= 0."""
-    rep = build_report(s.runs, baseline=BASELINE, reference=REFERENCE)
+    rep = build_report(s.runs, baseline=BASELINE, reference=s.reference)
     res.report = rep
     for e in rep.full:
         v, eff = e.verdict, s.effects[e.name]
@@ -509,20 +510,21 @@ def judge(s: Session, res: SessionResult) -> None:
 
 def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: Sequence[float] = DEFAULT_EFFECTS,
                      world: Optional[World] = None, offset: float = 0.0,
-                     settings: Optional[PlannerSettings] = None) -> SessionResult:
+                     settings: Optional[PlannerSettings] = None, reference: Reference = REFERENCE) -> SessionResult:
     """One session: `policy_name` from POLICIES (its user queue and planner settings); `settings`
     replaces the planner settings (another benchmark's own policy). `effects`: true effects of
     the candidates, points; `offset`: the local setup's offset from the published mean (every
-    run); `world`: the benchmark's noise and the stage durations (World.make). The result holds
+    run); `world`: the benchmark's noise and the stage durations (World.make); `reference`: the
+    published baseline the config gives (its sd need not be the world's). The result holds
     the figures, the chains in run order (`run_order`, `chains`) and compare's final `report`."""
     kind, repeats, overrides = POLICIES[policy_name]
     world = world or World.make()
-    s = Session(world, effects, seed, hours, repeats, offset, oracle=kind == "oracle")
+    s = Session(world, effects, seed, hours, repeats, offset, oracle=kind == "oracle", reference=reference)
     res = SessionResult(policy_name, s.budget_s)
     if kind in ("hand", "oracle"):
         run_hand(s, res)
     else:
-        settings = settings or PlannerSettings(baseline=BASELINE, reference=REFERENCE, poll_s=1.0,
+        settings = settings or PlannerSettings(baseline=BASELINE, reference=reference, poll_s=1.0,
                                                defaults_s=(("train", 19 * 60.0), ("eval", 27 * 60.0)), **overrides)
         run_planner(s, res, settings)
     judge(s, res)

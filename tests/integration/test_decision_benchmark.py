@@ -25,3 +25,13 @@ def test_five_sessions_make_the_document(tmp_path):
     assert len(s["by_condition"]) == 5  # six conditions take turns: five sessions reach five of them
     md = (tmp_path / "decision.md").read_text()
     assert "| forecast |" in md and "Calibration of p_above_reference" in md
+
+
+def test_the_right_prior_diagnostic_writes_its_own_files(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "2", "--processes", "1",
+                          "--right-prior", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decision_right_prior.json", "decision_right_prior.md"]
+    doc = json.loads((tmp_path / "decision_right_prior.json").read_text())
+    assert doc["right_prior"] is True and doc["command"].endswith("--right-prior")
+    assert "the right prior" in (tmp_path / "decision_right_prior.md").read_text()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from opsdctl.plan import planner, simulate
 
 
@@ -62,3 +64,11 @@ def test_the_oracle_ceiling_queues_only_the_largest_effects_and_the_bet_is_judge
     # the bet: the arm of highest forecast mean, scored by its true effect
     assert r.submitted in s.effects and r.submission_gain == s.effects[r.submitted]
     assert simulate.simulate_session("fifo-by-hand x2", seed=4).submission_gain in set(s.effects.values())
+
+
+def test_the_configs_published_reference_is_what_compare_reads():
+    from opsdctl.stats.compare import Reference
+
+    wrong = simulate.simulate_session("adaptive", seed=1, hours=2.0)
+    right = simulate.simulate_session("adaptive", seed=1, hours=2.0, reference=Reference(simulate.BASE_MEAN, 2.5, 5))
+    assert wrong.report.noise.s0 == pytest.approx(1.48) and right.report.noise.s0 == pytest.approx(2.5)
