@@ -56,13 +56,9 @@ def write_code(store, runs_dir: Path, chain_id: int, dest: Path) -> CodeWritten:
     from opsdctl.stats.scores import training_snapshot_ids
 
     dest = Path(dest).expanduser().absolute()
-    reader = open_reader(store)
-    try:
-        with reader.snapshot():
-            chain = reader.get_chain(chain_id)
-            row = reader.code_snapshot(training_snapshot_ids(reader, [chain]).get(chain.id))
-    finally:
-        reader.close()
+    with open_reader(store).snapshot() as reader:  # on the Store's engine: nothing to close
+        chain = reader.get_chain(chain_id)
+        row = reader.code_snapshot(training_snapshot_ids(reader, [chain]).get(chain.id))
     trainer = chain.trained_by if chain.eval_only and chain.trained_by else chain.id
     if row is None:
         raise UserError(f"chain {chain_id}: no code snapshot is recorded for its training "

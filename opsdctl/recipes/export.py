@@ -59,17 +59,13 @@ def left_out_lines(keys: list[str], width: int = 96) -> list[str]:
 
 
 def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False) -> Export:
-    reader = open_reader(store)
-    try:
-        with reader.snapshot():
-            variant = reader.find_variant(ref)
-            if variant.kind != "recipe":
-                what = "the base model" if variant.kind == "base" else "a checkpoint trained outside opsdctl"
-                raise UserError(f"variant {variant.label} is {what} (evaluated with --eval-only), not a recipe; "
-                                "there are no knobs to export")
-            succeeded = sum(1 for c in reader.chains_of_variant(variant.id) if c.state == State.SUCCEEDED.value)
-    finally:
-        reader.close()
+    with open_reader(store).snapshot() as reader:  # on the Store's engine: nothing to close
+        variant = reader.find_variant(ref)
+        if variant.kind != "recipe":
+            what = "the base model" if variant.kind == "base" else "a checkpoint trained outside opsdctl"
+            raise UserError(f"variant {variant.label} is {what} (evaluated with --eval-only), not a recipe; "
+                            "there are no knobs to export")
+        succeeded = sum(1 for c in reader.chains_of_variant(variant.id) if c.state == State.SUCCEEDED.value)
     if succeeded == 0 and not force:
         raise UserError(
             f"variant {variant.label} has no succeeded chain; run it first (opsdctl queue {variant.name}), "
