@@ -37,6 +37,7 @@ from multiprocessing import Pool
 from pathlib import Path
 
 import numpy as np
+from scipy.special import ndtr
 
 REPO = Path(__file__).resolve().parent.parent
 SIGMAS = (1.48, 2.5)
@@ -68,20 +69,43 @@ def _local_mean_rule(report) -> str:
     return best.name if best is not None and (b.mean is None or best.mean > b.mean) else b.name
 
 
+def mix_slab() -> tuple[np.ndarray, np.ndarray]:
+    """draw_effects' non-null ideas as (effect grid, prior mass): a third U(-5, -1), a sixth U(+1, +4)."""
+    h, g = np.linspace(-5.0, -1.0, 201), np.linspace(1.0, 4.0, 151)
+    return np.concatenate([h, g]), np.concatenate([np.full(h.size, (1 / 3) / h.size), np.full(g.size, (1 / 6) / g.size)])
+
+
+MIX_SLAB = mix_slab()
+NULL = 0.5  # draw_effects' share of ideas that do nothing
+
+
+def _bayes(ys, level: float, sigma: float, slab: tuple[np.ndarray, np.ndarray] = MIX_SLAB,
+           null: float = NULL) -> tuple[float, float]:
+    """One idea's exact posterior when the local baseline level `level` and the run sd `sigma` are
+    known and its effect is 0 with probability `null`, else on slab's grid with its mass (default:
+    the benchmark's own mix): (its mean effect, P(its official 5-run mean is above the published
+    mean)). The official mean minus the published one is the effect plus N(0, 2 sigma^2 / 5): the
+    true baseline's draw around the published figure and the 5 re-trains' own noise."""
+    ys = np.asarray(ys, dtype=float)
+    grid, mass = slab
+    se = sigma / math.sqrt(ys.size)
+    like = lambda d: np.exp(-0.5 * ((ys.mean() - level - d) / se) ** 2)  # noqa: E731
+    w0, ws = null * like(0.0), mass * like(grid)
+    z = w0 + ws.sum()
+    if z == 0.0:
+        return 0.0, 0.5
+    m = float(ws @ grid / z)
+    p = float((0.5 * w0 + ws @ ndtr(grid / (sigma * math.sqrt(2.0 / 5.0)))) / z)
+    return m, p
+
+
 def _oracle_rule(report, baseline_mean: float, sigma: float) -> str:
     """The floor no rule can beat on the same data: the Bayes rule that knows the benchmark's true
     mix of effects (draw_effects), the run-to-run sd and the baseline's local mean exactly, and
     submits the arm with the highest posterior mean effect (the baseline's is 0)."""
-    grid_h, grid_g = np.linspace(-5.0, -1.0, 201), np.linspace(1.0, 4.0, 151)
     best, best_m = report.baseline.name, 0.0
     for e in report.full:
-        ys = np.asarray(e.runs, dtype=float)
-        se = sigma / math.sqrt(ys.size)
-        like = lambda d: np.exp(-0.5 * ((ys.mean() - baseline_mean - d) / se) ** 2)  # noqa: E731
-        w0, wh, wg = 0.5 * like(0.0), (1 / 3) * like(grid_h).mean(), (1 / 6) * like(grid_g).mean()
-        if w0 + wh + wg == 0.0:
-            continue
-        m = ((1 / 3) * (grid_h * like(grid_h)).mean() + (1 / 6) * (grid_g * like(grid_g)).mean()) / (w0 + wh + wg)
+        m, _ = _bayes(e.runs, baseline_mean, sigma)
         if m > best_m:
             best, best_m = e.name, m
     return best
@@ -113,32 +137,58 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
     arms = []
     if post is not None:
         fc = post.forecasts()
+        runs = {e.name: list(e.runs) for e in rep.full}
         for name, f in zip(post.names, fc):
             official = true_base + true[name] + rng.normal(0.0, sigma / math.sqrt(5))  # the scorer's 5 re-trains
-            arms.append({"name": name, "effect": true[name], "low80": f.low80, "high80": f.high80,
-                         "p_above": f.p_above_reference,
+            arms.append({"name": name, "effect": true[name], "runs": runs.get(name, []), "low80": f.low80,
+                         "high80": f.high80, "p_above": f.p_above_reference,
+                         "p_above_bayes": _bayes(runs[name], true_base + offset, sigma)[1] if name in runs else 0.5,
                          "official": official, "above": official > BASE_MEAN})
     best = max(true[n] for n in tried)
-    return {"i": i, "sigma": sigma, "offset": offset, "effects": list(effects), "chains": res.succeeded,
+    return {"i": i, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
+            "chains": res.succeeded,
             "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
             "regret": {r: best - true[p] for r, p in picks.items()}, "arms": arms}
 
 
-def _deciles(arms: list[dict]) -> list[dict]:
-    """p_above_reference by decile against how often the drawn official mean was above it."""
+MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged
+
+
+def _deciles(arms: list[dict], key: str = "p_above") -> list[dict]:
+    """p_above_reference (or `key`) by decile against how often the drawn official mean was above it."""
     dec = []
-    ps = [a for a in arms if a["p_above"] is not None]
+    ps = [a for a in arms if a.get(key) is not None]
     for k in range(10):
         lo, hi = k / 10, (k + 1) / 10
-        xs = [a for a in ps if lo <= a["p_above"] < hi or (k == 9 and a["p_above"] == 1.0)]
+        xs = [a for a in ps if lo <= a[key] < hi or (k == 9 and a[key] == 1.0)]
         dec.append({"decile": f"{lo:.1f}-{hi:.1f}", "n": len(xs),
-                    "mean_p": round(float(np.mean([a["p_above"] for a in xs])), 4) if xs else None,
+                    "mean_p": round(float(np.mean([a[key] for a in xs])), 4) if xs else None,
                     "observed": round(float(np.mean([a["above"] for a in xs])), 4) if xs else None})
     return dec
 
 
 def _worst_gap(dec: list[dict]) -> float | None:
-    return max((round(abs(d["mean_p"] - d["observed"]), 4) for d in dec if d["n"] >= 20), default=None)
+    return max((round(abs(d["mean_p"] - d["observed"]), 4) for d in dec if d["n"] >= MIN_DECILE_ARMS), default=None)
+
+
+def calibration_floor(ps, goal: float = 0.05, redraws: int = 1000, seed: int = 0) -> dict:
+    """The worst decile gap that exactly right probabilities would show on these arms: each
+    redraw takes every arm's outcome from its own p and bins the arms as _deciles does. A goal
+    near the median of this is a goal on the benchmark's sampling noise, not on the forecast."""
+    ps = np.asarray(ps, dtype=float)
+    if ps.size == 0:
+        return {"median": None, "p90": None, "p_over_goal": None, "redraws": 0}
+    k = np.minimum((ps * 10).astype(int), 9)
+    n = np.bincount(k, minlength=10)
+    judged = n >= MIN_DECILE_ARMS
+    if not judged.any():
+        return {"median": None, "p90": None, "p_over_goal": None, "redraws": 0}
+    mean_p = np.bincount(k, weights=ps, minlength=10)[judged] / n[judged]
+    y = np.random.default_rng(seed).random((redraws, ps.size)) < ps  # (redraws, arms)
+    hits = np.stack([np.bincount(k, weights=row, minlength=10) for row in y])[:, judged] / n[judged]
+    worst = np.max(np.abs(hits - mean_p), axis=1)
+    return {"median": round(float(np.median(worst)), 4), "p90": round(float(np.percentile(worst, 90)), 4),
+            "p_over_goal": round(float(np.mean(worst > goal)), 4), "redraws": redraws}
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -162,6 +212,9 @@ def summarize(rows: list[dict]) -> dict:
     out["coverage80_submission"] = cover(sub)
     out["calibration"] = _deciles(arms)
     out["worst_decile_gap"] = _worst_gap(out["calibration"])
+    out["calibration_floor"] = calibration_floor([a["p_above"] for a in arms if a["p_above"] is not None])
+    out["calibration_bayes"] = _deciles(arms, "p_above_bayes")
+    out["worst_decile_gap_bayes"] = _worst_gap(out["calibration_bayes"])
     out["by_condition"] = {}
     for s in SIGMAS:
         for o in OFFSETS:
@@ -197,12 +250,22 @@ def markdown(doc: dict) -> str:
               f"{100 * s['oracle_regret_cut_vs_pbeat']:.0f}% lower." if s["regret_cut_vs_pbeat"] is not None else "",
               f"80% forecast interval coverage of the drawn official 5-run mean: {100 * s['coverage80_all_arms']:.1f}% "
               f"of all arms, {100 * s['coverage80_submission']:.1f}% of the submitted one (goal 75-85%).", "",
-              "Calibration of p_above_reference (all arms):", "", "| decile | arms | mean p | observed |", "|---|---|---|---|"]
-    for d in s["calibration"]:
-        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-        lines.append(f"| {d['decile']} | {d['n']} | {fmt(d['mean_p'])} | {fmt(d['observed'])} |")
-    lines += ["", f"Largest gap over deciles with >= 20 arms: {s['worst_decile_gap']:.3f} (goal <= 0.05)."
-              if s["worst_decile_gap"] is not None else "", "",
+              "Calibration of p_above_reference (all arms), and of the exact posterior that knows the benchmark's "
+              "mix, the true sd and the local baseline level (the oracle's information):", "",
+              "| decile | arms | mean p | observed | exact posterior: arms | mean p | observed |",
+              "|---|---|---|---|---|---|---|"]
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for d, o in zip(s["calibration"], s["calibration_bayes"]):
+        lines.append(f"| {d['decile']} | {d['n']} | {fmt(d['mean_p'])} | {fmt(d['observed'])} "
+                     f"| {o['n']} | {fmt(o['mean_p'])} | {fmt(o['observed'])} |")
+    fl = s["calibration_floor"]
+    lines += ["", f"Largest gap over deciles with >= {MIN_DECILE_ARMS} arms: {s['worst_decile_gap']:.3f} (goal <= 0.05); "
+              f"the exact posterior's: {fmt(s['worst_decile_gap_bayes'])}."
+              if s["worst_decile_gap"] is not None else "",
+              f"Sampling floor: were every p_above_reference exactly right, these arms' largest gap would be "
+              f"{fl['median']:.3f} (median of {fl['redraws']:,} redraws of the outcomes from the p values "
+              f"themselves; 90th percentile {fl['p90']:.3f}) and above 0.05 in {100 * fl['p_over_goal']:.0f}% of redraws."
+              if fl["median"] is not None else "", "",
               "By condition (mean gain / regret / P(worse by > 1); the forecast's 80% coverage and worst decile gap):", "",
               "| condition | " + " | ".join(RULES) + " | coverage | worst gap |", "|---" * (len(RULES) + 3) + "|"]
     for cond, by in s["by_condition"].items():

@@ -35,3 +35,32 @@ def test_the_right_prior_diagnostic_writes_its_own_files(tmp_path):
     doc = json.loads((tmp_path / "decision_right_prior.json").read_text())
     assert doc["right_prior"] is True and doc["command"].endswith("--right-prior")
     assert "the right prior" in (tmp_path / "decision_right_prior.md").read_text()
+
+
+def test_the_rows_feed_the_calibration_study(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "3", "--processes", "1",
+                          "--out", str(tmp_path), "--rows", str(rows)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    first = json.loads(rows.read_text().splitlines()[0])
+    assert "level" in first and all("runs" in a and "p_above_bayes" in a for a in first["arms"])
+    doc = json.loads((tmp_path / "decision.json").read_text())["summary"]
+    assert {"median", "p90", "p_over_goal", "redraws"} <= set(doc["calibration_floor"])
+    assert len(doc["calibration_bayes"]) == 10
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibration_shapes.py"), str(rows),
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    shapes = json.loads((tmp_path / "calibration_shapes.json").read_text())
+    assert shapes["sessions"] == 3 and len(shapes["families"]) == 6
+    assert set(shapes["families"]["one normal, published sd"]) == {"all", "sd 1.48", "sd 2.5"}
+
+
+def test_the_calibration_study_refuses_rows_it_cannot_use(tmp_path):
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"i": 0, "arms": [{"name": "baseline"}]}\n')
+    for arg in (str(bad), str(tmp_path / "missing.jsonl")):
+        out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibration_shapes.py"), arg, "--out",
+                              str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+        assert "decision.py --rows" in out.stderr
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,125 @@
+"""Which misfit costs the forecast its calibration: the family's shape, or the published sd.
+
+    python benchmarks/decision.py --rows /tmp/decision_rows.jsonl     # the sessions (about 6 min)
+    python benchmarks/calibration_shapes.py /tmp/decision_rows.jsonl  # seconds
+
+For every arm of every session decision.py ran, the exact posterior of P(official 5-run mean above
+the published mean) when the local baseline level is known (as decision.py's oracle knows it), under
+three families of effects, each with the session's true sd and with the published 1.48:
+
+  mix          the benchmark's own: half null, a third U(-5, -1), a sixth U(+1, +4)
+  two normals  half null, a third N(-3, 1.15^2), a sixth N(+2.5, 0.87^2): each side's mean and sd
+  one normal   half null, the rest N(-1.2, 2.8^2): the forecast's spike and slab at its prior centre
+               (opsdctl.stats.forecast's NULL_SHARE, FAMILY_MEAN, DEFAULT_SPREAD)
+
+Reports the worst decile gap of each (all arms, and each sd apart) next to the sampling floor (what
+exactly right probabilities would show on the same arms). Writes
+benchmarks/results/calibration_shapes.{json,md} (or --out DIR).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import norm
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import decision  # noqa: E402
+from opsdctl.stats.forecast import DEFAULT_SPREAD, FAMILY_MEAN, NULL_SHARE  # noqa: E402
+
+PUBLISHED_SD = 1.48
+GRID = np.linspace(-14.0, 14.0, 1401)
+
+
+def normal_slab(parts) -> tuple[np.ndarray, np.ndarray]:
+    """(grid, mass) of a sum of normals, each (share, mean, sd)."""
+    dx = GRID[1] - GRID[0]
+    mass = sum(share * norm.pdf(GRID, m, s) * dx for share, m, s in parts)
+    return GRID, mass
+
+
+FAMILIES = {
+    "mix": decision.MIX_SLAB,
+    "two normals": normal_slab([(1 / 3, -3.0, 4 / math.sqrt(12)), (1 / 6, 2.5, 3 / math.sqrt(12))]),
+    "one normal": normal_slab([(1.0 - NULL_SHARE, FAMILY_MEAN, DEFAULT_SPREAD)]),
+}
+
+
+def arms_of(rows: list[dict]) -> list[dict]:
+    """Every arm with its session's sd, level and whether its official mean came out above."""
+    return [{"sigma": r["sigma"], "level": r["level"], "runs": a["runs"], "above": a["above"],
+             "baseline": a["name"] == "baseline"} for r in rows for a in r["arms"]]
+
+
+def p_above(arm: dict, slab, sd: float) -> float:
+    if arm["baseline"] or not arm["runs"]:
+        return 0.5  # the baseline: its official mean minus the published one is N(0, 2 sd^2 / 5)
+    return decision._bayes(arm["runs"], arm["level"], sd, slab=slab, null=NULL_SHARE)[1]
+
+
+def study(rows: list[dict]) -> dict:
+    arms = arms_of(rows)
+    out = {"sessions": len(rows), "arms": len(arms), "families": {}}
+    for fam, slab in FAMILIES.items():
+        for sd_mode in ("true sd", "published sd"):
+            scored = [{"p_above": p_above(a, slab, a["sigma"] if sd_mode == "true sd" else PUBLISHED_SD),
+                       "above": a["above"], "sigma": a["sigma"]} for a in arms]
+            by = {"all": scored, **{f"sd {s:g}": [x for x in scored if x["sigma"] == s] for s in decision.SIGMAS}}
+            out["families"][f"{fam}, {sd_mode}"] = {
+                k: {"worst_gap": decision._worst_gap(decision._deciles(xs)),
+                    "floor_median": decision.calibration_floor([x["p_above"] for x in xs])["median"]}
+                for k, xs in by.items()}
+    return out
+
+
+def markdown(doc: dict, command: str) -> str:
+    keys = ["all", *(f"sd {s:g}" for s in decision.SIGMAS)]
+    lines = [f"# Calibration of p_above_reference under three families and two sds ({doc['sessions']} sessions, "
+             f"{doc['arms']} arms)", "", f"Command: `{command}`. Exact posteriors knowing the local baseline level; "
+             "worst decile gap (deciles with >= 20 arms) / the sampling floor (median worst gap of exactly right "
+             "probabilities on the same arms).", "",
+             "| family, sd | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    for name, by in doc["families"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{fmt(by[k]['worst_gap'])} / {fmt(by[k]['floor_median'])}"
+                                                  for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rows", type=Path, help="decision.py --rows output (JSON lines)")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    args = ap.parse_args(argv)
+    try:
+        rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        print(f"calibration_shapes: cannot read {args.rows}: {e}; make it with "
+              "`python benchmarks/decision.py --rows FILE`", file=sys.stderr)
+        return 2
+    usable = lambda r: isinstance(r, dict) and "level" in r and bool(r.get("arms")) and all(  # noqa: E731
+        isinstance(a, dict) and {"runs", "above", "name"} <= set(a) for a in r["arms"])
+    if not rows or not all(usable(r) for r in rows):
+        print(f"calibration_shapes: {args.rows} holds no session rows with arms' runs and levels; make it "
+              "with this version's `python benchmarks/decision.py --rows FILE`", file=sys.stderr)
+        return 2
+    doc = study(rows)
+    command = "python benchmarks/decision.py --rows ROWS && python benchmarks/calibration_shapes.py ROWS"
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration_shapes.json").write_text(json.dumps({"command": command, **doc}, indent=1) + "\n")
+    md = markdown(doc, command)
+    (args.out / "calibration_shapes.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
