@@ -9,8 +9,8 @@ three families of effects, each with the session's true sd and with the publishe
 
   mix          the benchmark's own: half null, a third U(-5, -1), a sixth U(+1, +4)
   two normals  half null, a third N(-3, 1.15^2), a sixth N(+2.5, 0.87^2): each side's mean and sd
-  one normal   half null, the rest N(-1.2, 2.8^2): the forecast's spike and slab at its prior centre
-               (opsdctl.stats.forecast's NULL_SHARE, FAMILY_MEAN, DEFAULT_SPREAD)
+  one normal   half null, the rest N(-1.2, 2.8^2): the mix's non-null half as one normal (the
+               forecast's slab until it took two sides, at its prior centre)
 
 Reports the worst decile gap of each (all arms, and each sd apart) next to the sampling floor (what
 exactly right probabilities would show on the same arms). Writes
@@ -33,7 +33,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import decision  # noqa: E402
-from opsdctl.stats.forecast import DEFAULT_SPREAD, FAMILY_MEAN, NULL_SHARE  # noqa: E402
+
+NULL_SHARE = decision.NULL
+ONE_NORMAL = (1.0 - NULL_SHARE, -1.2, 2.8)  # the non-null half's mean -1.17 and sd 2.8, as one normal
 
 PUBLISHED_SD = 1.48
 GRID = np.linspace(-14.0, 14.0, 1401)
@@ -49,7 +51,7 @@ def normal_slab(parts) -> tuple[np.ndarray, np.ndarray]:
 FAMILIES = {
     "mix": decision.MIX_SLAB,
     "two normals": normal_slab([(1 / 3, -3.0, 4 / math.sqrt(12)), (1 / 6, 2.5, 3 / math.sqrt(12))]),
-    "one normal": normal_slab([(1.0 - NULL_SHARE, FAMILY_MEAN, DEFAULT_SPREAD)]),
+    "one normal": normal_slab([ONE_NORMAL]),
 }
 
 

@@ -518,7 +518,7 @@ def _forecast_model(post: forecast.Posterior | None, reference: Reference | None
         return None
     return rp.ForecastModel(
         official_runs=post.official_runs, spread=_f(post.spread), spread_sd=_f(post.spread_sd),
-        spread_prior=forecast.DEFAULT_SPREAD, train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
+        spread_prior=round(forecast.FamilyPrior().spread, 2), train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
         reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
         arms=tuple(post.names), interval=forecast.INTERVAL)
 

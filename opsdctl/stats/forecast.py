@@ -11,8 +11,9 @@ The generative model (docs/decision.md):
     d          the user's setup offset (local - official)        flat with local baseline runs and a
                                                                  reference, else N(0, offset_sd^2)
     theta_c    candidate c's effect: 0 with probability pi (an idea that does nothing), else
-               N(m, tau^2); pi ~ Beta around NULL_SHARE, tau log-normal around DEFAULT_SPREAD,
-               m ~ N(FAMILY_MEAN, FAMILY_MEAN_SD^2): the family's spike and slab
+               harmful with probability rho, N(k m_h, (k s_h)^2), or helpful, N(k m_p, (k s_p)^2):
+               the family's spike and two-sided slab. pi ~ Beta around NULL_SHARE, rho ~ Beta
+               around HARMFUL.share, k (the family's scale) log-normal around 1
     R          the published reference mean = B + N(0, ref_sd^2 / ref_n)
     local run r of arm a:  y = B + d + theta_a + N(0, train_var + V_r)   (theta_baseline = 0)
     official run of arm a: B + theta_a + N(0, train_var + eval_var)
@@ -27,13 +28,17 @@ no prior, B comes from the reference and the local runs measure the effects.
 Why a spike and slab: most ideas do nothing, a normal family cannot say so. It shrank every
 effect by the same factor, so a null idea with a lucky run kept half its luck (the forecast
 rule then submitted it) and its P(above the reference) was far too sure (0.04 where 0.11 came
-true). The spike pulls a small effect to 0 and leaves a large one nearly alone.
+true). The spike pulls a small effect to 0 and leaves a large one nearly alone. Why two sides:
+an idea that does something moves the score by a point or more, one way or the other; a single
+normal slab put mass near 0 as well, so an idea seen once a point or two down kept too much
+chance of being a null and P(above the reference) was too cautious (0.122 off in the worst decile
+with the sd known, against 0.042 with two sides: benchmarks/calibration_shapes.py).
 
-Computation: given the hyperparameters (pi, tau, m) and the local baseline level L = B + d, the
-candidates are independent and each one's posterior is a two-part mixture in closed form; B given
-L is normal. So the posterior is exact on a grid of nodes: hyperparameters (midpoint, log and
-Gauss-Hermite rules under their priors) times L (an equally spaced grid refined around its
-posterior: a trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
+Computation: given the hyperparameters (pi, rho, k) and the local baseline level L = B + d, the
+candidates are independent and each one's posterior is a three-part mixture in closed form; B
+given L is normal. So the posterior is exact on a grid of nodes: hyperparameters (midpoint and
+log rules under their priors) times L (an equally spaced grid refined around its posterior: a
+trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
 `Posterior.mean` / `cov` are its first two moments, the Gaussian the knowledge gradient uses.
 """
 
@@ -49,14 +54,12 @@ import numpy as np
 OFFICIAL_RUNS = 5  # the scorer re-trains 5 times (seed 42) and averages
 NULL_SHARE = 0.5  # prior centre of the share of ideas that do nothing (a realistic mix: half null)
 NULL_STRENGTH = 6.0  # Beta pseudo-count on that share: a family of ~6 ideas moves it halfway
-DEFAULT_SPREAD = 2.8  # points: prior centre of the slab's sd (the mix's non-null half: a third -1..-5, a sixth +1..+4)
-SPREAD_PRIOR_LOG_SD = 0.5  # sd of log(tau) around log(DEFAULT_SPREAD): 80% of the prior mass in 1.5..5.3 points
-SPREAD_GRID = (0.3, 12.0, 9)  # tau grid: log-spaced from, to, points
+SIDE_STRENGTH = 6.0  # Beta pseudo-count on the harmful share of the ideas that do something
+SCALE_PRIOR_LOG_SD = 0.5  # sd of log(k), the family's scale: 80% of the prior mass in 0.53..1.9
+SCALE_GRID = (0.3, 4.0, 7)  # k grid: log-spaced from, to, points
 NULL_GRID = 8  # points of the null-share grid (midpoints of equal cells of 0..1)
-MEAN_NODES = 3  # Gauss-Hermite nodes of the slab mean's normal prior
+SIDE_GRID = 5  # points of the harmful-share grid (midpoints of equal cells of 0..1)
 LEVEL_NODES = 25  # grid of the local baseline level L = B + d (refined around its posterior)
-FAMILY_MEAN = -1.2  # points: prior centre of the slab's mean (that mix's non-null half: mean -1.17)
-FAMILY_MEAN_SD = 1.0  # points: prior sd of the slab's mean
 INTERVAL = 0.80  # the forecast interval's coverage
 BEST_DRAWS = 60_000  # Monte Carlo draws for p_best: SE <= 0.5 / sqrt(draws) = 0.002
 BEST_SEED = 25  # fixed: the same store gives the same p_best
@@ -99,18 +102,56 @@ class PublishedRef:
 
 
 @dataclass(frozen=True)
+class Side:
+    """One side of the slab: N(mean, sd^2) (points) at scale 1, holding `share` of the ideas that do
+    something."""
+
+    share: float
+    mean: float
+    sd: float
+
+
+# the realistic mix's ideas that do something: a third of all ideas U(-5, -1), a sixth U(+1, +4)
+# (each side's mean and sd)
+HARMFUL = Side(2.0 / 3.0, -3.0, 4.0 / math.sqrt(12.0))
+HELPFUL = Side(1.0 / 3.0, 2.5, 3.0 / math.sqrt(12.0))
+
+
+@dataclass(frozen=True)
 class FamilyPrior:
-    """The family of effects: a share `null_share` of ideas do nothing (effect exactly 0), the rest
-    draw from a normal slab N(m, tau^2). null_strength: the Beta prior's pseudo-count on the null
-    share (0: fixed); spread / spread_log_sd: tau's log-normal prior (0: fixed); mean / mean_sd: m's
-    normal prior (0: fixed). null_share=0 with null_strength=0 is the plain normal family."""
+    """The family of effects: a share `null_share` of ideas do nothing (effect exactly 0); the rest
+    fall on one of `sides` (one or two normals), each side's mean and sd times the family's scale k.
+    null_strength: the Beta prior's pseudo-count on the null share (0: fixed); side_strength: the
+    same for the first side's share among the ideas that do something (two sides; 0: fixed);
+    scale_log_sd: k's log-normal prior around 1 (0: k = 1). One side with null_share=0 and
+    null_strength=0 is the plain normal family."""
 
     null_share: float = NULL_SHARE
     null_strength: float = NULL_STRENGTH
-    spread: float = DEFAULT_SPREAD
-    spread_log_sd: float = SPREAD_PRIOR_LOG_SD
-    mean: float = FAMILY_MEAN
-    mean_sd: float = FAMILY_MEAN_SD
+    sides: tuple[Side, ...] = (HARMFUL, HELPFUL)
+    side_strength: float = SIDE_STRENGTH
+    scale_log_sd: float = SCALE_PRIOR_LOG_SD
+
+    def __post_init__(self):
+        if len(self.sides) not in (1, 2):
+            raise ValueError("a family has one or two sides")
+
+    @property
+    def spread(self) -> float:
+        """The sd of the effects of ideas that do something, at the priors' centres (points)."""
+        return _slab_sd(np.array([s.share for s in self.sides])[None, :], self._means(), self._sds())[0]
+
+    def _means(self) -> np.ndarray:
+        return np.array([s.mean for s in self.sides])
+
+    def _sds(self) -> np.ndarray:
+        return np.array([s.sd for s in self.sides])
+
+
+def _slab_sd(shares: np.ndarray, means: np.ndarray, sds: np.ndarray) -> np.ndarray:
+    """sd of a mixture of normals at scale 1, per row of shares (rows, sides)."""
+    m = shares @ means
+    return np.sqrt(np.maximum(shares @ (sds**2 + means**2) - m**2, 0.0))
 
 
 @dataclass(frozen=True)
@@ -131,8 +172,9 @@ class ArmForecast:
 @dataclass(frozen=True)
 class Mixture:
     """The posterior as a weighted set of nodes (hyperparameters x local baseline level), each
-    exact: B ~ N(b_mean, b_var) and, independently, candidate c's effect is 0 with probability
-    1 - slab[:, c], else N(slab_mean[:, c], slab_var[:, c]). Arrays: (nodes,) and (nodes, C)."""
+    exact: B ~ N(b_mean, b_var) and, independently, candidate c's effect is on side k with
+    probability slab[:, c, k], there N(slab_mean[:, c, k], slab_var[:, c, k]), else 0. Arrays:
+    (nodes,) and (nodes, C, sides)."""
 
     weight: np.ndarray
     b_mean: np.ndarray
@@ -151,7 +193,7 @@ class Posterior:
     state_mean, state_cov: of x = (B, d, theta_1..theta_C), for what-if updates (`after_runs`).
     mixture: the exact posterior the forecasts (interval, p_above_reference, p_best) come from.
     noise: the per-run components; official runs add noise.run_var / OFFICIAL_RUNS to each arm.
-    spread, spread_sd: posterior mean and sd of the slab's tau (points); null_share: of the share
+    spread, spread_sd: posterior mean and sd of the slab's sd (points); null_share: of the share
     of ideas that do nothing; new_mean, new_sd: a fresh idea's effect under the family.
     """
 
@@ -201,13 +243,14 @@ class Posterior:
         variances), (arms, components); the official runs' own noise included."""
         mx, off = self.mixture, self.noise.run_var / self.official_runs
         w, bm, bv = mx.weight, mx.b_mean, mx.b_var + off
-        ws = [np.concatenate([w, np.zeros_like(w)])]
-        ms = [np.concatenate([bm, bm])]
-        vs = [np.concatenate([bv, bv])]
+        k = mx.slab.shape[2]
+        ws = [np.concatenate([w] + [np.zeros_like(w)] * k)]
+        ms = [np.concatenate([bm] * (k + 1))]
+        vs = [np.concatenate([bv] * (k + 1))]
         for c in range(mx.slab.shape[1]):
-            ws.append(np.concatenate([w * (1.0 - mx.slab[:, c]), w * mx.slab[:, c]]))
-            ms.append(np.concatenate([bm, bm + mx.slab_mean[:, c]]))
-            vs.append(np.concatenate([bv, bv + mx.slab_var[:, c]]))
+            ws.append(np.concatenate([w * (1.0 - mx.slab[:, c].sum(axis=1))] + [w * mx.slab[:, c, j] for j in range(k)]))
+            ms.append(np.concatenate([bm] + [bm + mx.slab_mean[:, c, j] for j in range(k)]))
+            vs.append(np.concatenate([bv] + [bv + mx.slab_var[:, c, j] for j in range(k)]))
         return np.array(ws), np.array(ms), np.array(vs)
 
     def forecasts(self, draws: int = BEST_DRAWS, seed: int = BEST_SEED) -> tuple[ArmForecast, ...]:
@@ -260,8 +303,14 @@ class Posterior:
         off = math.sqrt(self.noise.run_var / self.official_runs)
         x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(draws))[:, None] \
             + off * rng.standard_normal((draws, k))
-        on = rng.random((draws, k - 1)) < mx.slab[node]
-        x[:, 1:] += on * (mx.slab_mean[node] + np.sqrt(mx.slab_var[node]) * rng.standard_normal((draws, k - 1)))
+        # each candidate's part: the number of sides whose cumulative probability the uniform
+        # passes (all of them: the spike)
+        side = np.sum(rng.random((draws, k - 1))[:, :, None] >= np.cumsum(mx.slab[node], axis=2), axis=2)
+        on = side < mx.slab.shape[2]
+        at = np.minimum(side, mx.slab.shape[2] - 1)[:, :, None]
+        mean = np.take_along_axis(mx.slab_mean[node], at, axis=2)[:, :, 0]
+        sd = np.sqrt(np.take_along_axis(mx.slab_var[node], at, axis=2)[:, :, 0])
+        x[:, 1:] += on * (mean + sd * rng.standard_normal((draws, k - 1)))
         return np.bincount(np.argmax(x, axis=1), minlength=k) / draws
 
 
@@ -325,34 +374,48 @@ def _arm_obs(arm: ArmRuns, noise: NoiseParts) -> Optional[tuple[float, float]]:
     return float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
 
 
-def _hyper_grid(prior: FamilyPrior, n_cand: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(null share, tau, slab mean, log prior weight) of every hyperparameter node: the null share
-    on midpoints of equal cells under its Beta prior, tau on a log grid under its log-normal prior,
-    the slab mean on Gauss-Hermite nodes of its normal prior; a fixed one is a single point. Without
-    candidates the family matters only to a fresh idea."""
+@dataclass(frozen=True)
+class _Hyper:
+    """The hyperparameter nodes: null share pi, each side's share (nodes, sides), the scale k, and
+    each node's log prior weight (max 0)."""
+
+    pi: np.ndarray
+    shares: np.ndarray
+    scale: np.ndarray
+    lp: np.ndarray
+
+    def first(self) -> "_Hyper":
+        return _Hyper(self.pi[:1], self.shares[:1], self.scale[:1], self.lp[:1])
+
+
+def _hyper_grid(prior: FamilyPrior) -> _Hyper:
+    """Every hyperparameter node: the null share and the first side's share on midpoints of equal
+    cells under their Beta priors, the scale on a log grid under its log-normal prior; a fixed one is
+    a single point."""
     from scipy import stats
 
-    if prior.null_strength > 0:
-        pi = (np.arange(NULL_GRID) + 0.5) / NULL_GRID
-        a, b = prior.null_share * prior.null_strength, (1.0 - prior.null_share) * prior.null_strength
-        lp_pi = stats.beta.logpdf(pi, max(a, 1e-3), max(b, 1e-3))
+    def beta_cells(centre: float, strength: float, cells: int) -> tuple[np.ndarray, np.ndarray]:
+        if strength <= 0:
+            return np.array([centre]), np.zeros(1)
+        x = (np.arange(cells) + 0.5) / cells
+        return x, stats.beta.logpdf(x, max(centre * strength, 1e-3), max((1.0 - centre) * strength, 1e-3))
+
+    pi, lp_pi = beta_cells(prior.null_share, prior.null_strength, NULL_GRID)
+    if len(prior.sides) == 2:
+        rho, lp_rho = beta_cells(prior.sides[0].share, prior.side_strength, SIDE_GRID)
     else:
-        pi, lp_pi = np.array([prior.null_share]), np.zeros(1)
-    if prior.spread_log_sd > 0:
-        lo, hi, n = SPREAD_GRID
-        tau = np.exp(np.linspace(math.log(lo), math.log(hi), n))
-        lp_tau = -0.5 * ((np.log(tau) - math.log(prior.spread)) / prior.spread_log_sd) ** 2
+        rho, lp_rho = np.ones(1), np.zeros(1)
+    if prior.scale_log_sd > 0:
+        lo, hi, n = SCALE_GRID
+        k = np.exp(np.linspace(math.log(lo), math.log(hi), n))
+        lp_k = -0.5 * (np.log(k) / prior.scale_log_sd) ** 2
     else:
-        tau, lp_tau = np.array([prior.spread]), np.zeros(1)
-    if prior.mean_sd > 0:
-        x, wx = np.polynomial.hermite_e.hermegauss(MEAN_NODES)
-        mu, lp_mu = prior.mean + prior.mean_sd * x, np.log(wx)
-    else:
-        mu, lp_mu = np.array([prior.mean]), np.zeros(1)
-    g = np.meshgrid(np.arange(pi.size), np.arange(tau.size), np.arange(mu.size), indexing="ij")
-    i, j, k = (x.ravel() for x in g)
-    lp = lp_pi[i] + lp_tau[j] + lp_mu[k]
-    return pi[i], tau[j], mu[k], lp - lp.max()
+        k, lp_k = np.ones(1), np.zeros(1)
+    g = np.meshgrid(np.arange(pi.size), np.arange(rho.size), np.arange(k.size), indexing="ij")
+    i, j, m = (x.ravel() for x in g)
+    lp = lp_pi[i] + lp_rho[j] + lp_k[m]
+    shares = np.column_stack([rho[j], 1.0 - rho[j]]) if len(prior.sides) == 2 else rho[j][:, None]
+    return _Hyper(pi[i], shares, k[m], lp - lp.max())
 
 
 def _log_norm(x: np.ndarray, var: np.ndarray) -> np.ndarray:
@@ -360,38 +423,42 @@ def _log_norm(x: np.ndarray, var: np.ndarray) -> np.ndarray:
 
 
 def _nodes(level: np.ndarray, y0: Optional[tuple[float, float]], level_prior: Optional[tuple[float, float]],
-           obs: list[Optional[tuple[float, float]]], hyper: tuple) -> tuple[np.ndarray, dict]:
-    """Log posterior weight of every (hyper node, level) pair, and the per-candidate slab
-    responsibility and slab posterior there. `level`: the L grid (equally spaced, so the
-    weights are a trapezoid rule); y0: the baseline's (local mean, variance); level_prior: L's
-    normal prior (None: flat); obs: each candidate's (local mean, variance) or None."""
-    pi, tau, mu, lp = hyper
-    pi, tau, mu, lp = pi[:, None], tau[:, None], mu[:, None], lp[:, None]
+           obs: list[Optional[tuple[float, float]]], hyper: _Hyper, family: FamilyPrior) -> tuple[np.ndarray, dict]:
+    """Log posterior weight of every (hyper node, level) pair, and the per-candidate side
+    responsibilities and side posteriors there, (hyper, level, sides). `level`: the L grid
+    (equally spaced, so the weights are a trapezoid rule); y0: the baseline's (local mean,
+    variance); level_prior: L's normal prior (None: flat); obs: each candidate's (local mean,
+    variance) or None."""
+    pi, lp = hyper.pi[:, None], hyper.lp[:, None]
     lw = lp + np.zeros((1, level.size))
     if y0 is not None:
         lw = lw + _log_norm(y0[0] - level, np.array(y0[1]))[None, :]
     if level_prior is not None:
         lw = lw + _log_norm(level - level_prior[0], np.array(level_prior[1]))[None, :]
-    t2 = tau * tau
+    # (hyper, 1, sides): each side's prior share of all ideas, mean and variance at the node's scale
+    share = ((1.0 - hyper.pi)[:, None] * hyper.shares)[:, None, :]
+    mu = (hyper.scale[:, None] * family._means()[None, :])[:, None, :]
+    t2 = ((hyper.scale[:, None] * family._sds()[None, :]) ** 2)[:, None, :]
+    shape = lw.shape + (share.shape[2],)
     slab, smean, svar = [], [], []
     with np.errstate(divide="ignore"):
-        l_null, l_slab = np.log(pi), np.log1p(-pi)
+        l_null, l_side = np.log(pi), np.log(share)
     for ob in obs:
         if ob is None:  # no runs: the family's prior
-            slab.append(np.broadcast_to(1.0 - pi, lw.shape))
-            smean.append(np.broadcast_to(mu, lw.shape))
-            svar.append(np.broadcast_to(t2, lw.shape))
+            slab.append(np.broadcast_to(share, shape))
+            smean.append(np.broadcast_to(mu, shape))
+            svar.append(np.broadcast_to(t2, shape))
             continue
         y, r = ob
         e = y - level[None, :]
         a = l_null + _log_norm(e, np.array(r))
-        b = l_slab + _log_norm(e - mu, t2 + r)
-        tot = np.logaddexp(a, b)
+        b = l_side + _log_norm(e[:, :, None] - mu, t2 + r)
+        tot = np.logaddexp(a, np.logaddexp.reduce(b, axis=2))
         lw = lw + tot
-        slab.append(np.exp(b - tot))
+        slab.append(np.exp(b - tot[:, :, None]))
         k = t2 / (t2 + r)
-        smean.append(mu + k * (e - mu))
-        svar.append(np.broadcast_to(k * r, lw.shape))
+        smean.append(mu + k * (e[:, :, None] - mu))
+        svar.append(np.broadcast_to(k * r, shape))
     return lw, {"slab": slab, "mean": smean, "var": svar}
 
 
@@ -420,9 +487,9 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     else:
         level_prior = None
         b_of = lambda lv: (lv, od * od)  # noqa: E731
-    hyper = _hyper_grid(family, n_cand)
+    hyper = _hyper_grid(family)
     # without candidates the family is only a fresh idea's prior: L's integral needs one node of it
-    fit_hyper = hyper if n_cand else tuple(x[:1] for x in hyper)
+    fit_hyper = hyper if n_cand else hyper.first()
     # L's grid: wide first, then refined around the posterior of L
     if y0 is not None:
         centre, half = y0[0], 10.0 * math.sqrt(y0[1])
@@ -431,24 +498,27 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     else:
         seen = [o for o in obs if o is not None]
         centre = float(np.median([o[0] for o in seen]))
-        half = 10.0 * (math.sqrt(max(o[1] for o in seen)) + family.spread + abs(family.mean)) \
+        half = 10.0 * (math.sqrt(max(o[1] for o in seen)) + family.spread + float(np.max(np.abs(family._means())))) \
             + float(np.ptp([o[0] for o in seen]))
     for nodes in (4 * LEVEL_NODES, LEVEL_NODES):
         level = np.linspace(centre - half, centre + half, nodes)
-        lw, per = _nodes(level, y0, level_prior, obs, fit_hyper)
+        lw, per = _nodes(level, y0, level_prior, obs, fit_hyper, family)
         w = np.exp(lw - lw.max())
         w /= w.sum()
         wl = w.sum(axis=0)
         centre = float(wl @ level)
         half = 9.0 * math.sqrt(max(float(wl @ (level - centre) ** 2), 1e-12)) + 1e-9
     shape = w.shape
+    sides = len(family.sides)
     flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
+    by_side = lambda a: np.broadcast_to(a, shape + (sides,)).reshape(-1, sides)  # noqa: E731
     bm, bv = b_of(level)
     bm, bv = flat(bm[None, :]), flat(np.asarray(bv, dtype=np.float64))
     lv = flat(level[None, :])
-    slab = np.stack([flat(x) for x in per["slab"]], axis=1) if n_cand else np.zeros((w.size, 0))
-    smean = np.stack([flat(x) for x in per["mean"]], axis=1) if n_cand else np.zeros((w.size, 0))
-    svar = np.stack([flat(x) for x in per["var"]], axis=1) if n_cand else np.zeros((w.size, 0))
+    none = np.zeros((w.size, 0, sides))
+    slab = np.stack([by_side(x) for x in per["slab"]], axis=1) if n_cand else none
+    smean = np.stack([by_side(x) for x in per["mean"]], axis=1) if n_cand else none
+    svar = np.stack([by_side(x) for x in per["var"]], axis=1) if n_cand else none
     w = w.ravel()
     # the nodes that carry all but 1e-7 of the mass (a quarter to a half of them)
     order = np.argsort(w)[::-1]
@@ -457,7 +527,8 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     w = w / w.sum()
     mix = Mixture(w, bm, bv, slab, smean, svar)
     # the mixture's first two moments of x = (B, d, theta_1..theta_C)
-    e = np.column_stack([bm, lv - bm, slab * smean])
+    theta = np.sum(slab * smean, axis=2)
+    e = np.column_stack([bm, lv - bm, theta])
     mean = w @ e
     dev = e - mean
     cov = (dev.T * w) @ dev
@@ -466,15 +537,17 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     cov[1, 1] += vb
     cov[0, 1] -= vb
     cov[1, 0] -= vb
-    th2 = slab * (svar + smean**2) - (slab * smean) ** 2
+    th2 = np.sum(slab * (svar + smean**2), axis=2) - theta**2
     cov[2:, 2:] += np.diag(w @ th2) if n_cand else 0.0
     # the hyperparameters' posterior: a fresh idea, the spread, the null share
-    pi, tau, mu, lp = hyper
-    wh = np.exp(lw - lw.max()).sum(axis=1) if n_cand else np.exp(lp)
+    wh = np.exp(lw - lw.max()).sum(axis=1) if n_cand else np.exp(hyper.lp)
     wh /= wh.sum()
-    new_mean = float(wh @ ((1 - pi) * mu))
-    new_sd = math.sqrt(max(0.0, float(wh @ ((1 - pi) * (tau**2 + mu**2))) - new_mean**2))
-    tau_mean = float(wh @ tau)
+    pi, k = hyper.pi, hyper.scale
+    m0, s0 = family._means(), family._sds()
+    new_mean = float(wh @ ((1 - pi) * k * (hyper.shares @ m0)))
+    new_sd = math.sqrt(max(0.0, float(wh @ ((1 - pi) * k**2 * (hyper.shares @ (s0**2 + m0**2)))) - new_mean**2))
+    spread = k * _slab_sd(hyper.shares, m0, s0)
+    tau_mean = float(wh @ spread)
     a = official_map(n_cand + 1)
     return Posterior(
         names=(baseline.name, *(c.name for c in candidates)),
@@ -485,7 +558,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         mixture=mix,
         noise=noise,
         spread=tau_mean,
-        spread_sd=math.sqrt(max(0.0, float(wh @ tau**2) - tau_mean**2)),
+        spread_sd=math.sqrt(max(0.0, float(wh @ spread**2) - tau_mean**2)),
         null_share=float(wh @ pi),
         new_mean=new_mean,
         new_sd=new_sd,

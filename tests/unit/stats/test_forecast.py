@@ -15,7 +15,8 @@ NOISE = fc.NoiseParts(train_var=1.2, eval_var=1.0)
 REF = fc.PublishedRef(54.22, 1.48, 5, offset_sd=1.0)
 # the plain normal family, fixed: every closed form of a linear-Gaussian model holds (to the level
 # grid's quadrature error)
-FIXED = fc.FamilyPrior(null_share=0.0, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=0.0, mean_sd=0.0)
+FIXED = fc.FamilyPrior(null_share=0.0, null_strength=0.0, sides=(fc.Side(1.0, 0.0, 2.0),), side_strength=0.0,
+                       scale_log_sd=0.0)
 
 
 def arm(name, ys, v=None):
@@ -97,13 +98,31 @@ def test_p_best_matches_the_exact_two_arm_probability_and_is_reproducible():
     assert f[1].p_best == post.forecasts()[1].p_best  # fixed seed
 
 
+def _draw_hyper(rng, fam, n):
+    """n draws of (null share, first side's share, scale) from the family's priors."""
+    pi = rng.beta(fam.null_share * fam.null_strength, (1 - fam.null_share) * fam.null_strength, n) \
+        if fam.null_strength > 0 else np.full(n, fam.null_share)
+    two = len(fam.sides) == 2
+    rho = rng.beta(fam.sides[0].share * fam.side_strength, (1 - fam.sides[0].share) * fam.side_strength, n) \
+        if two and fam.side_strength > 0 else np.full(n, fam.sides[0].share if two else 1.0)
+    k = np.exp(fam.scale_log_sd * rng.standard_normal(n))
+    return pi, rho, k
+
+
+def _effects(rng, fam, pi, rho, k, shape):
+    """Effects under the hyperparameters (broadcast over `shape`): null, else the first side with
+    probability rho, else the second."""
+    a, b = fam.sides[0], fam.sides[-1]
+    first = rng.random(shape) < rho
+    m = np.where(first, a.mean, b.mean) * k
+    sd = np.where(first, a.sd, b.sd) * k
+    return np.where(rng.random(shape) < pi, 0.0, m + sd * rng.standard_normal(shape))
+
+
 def _draw_effects(rng, fam, n):
-    """Effects from the family prior: a null share drawn from its Beta, then each idea null or slab."""
-    pi = rng.beta(fam.null_share * fam.null_strength, (1 - fam.null_share) * fam.null_strength) \
-        if fam.null_strength > 0 else fam.null_share
-    tau = math.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal())
-    m = fam.mean + fam.mean_sd * rng.standard_normal()
-    return np.where(rng.random(n) < pi, 0.0, m + tau * rng.standard_normal(n))
+    """Effects from the family prior: hyperparameters drawn from their priors, then each idea."""
+    pi, rho, k = _draw_hyper(rng, fam, 1)
+    return _effects(rng, fam, pi[0], rho[0], k[0], n)
 
 
 def test_the_quadrature_matches_importance_sampling_of_the_model():
@@ -115,12 +134,10 @@ def test_the_quadrature_matches_importance_sampling_of_the_model():
     post = fc.posterior(fc.ArmRuns("b"), cands, noise, REF, fam)
     rng = np.random.default_rng(17)
     n = 400_000
-    pi = rng.beta(fam.null_share * fam.null_strength, (1 - fam.null_share) * fam.null_strength, n)
-    tau = np.exp(math.log(fam.spread) + fam.spread_log_sd * rng.standard_normal(n))
-    m = fam.mean + fam.mean_sd * rng.standard_normal(n)
+    pi, rho, k = _draw_hyper(rng, fam, n)
     b = REF.mean + REF.sd / math.sqrt(REF.n) * rng.standard_normal(n)  # flat B seen through the reference
     d = REF.offset_sd * rng.standard_normal(n)
-    theta = np.where(rng.random((2, n)) < pi, 0.0, m + tau * rng.standard_normal((2, n)))
+    theta = _effects(rng, fam, pi, rho, k, (2, n))
     logw = np.zeros(n)
     for c, ys in enumerate(([57.5, 56.0], [53.0])):
         for y in ys:
@@ -254,17 +271,32 @@ def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
 
 
 def test_an_untried_idea_is_forecast_at_the_family_mean():
-    fam = fc.FamilyPrior(null_share=0.0, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
+    fam = fc.FamilyPrior(null_share=0.0, null_strength=0.0, sides=(fc.Side(1.0, -0.5, 2.0),), side_strength=0.0,
+                         scale_log_sd=0.0)
     post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, fam)
     assert post.mean[1] - post.mean[0] == pytest.approx(-0.5, abs=1e-6)
     var_effect = post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1]
-    assert var_effect == pytest.approx(2.0**2 + 1.0**2, rel=1e-5)  # tau^2 + mean_sd^2
-    # half null: (1 - pi) m, and (1 - pi)(tau^2 + m^2 + mean_sd^2) - ((1 - pi) m)^2
-    half = fc.FamilyPrior(null_share=0.5, null_strength=0.0, spread=2.0, spread_log_sd=0.0, mean=-0.5, mean_sd=1.0)
-    post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, half)
-    assert post.mean[1] - post.mean[0] == pytest.approx(-0.25, abs=1e-6)
-    assert post.new_mean == pytest.approx(-0.25, abs=1e-9)
-    assert post.new_sd**2 == pytest.approx(0.5 * (4.0 + 0.25 + 1.0) - 0.0625, rel=1e-9)
+    assert var_effect == pytest.approx(2.0**2, rel=1e-5)
+    # half null, two sides (2/3 at N(-3, 1), 1/3 at N(2, 0.5^2)): the mixture's first two moments
+    two = fc.FamilyPrior(null_share=0.5, null_strength=0.0, sides=(fc.Side(2 / 3, -3.0, 1.0), fc.Side(1 / 3, 2.0, 0.5)),
+                         side_strength=0.0, scale_log_sd=0.0)
+    post = fc.posterior(arm("b", [54.0, 55.0]), [fc.ArmRuns("new")], NOISE, REF, two)
+    m = 0.5 * (2 / 3 * -3.0 + 1 / 3 * 2.0)
+    m2 = 0.5 * (2 / 3 * (1.0 + 9.0) + 1 / 3 * (0.25 + 4.0))
+    assert post.mean[1] - post.mean[0] == pytest.approx(m, abs=1e-6)
+    assert post.new_mean == pytest.approx(m, abs=1e-9)
+    assert post.new_sd**2 == pytest.approx(m2 - m * m, rel=1e-9)
+    var_effect = post.cov[1, 1] + post.cov[0, 0] - 2 * post.cov[0, 1]
+    assert var_effect == pytest.approx(m2 - m * m, rel=1e-5)
+    # the family's spread: the sd of the ideas that do something, at its priors' centres
+    assert two.spread == pytest.approx(math.sqrt(2 / 3 * 10.0 + 1 / 3 * 4.25 - (-4 / 3) ** 2), rel=1e-12)
+
+
+def test_a_family_has_one_or_two_sides():
+    with pytest.raises(ValueError):
+        fc.FamilyPrior(sides=())
+    with pytest.raises(ValueError):
+        fc.FamilyPrior(sides=(fc.HARMFUL,) * 3)
 
 
 @pytest.mark.parametrize("dof", [2.5, 3.0, 4.0, 7.3, 40.0])
