@@ -12,7 +12,8 @@ three families of effects, each with the session's true sd and with the publishe
   one normal   half null, the rest N(-1.2, 2.8^2): the mix's non-null half as one normal (the
                forecast's slab until it took two sides, at its prior centre)
 
-Reports the worst decile gap of each (all arms, and each sd apart) next to the sampling floor (what
+Reports the worst decile gap of each, and of the forecast's own p_above_reference (what compare
+printed in those sessions), over all arms and each sd apart, next to the sampling floor (what
 exactly right probabilities would show on the same arms). Writes
 benchmarks/results/calibration_shapes.{json,md} (or --out DIR).
 """
@@ -56,9 +57,18 @@ FAMILIES = {
 
 
 def arms_of(rows: list[dict]) -> list[dict]:
-    """Every arm with its session's sd, level and whether its official mean came out above."""
+    """Every arm with its session's sd, level, the forecast's own p_above_reference and whether its
+    official mean came out above."""
     return [{"sigma": r["sigma"], "level": r["level"], "runs": a["runs"], "above": a["above"],
-             "baseline": a["name"] == "baseline"} for r in rows for a in r["arms"]]
+             "forecast": a.get("p_above"), "baseline": a["name"] == "baseline"} for r in rows for a in r["arms"]]
+
+
+def _judged(scored: list[dict]) -> dict:
+    """Worst decile gap and sampling floor over all arms and each sd apart."""
+    by = {"all": scored, **{f"sd {s:g}": [x for x in scored if x["sigma"] == s] for s in decision.SIGMAS}}
+    return {k: {"worst_gap": decision._worst_gap(decision._deciles(xs)),
+                "floor_median": decision.calibration_floor([x["p_above"] for x in xs])["median"]}
+            for k, xs in by.items()}
 
 
 def p_above(arm: dict, slab, sd: float) -> float:
@@ -70,15 +80,14 @@ def p_above(arm: dict, slab, sd: float) -> float:
 def study(rows: list[dict]) -> dict:
     arms = arms_of(rows)
     out = {"sessions": len(rows), "arms": len(arms), "families": {}}
+    # what compare printed: the forecast's own p_above_reference (level and sd estimated)
+    out["families"]["the forecast (compare's p_above_reference)"] = _judged(
+        [{"p_above": a["forecast"], "above": a["above"], "sigma": a["sigma"]} for a in arms if a["forecast"] is not None])
     for fam, slab in FAMILIES.items():
         for sd_mode in ("true sd", "published sd"):
-            scored = [{"p_above": p_above(a, slab, a["sigma"] if sd_mode == "true sd" else PUBLISHED_SD),
-                       "above": a["above"], "sigma": a["sigma"]} for a in arms]
-            by = {"all": scored, **{f"sd {s:g}": [x for x in scored if x["sigma"] == s] for s in decision.SIGMAS}}
-            out["families"][f"{fam}, {sd_mode}"] = {
-                k: {"worst_gap": decision._worst_gap(decision._deciles(xs)),
-                    "floor_median": decision.calibration_floor([x["p_above"] for x in xs])["median"]}
-                for k, xs in by.items()}
+            out["families"][f"{fam}, {sd_mode}"] = _judged(
+                [{"p_above": p_above(a, slab, a["sigma"] if sd_mode == "true sd" else PUBLISHED_SD),
+                  "above": a["above"], "sigma": a["sigma"]} for a in arms])
     return out
 
 

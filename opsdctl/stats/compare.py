@@ -44,7 +44,7 @@ JSON (points; variances in points^2):
             growth, c};  screen: {problems, k, se, resolves} (a 15x4 screen against the baseline's
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);
-  forecast_model: official_runs, spread (tau, points, posterior mean), spread_sd, spread_prior, train_var,
+  forecast_model: official_runs, spread (the slab's sd, points, posterior mean), spread_sd, spread_prior, train_var,
             eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
             (null without a noise estimate)
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
@@ -685,7 +685,7 @@ def render_compare(report: rp.Report, console) -> None:
     if fm:
         console.print(
             f"Forecast (the bet): each arm's official {fm.official_runs}-run mean, from the local runs, the published "
-            f"reference and the family's spread (tau ~ {fm.spread:.1f} points; prior centre {fm.spread_prior:g}); "
+            f"reference and the family's spread (sd ~ {fm.spread:.1f} points; prior centre {fm.spread_prior:g}); "
             "P(best) = chance it is the highest official mean. The verdicts below are the claim.")
     bon = report.spending
     if bon.m:

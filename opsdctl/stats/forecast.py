@@ -60,6 +60,7 @@ SCALE_GRID = (0.3, 4.0, 7)  # k grid: log-spaced from, to, points
 NULL_GRID = 8  # points of the null-share grid (midpoints of equal cells of 0..1)
 SIDE_GRID = 5  # points of the harmful-share grid (midpoints of equal cells of 0..1)
 LEVEL_NODES = 25  # grid of the local baseline level L = B + d (refined around its posterior)
+KEEP_TAIL = 1e-7  # the mixture keeps the nodes that carry all but this much of the mass
 INTERVAL = 0.80  # the forecast interval's coverage
 BEST_DRAWS = 60_000  # Monte Carlo draws for p_best: SE <= 0.5 / sqrt(draws) = 0.002
 BEST_SEED = 25  # fixed: the same store gives the same p_best
@@ -303,14 +304,15 @@ class Posterior:
         off = math.sqrt(self.noise.run_var / self.official_runs)
         x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(draws))[:, None] \
             + off * rng.standard_normal((draws, k))
-        # each candidate's part: the number of sides whose cumulative probability the uniform
-        # passes (all of them: the spike)
-        side = np.sum(rng.random((draws, k - 1))[:, :, None] >= np.cumsum(mx.slab[node], axis=2), axis=2)
-        on = side < mx.slab.shape[2]
-        at = np.minimum(side, mx.slab.shape[2] - 1)[:, :, None]
-        mean = np.take_along_axis(mx.slab_mean[node], at, axis=2)[:, :, 0]
-        sd = np.sqrt(np.take_along_axis(mx.slab_var[node], at, axis=2)[:, :, 0])
-        x[:, 1:] += on * (mean + sd * rng.standard_normal((draws, k - 1)))
+        # each candidate's part: side j when the uniform falls in [P(sides < j), P(sides <= j)),
+        # the spike past them all
+        u, z = rng.random((draws, k - 1)), rng.standard_normal((draws, k - 1))
+        below = np.zeros((draws, k - 1))
+        slab, mean, sd = mx.slab[node], mx.slab_mean[node], np.sqrt(mx.slab_var[node])
+        for j in range(slab.shape[2]):
+            above = below + slab[:, :, j]
+            x[:, 1:] += np.where((u >= below) & (u < above), mean[:, :, j] + sd[:, :, j] * z, 0.0)
+            below = above
         return np.bincount(np.argmax(x, axis=1), minlength=k) / draws
 
 
@@ -520,9 +522,9 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     smean = np.stack([by_side(x) for x in per["mean"]], axis=1) if n_cand else none
     svar = np.stack([by_side(x) for x in per["var"]], axis=1) if n_cand else none
     w = w.ravel()
-    # the nodes that carry all but 1e-7 of the mass (a quarter to a half of them)
+    # the nodes that carry all but KEEP_TAIL of the mass
     order = np.argsort(w)[::-1]
-    keep = order[: int(np.searchsorted(np.cumsum(w[order]), 1.0 - 1e-7)) + 1]
+    keep = order[: int(np.searchsorted(np.cumsum(w[order]), 1.0 - KEEP_TAIL)) + 1]
     w, bm, bv, lv, slab, smean, svar = (x[keep] for x in (w, bm, bv, lv, slab, smean, svar))
     w = w / w.sum()
     mix = Mixture(w, bm, bv, slab, smean, svar)
