@@ -307,3 +307,19 @@ def test_the_tabulated_t_cdf_is_scipys_to_1e_7(dof):
     assert np.max(np.abs(fc._t_cdf(dof)(z) - stdtr(dof, z))) < 1e-7
     pdf = fc._t_pdf(dof)(z[::97])
     assert np.allclose(pdf, stats.t.pdf(z[::97], dof), rtol=1e-12, atol=1e-300)
+
+
+def test_two_sides_tell_a_harmful_idea_from_a_null_one():
+    # an idea seen twice 2.5 points down: under the two-sided family it is most likely harmful and
+    # surely not helpful, and it is told apart more sharply than by one normal slab with the same
+    # mean and sd (which keeps mass near 0); a run on the level stays most likely null
+    base, runs = arm("b", [54.0, 54.4]), [arm("down", [51.7, 51.7]), arm("flat", [54.2])]
+    post = fc.posterior(base, runs, NOISE, REF)
+    w, slab = post.mixture.weight, post.mixture.slab
+    assert w @ slab[:, 0, 0] > 0.6 and w @ slab[:, 0, 1] < 0.01
+    assert 1.0 - w @ slab[:, 1].sum(axis=1) > 0.6
+    one = fc.FamilyPrior(sides=(fc.Side(1.0, -1.2, fc.FamilyPrior().spread),),
+                         side_strength=0.0)
+    f, g = post.forecasts(), fc.posterior(base, runs, NOISE, REF, one).forecasts()
+    assert f[1].mean < g[1].mean - 0.15 and f[1].p_above_reference < g[1].p_above_reference - 0.02
+    assert abs(f[2].mean - f[0].mean) < 0.2 and 0.4 < f[2].p_above_reference < 0.6
