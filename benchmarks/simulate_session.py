@@ -1,6 +1,6 @@
 """Replay 6-hour, 4-GPU sessions under a fake clock: FIFO by hand vs the planner's policies.
 
-    python benchmarks/simulate_session.py --sessions 300 --also 0,1,3,-2   # the committed figures (a process per scenario)
+    python benchmarks/simulate_session.py --sessions 150 --also 0,1,3,-2   # the committed figures (a process per scenario)
     python benchmarks/simulate_session.py [--sessions 1000] [--seed 0] [--effects 0,0,1,2,3,-2]
                                           [--also E1,E2,... ...] [--policy NAME ...] [--out DIR]
 
