@@ -328,4 +328,11 @@ class OPSDTrainer:
 
 
 def run(cfg: TrainConfig) -> dict:
-    return OPSDTrainer(cfg).train()
+    result = OPSDTrainer(cfg).train()
+    # tear the process group down before the interpreter does: gloo's threads left to static
+    # destructors can abort a finished run at exit ("terminate called without an active exception")
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    return result
