@@ -324,15 +324,11 @@ class OPSDTrainer:
         result = self.log.finish(runtime=runtime, samples=self.stream.consumed, epoch=self.stream.epoch, extra=extra)
         self.memory.close()
         self.backend.close()
+        # accelerate's own teardown destroys the process group: left to the interpreter's exit,
+        # gloo's threads can abort a finished run ("terminate called without an active exception")
+        self.acc.end_training()
         return result
 
 
 def run(cfg: TrainConfig) -> dict:
-    result = OPSDTrainer(cfg).train()
-    # tear the process group down before the interpreter does: gloo's threads left to static
-    # destructors can abort a finished run at exit ("terminate called without an active exception")
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-    return result
+    return OPSDTrainer(cfg).train()

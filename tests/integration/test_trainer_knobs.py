@@ -84,6 +84,16 @@ def base_params(tr):
     return {n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora_" not in n}
 
 
+def test_a_finished_run_ends_accelerates_training(make, monkeypatch):
+    # accelerate's teardown destroys the process group: left to the interpreter's exit, gloo's
+    # threads aborted a finished two-process run
+    tr = make(steps=1)
+    ended = []
+    monkeypatch.setattr(tr.acc, "end_training", lambda: ended.append(True))
+    result = tr.train()
+    assert ended == [True] and result["checkpoints"] == ["checkpoint-1", "checkpoint-final"]
+
+
 # --- optimisation knobs -------------------------------------------------------------------------
 
 
