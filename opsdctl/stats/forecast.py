@@ -137,6 +137,9 @@ class FamilyPrior:
     def __post_init__(self):
         if len(self.sides) not in (1, 2):
             raise ValueError("a family has one or two sides")
+        # the grid draws the first side's share and gives the second the rest: they must add up
+        if abs(sum(s.share for s in self.sides) - 1.0) > 1e-9:
+            raise ValueError("the sides' shares of the ideas that do something add up to 1")
 
     @property
     def spread(self) -> float:
@@ -304,7 +307,8 @@ class Posterior:
         cum = np.cumsum(mx.weight)
         off = math.sqrt(self.noise.run_var / self.official_runs)
         wins = np.zeros(k, dtype=np.int64)
-        for n in [BEST_CHUNK] * (draws // BEST_CHUNK) + ([draws % BEST_CHUNK] if draws % BEST_CHUNK else []):
+        for start in range(0, draws, BEST_CHUNK):
+            n = min(BEST_CHUNK, draws - start)
             node = np.minimum(np.searchsorted(cum, rng.random(n) * cum[-1]), mx.weight.size - 1)
             x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(n))[:, None] \
                 + off * rng.standard_normal((n, k))

@@ -297,6 +297,8 @@ def test_a_family_has_one_or_two_sides():
         fc.FamilyPrior(sides=())
     with pytest.raises(ValueError):
         fc.FamilyPrior(sides=(fc.HARMFUL,) * 3)
+    with pytest.raises(ValueError):  # the second side's share is the first's complement
+        fc.FamilyPrior(sides=(fc.HARMFUL, fc.Side(0.5, 2.5, 0.87)))
 
 
 @pytest.mark.parametrize("dof", [2.5, 3.0, 4.0, 7.3, 40.0])
