@@ -154,14 +154,20 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
 MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged
 
 
+def decile_of(ps) -> np.ndarray:
+    """The decile index of each probability, 0..9 (1.0 in the last): the one binning rule of the
+    calibration table and of its sampling floor."""
+    return np.minimum((np.asarray(ps, dtype=float) * 10).astype(int), 9)
+
+
 def _deciles(arms: list[dict], key: str = "p_above") -> list[dict]:
     """p_above_reference (or `key`) by decile against how often the drawn official mean was above it."""
-    dec = []
     ps = [a for a in arms if a.get(key) is not None]
+    bins = decile_of([a[key] for a in ps])
+    dec = []
     for k in range(10):
-        lo, hi = k / 10, (k + 1) / 10
-        xs = [a for a in ps if lo <= a[key] < hi or (k == 9 and a[key] == 1.0)]
-        dec.append({"decile": f"{lo:.1f}-{hi:.1f}", "n": len(xs),
+        xs = [a for a, b in zip(ps, bins) if b == k]
+        dec.append({"decile": f"{k / 10:.1f}-{(k + 1) / 10:.1f}", "n": len(xs),
                     "mean_p": round(float(np.mean([a[key] for a in xs])), 4) if xs else None,
                     "observed": round(float(np.mean([a["above"] for a in xs])), 4) if xs else None})
     return dec
@@ -178,14 +184,14 @@ def calibration_floor(ps, goal: float = 0.05, redraws: int = 1000, seed: int = 0
     ps = np.asarray(ps, dtype=float)
     if ps.size == 0:
         return {"median": None, "p90": None, "p_over_goal": None, "redraws": 0}
-    k = np.minimum((ps * 10).astype(int), 9)
+    k = decile_of(ps)
     n = np.bincount(k, minlength=10)
     judged = n >= MIN_DECILE_ARMS
     if not judged.any():
         return {"median": None, "p90": None, "p_over_goal": None, "redraws": 0}
     mean_p = np.bincount(k, weights=ps, minlength=10)[judged] / n[judged]
     y = np.random.default_rng(seed).random((redraws, ps.size)) < ps  # (redraws, arms)
-    hits = np.stack([np.bincount(k, weights=row, minlength=10) for row in y])[:, judged] / n[judged]
+    hits = (y @ np.eye(10)[k])[:, judged] / n[judged]  # each redraw's hits per decile
     worst = np.max(np.abs(hits - mean_p), axis=1)
     return {"median": round(float(np.median(worst)), 4), "p90": round(float(np.percentile(worst, 90)), 4),
             "p_over_goal": round(float(np.mean(worst > goal)), 4), "redraws": redraws}
