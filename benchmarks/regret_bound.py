@@ -18,19 +18,22 @@ rule under the true prior cuts regret by only a few percent, a better forecast c
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 from scipy.stats import norm
 
-GRID = np.linspace(-6.0, 5.0, 2201)
-DENS = (np.where((GRID >= -5) & (GRID <= -1), (1 / 3) / 4, 0.0)
-        + np.where((GRID >= 1) & (GRID <= 4), (1 / 6) / 3, 0.0)) * (GRID[1] - GRID[0])
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decision import MIX_SLAB, NULL  # noqa: E402  (the mix as decision.py's oracle integrates it)
 
 
 def posterior_mean(ybar: np.ndarray, se: np.ndarray) -> np.ndarray:
-    """E[theta | ybar] under 0.5 delta_0 + the mix's two uniforms, ybar ~ N(theta, se^2)."""
-    null = 0.5 * norm.pdf(ybar, 0.0, se)
-    like = norm.pdf(ybar[:, None], GRID[None, :], se[:, None]) * DENS[None, :]
-    return (like @ GRID) / (null + like.sum(axis=1))
+    """E[theta | ybar] under the mix (NULL at 0, the rest on MIX_SLAB), ybar ~ N(theta, se^2)."""
+    grid, mass = MIX_SLAB
+    null = NULL * norm.pdf(ybar, 0.0, se)
+    like = norm.pdf(ybar[:, None], grid[None, :], se[:, None]) * mass[None, :]
+    return (like @ grid) / (null + like.sum(axis=1))
 
 
 def main(sessions: int = 30_000, seed: int = 1) -> None:
