@@ -17,6 +17,8 @@ The generative model (docs/decision.md):
     R          the published reference mean = B + N(0, ref_sd^2 / ref_n)
     local run r of arm a:  y = B + d + theta_a + N(0, train_var + V_r)   (theta_baseline = 0)
     official run of arm a: B + theta_a + N(0, train_var + eval_var)
+    train_var + eval_var   the run variance sigma^2: known, or an estimate s^2 on nu dof (the
+                           within-arm scatter and the published sd), sigma^2 = nu s^2 / chi^2_nu
 
 V_r is the run's own eval-sampling variance (binomial, from its per-problem counts), train_var
 the training part of the run-to-run noise, eval_var the eval-sampling variance of one full
@@ -34,11 +36,17 @@ normal slab put mass near 0 as well, so an idea seen once a point or two down ke
 chance of being a null and P(above the reference) was too cautious (0.122 off in the worst decile
 with the sd known, against 0.042 with two sides: benchmarks/calibration_shapes.py).
 
-Computation: given the hyperparameters (pi, rho, k) and the local baseline level L = B + d, the
-candidates are independent and each one's posterior is a three-part mixture in closed form; B
-given L is normal. So the posterior is exact on a grid of nodes: hyperparameters (midpoint and
-log rules under their priors) times L (an equally spaced grid refined around its posterior: a
-trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
+Why sigma is a dimension of the grid: the run variance is estimated from a few repeats (about
+2 dof in a 6-hour session) and the published sd. Plugging s^2 in (or a Student t around it)
+ignores that the arms' own means speak to it too: under the family, candidates far apart say
+the noise is larger than its estimate. A session whose true sd was 2.5 under the published 1.48
+got p_above_reference 0.21 off in its worst decile that way (benchmarks/calibration_shapes.py).
+
+Computation: given sigma, the hyperparameters (pi, rho, k) and the local baseline level L = B + d,
+the candidates are independent and each one's posterior is a three-part mixture in closed form; B
+given L is normal. So the posterior is exact on a grid of nodes: sigma (a log rule under its
+estimate's scaled inverse chi^2), hyperparameters (midpoint and log rules under their priors)
+times L (an equally spaced grid refined around its posterior: a trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
 `Posterior.mean` / `cov` are its first two moments, the Gaussian the knowledge gradient uses.
 """
 
@@ -46,7 +54,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Optional, Sequence
 
 import numpy as np
@@ -65,6 +72,9 @@ INTERVAL = 0.80  # the forecast interval's coverage
 BEST_DRAWS = 60_000  # Monte Carlo draws for p_best: SE <= 0.5 / sqrt(draws) = 0.002
 BEST_SEED = 25  # fixed: the same store gives the same p_best
 BEST_CHUNK = 6_000  # p_best's draws per pass
+SIGMA_NODES = 7  # nodes of the run variance when it is an estimate (noise.dof): a trapezoid rule in log X
+SIGMA_TAILS = (1e-3, 1e-5)  # the X ~ chi^2_dof quantiles the nodes span: t's cdf to 8e-4 on 2+ dof
+SIGMA_LEVEL_NODES = 15  # L's grid at each of them: its error (1e-5) far below the sigma rule's
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,8 @@ class ArmRuns:
 @dataclass(frozen=True)
 class NoiseParts:
     """The run-to-run noise split: train_var (re-training) + eval_var (one full eval's sampling).
-    dof: the degrees of freedom of the estimate they split (None: known), for a Student t predictive."""
+    dof: the degrees of freedom of the estimate they split (None: known); the forecast integrates
+    the run variance over its posterior (`sigma_nodes`)."""
 
     train_var: float
     eval_var: float
@@ -178,8 +189,9 @@ class ArmForecast:
 class Mixture:
     """The posterior as a weighted set of nodes (hyperparameters x local baseline level), each
     exact: B ~ N(b_mean, b_var) and, independently, candidate c's effect is on side k with
-    probability slab[:, c, k], there N(slab_mean[:, c, k], slab_var[:, c, k]), else 0. Arrays:
-    (nodes,) and (nodes, C, sides)."""
+    probability slab[:, c, k], there N(slab_mean[:, c, k], slab_var[:, c, k]), else 0; an arm's
+    official mean adds N(0, official_var) (its re-trains' own noise at the node's run variance).
+    Arrays: (nodes,) and (nodes, C, sides)."""
 
     weight: np.ndarray
     b_mean: np.ndarray
@@ -187,6 +199,7 @@ class Mixture:
     slab: np.ndarray
     slab_mean: np.ndarray
     slab_var: np.ndarray
+    official_var: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -197,7 +210,8 @@ class Posterior:
     mixture's first two moments, which the knowledge gradient's Gaussian what-ifs use.
     state_mean, state_cov: of x = (B, d, theta_1..theta_C), for what-if updates (`after_runs`).
     mixture: the exact posterior the forecasts (interval, p_above_reference, p_best) come from.
-    noise: the per-run components; official runs add noise.run_var / OFFICIAL_RUNS to each arm.
+    noise: the per-run components (with an estimated noise, the training part's posterior mean);
+    official runs add noise.run_var / OFFICIAL_RUNS to each arm.
     spread, spread_sd: posterior mean and sd of the slab's sd (points); null_share: of the share
     of ideas that do nothing; new_mean, new_sd: a fresh idea's effect under the family.
     """
@@ -245,32 +259,32 @@ class Posterior:
 
     def _components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each arm's predictive of its official mean as a normal mixture: (weights, means,
-        variances), (arms, components); the official runs' own noise included."""
-        mx, off = self.mixture, self.noise.run_var / self.official_runs
-        w, bm, bv = mx.weight, mx.b_mean, mx.b_var + off
+        variances), (arms, components); the official runs' own noise included. Equal components
+        are merged (with local baseline runs B's part is the same at every level and family
+        node: the baseline's whole mixture is one normal per noise node), and an arm with fewer
+        is padded with weight 0: the quantile search passes over all of them a dozen times."""
+        mx = self.mixture
+        w, bm, bv = mx.weight, mx.b_mean, mx.b_var + mx.official_var
         k = mx.slab.shape[2]
-        ws = [np.concatenate([w] + [np.zeros_like(w)] * k)]
-        ms = [np.concatenate([bm] * (k + 1))]
-        vs = [np.concatenate([bv] * (k + 1))]
+        arms = [_merged(w, bm, bv)]
         for c in range(mx.slab.shape[1]):
-            ws.append(np.concatenate([w * (1.0 - mx.slab[:, c].sum(axis=1))] + [w * mx.slab[:, c, j] for j in range(k)]))
-            ms.append(np.concatenate([bm] + [bm + mx.slab_mean[:, c, j] for j in range(k)]))
-            vs.append(np.concatenate([bv] + [bv + mx.slab_var[:, c, j] for j in range(k)]))
-        return np.array(ws), np.array(ms), np.array(vs)
+            arms.append(_merged(np.concatenate([w * (1.0 - mx.slab[:, c].sum(axis=1))] + [w * mx.slab[:, c, j] for j in range(k)]),
+                                np.concatenate([bm] + [bm + mx.slab_mean[:, c, j] for j in range(k)]),
+                                np.concatenate([bv] + [bv + mx.slab_var[:, c, j] for j in range(k)])))
+        n = max(a[0].size for a in arms)
+        pad = lambda x, fill: np.concatenate([x, np.full(n - x.size, fill)])  # noqa: E731
+        return (np.array([pad(a[0], 0.0) for a in arms]), np.array([pad(a[1], a[1][0]) for a in arms]),
+                np.array([pad(a[2], a[2][0]) for a in arms]))
 
     def forecasts(self, draws: int = BEST_DRAWS, seed: int = BEST_SEED) -> tuple[ArmForecast, ...]:
         """Each arm's forecast of its official mean: predictive mean, 80% interval,
         P(> the published reference mean) and P(the highest of all arms), all from the exact
-        mixture. With an estimated noise (noise.dof) each component is Student t on those dof,
-        its sd as scale: sigma^2 scaled-inverse-chi^2 around the estimate, integrated out (a
-        normal with s^2 plugged in covers ~72% at 80% on 3 dof)."""
+        mixture (an estimated noise is one of its dimensions: `posterior`)."""
         from scipy.special import ndtr
 
-        dof = self.noise.dof
-        std_cdf = ndtr if not dof else _t_cdf(float(dof))
         w, m, v = self._components()
         sd = np.sqrt(np.maximum(v, 1e-300))
-        pdf = (lambda z: np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)) if not dof else _t_pdf(float(dof))  # noqa: E731
+        pdf = lambda z: np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)  # noqa: E731
         mean = np.sum(w * m, axis=1)
         spread = np.sqrt(np.sum(w * (v + (m - mean[:, None]) ** 2), axis=1))
         bounds = []
@@ -281,7 +295,7 @@ class Posterior:
             x = mean + (q - 0.5) * 2.5631 * spread  # the moment-matched normal's quantile
             for _ in range(40):
                 z = (x[:, None] - m) / sd
-                f = np.sum(w * std_cdf(z), axis=1) - q
+                f = np.sum(w * ndtr(z), axis=1) - q
                 lo, hi = np.where(f < 0, x, lo), np.where(f < 0, hi, x)
                 if np.all(np.abs(f) < 1e-10) or np.all(hi - lo < 1e-9):
                     break
@@ -289,7 +303,7 @@ class Posterior:
                 x = np.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
             bounds.append(x)
         above = None if self.reference_mean is None else np.sum(
-            w * std_cdf((m - self.reference_mean) / sd), axis=1)
+            w * ndtr((m - self.reference_mean) / sd), axis=1)
         best = self._p_best(draws, seed)
         return tuple(ArmForecast(float(mean[i]), float(bounds[0][i]), float(bounds[1][i]),
                                  None if above is None else float(min(1.0, max(0.0, above[i]))), float(best[i]))
@@ -305,13 +319,13 @@ class Posterior:
         mx = self.mixture
         rng = np.random.default_rng(seed)
         cum = np.cumsum(mx.weight)
-        off = math.sqrt(self.noise.run_var / self.official_runs)
+        off = np.sqrt(mx.official_var)
         wins = np.zeros(k, dtype=np.int64)
         for start in range(0, draws, BEST_CHUNK):
             n = min(BEST_CHUNK, draws - start)
             node = np.minimum(np.searchsorted(cum, rng.random(n) * cum[-1]), mx.weight.size - 1)
             x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(n))[:, None] \
-                + off * rng.standard_normal((n, k))
+                + off[node][:, None] * rng.standard_normal((n, k))
             # each candidate's part: side j when the uniform falls in [P(sides < j), P(sides <= j)),
             # the spike past them all
             u, z = rng.random((n, k - 1)), rng.standard_normal((n, k - 1))
@@ -323,36 +337,6 @@ class Posterior:
                 below = above
             wins += np.bincount(np.argmax(x, axis=1), minlength=k)
         return wins / draws
-
-
-T_TABLE_STEP = 0.001  # the t cdf table's step in asinh(z): interpolation error < 3e-7 in probability
-
-
-@lru_cache(maxsize=8)
-def _t_table(dof: float) -> tuple[np.ndarray, np.ndarray]:
-    """Student t's cdf on dof, tabulated on an asinh grid out to |z| = 1e6 (fine near 0, coarse in
-    the tails): stdtr itself is the forecast's hot spot (every arm's mixture has thousands of
-    components, and each quantile needs a dozen passes over them)."""
-    from scipy.special import stdtr
-
-    u = np.arange(-math.asinh(1e6), math.asinh(1e6) + T_TABLE_STEP, T_TABLE_STEP)
-    return u, stdtr(dof, np.sinh(u))
-
-
-def _t_cdf(dof: float):
-    """z -> F_t,dof(z), by linear interpolation in asinh(z) of the table (exact stdtr below 3 dof,
-    whose tails beyond the table are not negligible)."""
-    if dof < 3.0:
-        from scipy.special import stdtr
-
-        return lambda z: stdtr(dof, z)
-    u, f = _t_table(dof)
-    return lambda z: np.interp(np.arcsinh(z), u, f)
-
-
-def _t_pdf(dof: float):
-    c = math.exp(math.lgamma((dof + 1.0) / 2.0) - math.lgamma(dof / 2.0)) / math.sqrt(dof * math.pi)
-    return lambda z: c * (1.0 + z * z / dof) ** (-(dof + 1.0) / 2.0)
 
 
 def official_map(n_arms: int) -> np.ndarray:
@@ -473,70 +457,159 @@ def _nodes(level: np.ndarray, y0: Optional[tuple[float, float]], level_prior: Op
     return lw, {"slab": slab, "mean": smean, "var": svar}
 
 
+@dataclass(frozen=True)
+class SigmaNode:
+    """One node of the run variance: the noise there, its run variance over the estimate's
+    (`ratio`), and its log weight under the estimate's own posterior."""
+
+    noise: NoiseParts
+    ratio: float
+    log_weight: float
+
+
+def sigma_nodes(noise: NoiseParts) -> tuple[SigmaNode, ...]:
+    """The run variance's nodes. Known (no dof): the noise itself. Estimated, s^2 on nu dof:
+    sigma^2 = nu s^2 / X, X ~ chi^2_nu (the scaled inverse chi^2 that a Student t integrates),
+    SIGMA_NODES equally spaced in log X between its SIGMA_TAILS quantiles, trapezoid weights; each
+    node scales the training part, the eval-sampling part being known from the counts. Log X and
+    not a Gauss-Laguerre rule in X: sigma^2's upper tail on a few dof is heavy, and a Laguerre rule
+    of 5 nodes put the 99% point of t on 2 dof 42% short."""
+    if not noise.dof:
+        return (SigmaNode(noise, 1.0, 0.0),)
+    from scipy import stats
+
+    nu, s2 = float(noise.dof), noise.run_var
+    lo, hi = (math.log(float(stats.chi2.ppf(q, nu))) for q in (SIGMA_TAILS[0], 1.0 - SIGMA_TAILS[1]))
+    t = np.linspace(lo, hi, SIGMA_NODES)
+    lw = 0.5 * nu * t - 0.5 * np.exp(t)  # log density of log X, up to a constant
+    lw -= np.logaddexp.reduce(lw)
+    ratio = nu / np.exp(t)
+    return tuple(SigmaNode(NoiseParts(max(0.0, float(r) * s2 - noise.eval_var), noise.eval_var, None),
+                           float(r), float(x)) for r, x in zip(ratio, lw))
+
+
+def _merged(w: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A normal mixture's equal components merged (their weights summed), those of weight 0 dropped."""
+    keep = w > 0.0
+    w, m, v = w[keep], m[keep], v[keep]
+    order = np.lexsort((v, m))
+    w, m, v = w[order], m[order], v[order]
+    first = np.concatenate([[True], (m[1:] != m[:-1]) | (v[1:] != v[:-1])])
+    return np.bincount(np.cumsum(first) - 1, weights=w), m[first], v[first]
+
+
+def _moved(noise: NoiseParts, factor: float) -> NoiseParts:
+    """The estimate as the arms moved it: its run variance times the nodes' posterior mean of the
+    ratio over their prior mean (1 without candidates); the what-ifs (after_runs) and the Gaussian
+    summary use it. Not sigma^2's posterior mean: on a few dof that is mostly its heavy tail."""
+    if factor == 1.0:
+        return noise
+    return NoiseParts(max(0.0, factor * noise.run_var - noise.eval_var), noise.eval_var, noise.dof)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What the level grid's weights need at one noise: the baseline's and the candidates' (local
+    mean, variance), L's prior (None: flat) and B given L as (mean, variance)."""
+
+    y0: Optional[tuple[float, float]]
+    obs: list[Optional[tuple[float, float]]]
+    level_prior: Optional[tuple[float, float]]
+    b_of: object
+
+
+def _setup(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,
+           reference: Optional[PublishedRef], ratio: float) -> _Setup:
+    """B given L = B + d, and L's prior (module docstring), at `noise`; the published mean's own
+    sampling noise scales with the run variance (`ratio`: the node's over the estimate's)."""
+    y0 = _arm_obs(baseline, noise)
+    obs = [_arm_obs(c, noise) for c in candidates]
+    od = 1.0 if reference is None else max(float(reference.offset_sd), 0.0)
+    if reference is None:
+        return _Setup(y0, obs, None, lambda lv: (lv, od * od))
+    rv = max(float(reference.sd) ** 2 * ratio / int(reference.n), 1e-12)
+    r_mean = float(reference.mean)
+    if y0 is not None:  # d flat: B is the reference's alone
+        return _Setup(y0, obs, None, lambda lv: (np.full_like(lv, r_mean), rv))
+    k = rv / (rv + od * od)
+    return _Setup(y0, obs, (r_mean, rv + od * od),
+                  lambda lv: (r_mean + k * (lv - r_mean), rv * od * od / (rv + od * od)))
+
+
 def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,
               reference: Optional[PublishedRef], family: FamilyPrior = FamilyPrior()) -> Optional[Posterior]:
     """The joint posterior of the true official means of the baseline and `candidates` (module
     docstring). None when nothing pins the official baseline down: no reference and no local
-    runs at all. A candidate without runs gets the family's prediction for a new idea."""
-    y0 = _arm_obs(baseline, noise)
-    obs = [_arm_obs(c, noise) for c in candidates]
-    if reference is None and y0 is None and all(o is None for o in obs):
+    runs at all. A candidate without runs gets the family's prediction for a new idea. An
+    estimated noise (noise.dof) is one more dimension of the grid (`sigma_nodes`): each node's
+    prior weight is the estimate's own posterior (the within-arm scatter and the published sd),
+    and the arms' means weigh it again, the family telling how far apart they should fall."""
+    if reference is None and not baseline.scores and all(not c.scores for c in candidates):
         return None
     n_cand = len(candidates)
-    # B given the local level L = B + d, and L's prior (module docstring)
-    od = 1.0 if reference is None else max(float(reference.offset_sd), 0.0)
-    if reference is not None:
-        rv = max(float(reference.sd) ** 2 / int(reference.n), 1e-12)
-        r_mean = float(reference.mean)
-    if reference is not None and y0 is not None:  # d flat: B is the reference's alone
-        level_prior = None
-        b_of = lambda lv: (np.full_like(lv, r_mean), rv)  # noqa: E731
-    elif reference is not None:
-        level_prior = (r_mean, rv + od * od)
-        k = rv / (rv + od * od)
-        b_of = lambda lv: (r_mean + k * (lv - r_mean), rv * od * od / (rv + od * od))  # noqa: E731
-    else:
-        level_prior = None
-        b_of = lambda lv: (lv, od * od)  # noqa: E731
     hyper = _hyper_grid(family)
     # without candidates the family is only a fresh idea's prior: L's integral needs one node of it
     fit_hyper = hyper if n_cand else hyper.first()
-    # L's grid: wide first, then refined around the posterior of L
-    if y0 is not None:
-        centre, half = y0[0], 10.0 * math.sqrt(y0[1])
-    elif level_prior is not None:
-        centre, half = level_prior[0], 10.0 * math.sqrt(level_prior[1])
-    else:
-        seen = [o for o in obs if o is not None]
+    # L's grid: wide first at the estimate, then each noise node's own around that posterior
+    est = _setup(baseline, candidates, noise, reference, 1.0)
+    wide = 2 * LEVEL_NODES  # L's posterior is inside +-10 sd of what anchors it
+    if est.y0 is not None:
+        centre, half = est.y0[0], 10.0 * math.sqrt(est.y0[1])
+    elif est.level_prior is not None:
+        centre, half = est.level_prior[0], 10.0 * math.sqrt(est.level_prior[1])
+    else:  # only the candidates place L: a far wider grid
+        wide = 4 * LEVEL_NODES
+        seen = [o for o in est.obs if o is not None]
         centre = float(np.median([o[0] for o in seen]))
         half = 10.0 * (math.sqrt(max(o[1] for o in seen)) + family.spread + float(np.max(np.abs(family._means())))) \
             + float(np.ptp([o[0] for o in seen]))
-    for nodes in (4 * LEVEL_NODES, LEVEL_NODES):
-        level = np.linspace(centre - half, centre + half, nodes)
-        lw, per = _nodes(level, y0, level_prior, obs, fit_hyper, family)
-        w = np.exp(lw - lw.max())
-        w /= w.sum()
-        wl = w.sum(axis=0)
-        centre = float(wl @ level)
-        half = 9.0 * math.sqrt(max(float(wl @ (level - centre) ** 2), 1e-12)) + 1e-9
-    shape = w.shape
+    level = np.linspace(centre - half, centre + half, wide)
+    lw, _ = _nodes(level, est.y0, est.level_prior, est.obs, fit_hyper, family)
+    wl = np.exp(lw - lw.max()).sum(axis=0)
+    wl /= wl.sum()
+    centre = float(wl @ level)
+    half = 9.0 * math.sqrt(max(float(wl @ (level - centre) ** 2), 1e-12)) + 1e-9
     sides = len(family.sides)
-    flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
-    by_side = lambda a: np.broadcast_to(a, shape + (sides,)).reshape(-1, sides)  # noqa: E731
-    bm, bv = b_of(level)
-    bm, bv = flat(bm[None, :]), flat(np.asarray(bv, dtype=np.float64))
-    lv = flat(level[None, :])
-    none = np.zeros((w.size, 0, sides))
-    slab = np.stack([by_side(x) for x in per["slab"]], axis=1) if n_cand else none
-    smean = np.stack([by_side(x) for x in per["mean"]], axis=1) if n_cand else none
-    svar = np.stack([by_side(x) for x in per["var"]], axis=1) if n_cand else none
-    w = w.ravel()
+    parts = []
+    nodes = sigma_nodes(noise)
+    for node in nodes:
+        st = _setup(baseline, candidates, node.noise, reference, node.ratio)
+        # L's posterior sd grows with sigma where the runs pin L, not where the offset's prior does
+        h = half * math.sqrt(max(node.ratio, 0.25))
+        level = np.linspace(centre - h, centre + h, LEVEL_NODES if len(nodes) == 1 else SIGMA_LEVEL_NODES)
+        lw, per = _nodes(level, st.y0, st.level_prior, st.obs, fit_hyper, family)
+        lw = lw + node.log_weight + math.log(level[1] - level[0])  # the trapezoid's step: nodes compare
+        parts.append((node, level, st, lw, per))
+    top = max(float(p[3].max()) for p in parts)
+    cols = {k: [] for k in ("w", "bm", "bv", "lv", "slab", "smean", "svar", "ov")}
+    wh = np.zeros(fit_hyper.pi.size)
+    moved = np.zeros(2)  # the nodes' posterior and prior means of the ratio, unnormalised
+    for node, level, st, lw, per in parts:
+        w = np.exp(lw - top)
+        wh += w.sum(axis=1)
+        moved += (w.sum() * node.ratio, math.exp(node.log_weight) * node.ratio)
+        shape = w.shape
+        flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
+        by_side = lambda a: np.broadcast_to(a, shape + (sides,)).reshape(-1, sides)  # noqa: E731
+        bm, bv = st.b_of(level)
+        cols["w"].append(w.ravel())
+        cols["bm"].append(flat(bm[None, :]))
+        cols["bv"].append(flat(np.asarray(bv, dtype=np.float64)))
+        cols["lv"].append(flat(level[None, :]))
+        cols["ov"].append(np.full(w.size, node.noise.run_var / OFFICIAL_RUNS))
+        for key, src in (("slab", "slab"), ("smean", "mean"), ("svar", "var")):
+            cols[key].append(np.stack([by_side(x) for x in per[src]], axis=1) if n_cand
+                             else np.zeros((w.size, 0, sides)))
+    w, bm, bv, lv, ov = (np.concatenate(cols[k]) for k in ("w", "bm", "bv", "lv", "ov"))
+    moved[0] /= w.sum()
+    slab, smean, svar = (np.concatenate(cols[k]) for k in ("slab", "smean", "svar"))
+    w = w / w.sum()
     # the nodes that carry all but KEEP_TAIL of the mass
     order = np.argsort(w)[::-1]
     keep = order[: int(np.searchsorted(np.cumsum(w[order]), 1.0 - KEEP_TAIL)) + 1]
-    w, bm, bv, lv, slab, smean, svar = (x[keep] for x in (w, bm, bv, lv, slab, smean, svar))
+    w, bm, bv, lv, slab, smean, svar, ov = (x[keep] for x in (w, bm, bv, lv, slab, smean, svar, ov))
     w = w / w.sum()
-    mix = Mixture(w, bm, bv, slab, smean, svar)
+    mix = Mixture(w, bm, bv, slab, smean, svar, ov)
     # the mixture's first two moments of x = (B, d, theta_1..theta_C)
     theta = np.sum(slab * smean, axis=2)
     e = np.column_stack([bm, lv - bm, theta])
@@ -551,7 +624,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     th2 = np.sum(slab * (svar + smean**2), axis=2) - theta**2
     cov[2:, 2:] += np.diag(w @ th2) if n_cand else 0.0
     # the hyperparameters' posterior: a fresh idea, the spread, the null share
-    wh = np.exp(lw - lw.max()).sum(axis=1) if n_cand else np.exp(hyper.lp)
+    wh = wh if n_cand else np.exp(hyper.lp)
     wh /= wh.sum()
     pi, k = hyper.pi, hyper.scale
     m0, s0 = family._means(), family._sds()
@@ -567,7 +640,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         state_mean=mean,
         state_cov=cov,
         mixture=mix,
-        noise=noise,
+        noise=_moved(noise, float(moved[0] / moved[1])),
         spread=tau_mean,
         spread_sd=math.sqrt(max(0.0, float(wh @ spread**2) - tau_mean**2)),
         null_share=float(wh @ pi),

@@ -248,11 +248,66 @@ def test_forecast_noise_carries_s_squared_and_its_dof():
 
 
 def test_an_estimated_sigma_gives_a_student_t_forecast():
+    # no candidate to weigh the noise nodes again: the nodes integrate sigma^2's scaled inverse
+    # chi^2, i.e. a Student t on the estimate's dof (to the rule's 1e-3 in probability)
     noise = fc.NoiseParts(1.2, 1.0, dof=3.0)
-    f = fc.posterior(arm("b", [55.0, 56.0]), [], noise, REF, FIXED).forecasts()[0]
+    post = fc.posterior(arm("b", [55.0, 56.0]), [], noise, REF, FIXED)
+    f = post.forecasts()[0]
     sd = math.sqrt(noise.run_var / 5 + 1.48**2 / 5)  # B from the reference alone, plus the official runs
-    assert f.high80 - f.mean == pytest.approx(stats.t.ppf(0.9, 3.0) * sd, rel=1e-5)
+    assert f.high80 - f.mean == pytest.approx(stats.t.ppf(0.9, 3.0) * sd, rel=1e-2)
     assert f.p_above_reference == pytest.approx(0.5)
+    # the noise the what-ifs use: the estimate, as no candidate moved it
+    assert post.noise.run_var == pytest.approx(noise.run_var, rel=1e-5)
+
+
+@pytest.mark.parametrize("dof", [2.0, 3.0, 6.0, 12.0, 60.0])
+def test_the_sigma_nodes_integrate_a_student_t(dof):
+    from scipy.special import ndtr
+
+    nodes = fc.sigma_nodes(fc.NoiseParts(1.5, 0.7, dof=dof))
+    assert sum(math.exp(n.log_weight) for n in nodes) == pytest.approx(1.0, abs=1e-12)
+    assert all(n.noise.eval_var == 0.7 and n.noise.dof is None for n in nodes)
+    assert all(n.noise.run_var == pytest.approx(max(n.ratio * 2.2, 0.7)) for n in nodes)
+    w = np.array([math.exp(n.log_weight) for n in nodes])
+    r = np.array([n.ratio for n in nodes])
+    for q in (0.9, 0.99):
+        z = stats.t.ppf(q, dof)
+        assert w @ ndtr(z / np.sqrt(r)) == pytest.approx(q, abs=1e-3)
+    assert fc.sigma_nodes(fc.NoiseParts(1.5, 0.7)) == (fc.SigmaNode(fc.NoiseParts(1.5, 0.7), 1.0, 0.0),)
+
+
+def test_the_sigma_nodes_match_importance_sampling_of_the_model():
+    # sigma^2 drawn from the estimate's own posterior (s^2 on 4 dof), then weighed by the arms'
+    # means: three far-apart candidates say the noise is larger than its estimate. The family's
+    # hyperparameters fixed, so the only quadrature is L's and sigma's
+    fam = fc.FamilyPrior(null_strength=0.0, side_strength=0.0, scale_log_sd=0.0)
+    s2, nu = 2.2, 6.0
+    noise = fc.NoiseParts(s2, 0.0, dof=nu)
+    ref = fc.PublishedRef(54.22, math.sqrt(s2), 5, 1.0)
+    runs = ([58.5], [50.0], [55.0, 51.5])
+    cands = [arm(f"c{i}", ys) for i, ys in enumerate(runs)]
+    post = fc.posterior(fc.ArmRuns("b"), cands, noise, ref, fam)
+    rng = np.random.default_rng(23)
+    n = 1_000_000
+    var = nu * s2 / rng.chisquare(nu, n)
+    pi, rho, k = _draw_hyper(rng, fam, n)
+    b = ref.mean + np.sqrt(var / ref.n) * rng.standard_normal(n)
+    d = ref.offset_sd * rng.standard_normal(n)
+    theta = _effects(rng, fam, pi, rho, k, (len(runs), n))
+    logw = np.zeros(n)
+    for c, ys in enumerate(runs):
+        # the arm's mean (its scatter is in the estimate already)
+        logw += -0.5 * np.log(var / len(ys)) - 0.5 * (np.mean(ys) - b - d - theta[c]) ** 2 / (var / len(ys))
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    # the what-ifs' noise: the estimate times sigma^2's posterior mean over its prior mean
+    assert post.noise.run_var == pytest.approx(s2 * (w @ var) / (nu * s2 / (nu - 2)), rel=0.03)
+    assert post.noise.run_var > 1.1 * s2  # the arms' scatter raised it
+    f = post.forecasts()
+    for c in range(len(runs)):
+        assert abs(post.mean[c + 1] - w @ (b + theta[c])) < 0.03
+        p_above = w @ stats.norm.sf((ref.mean - b - theta[c]) / np.sqrt(var / 5))
+        assert abs(f[c + 1].p_above_reference - p_above) < 0.01
 
 
 def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
@@ -299,16 +354,6 @@ def test_a_family_has_one_or_two_sides():
         fc.FamilyPrior(sides=(fc.HARMFUL,) * 3)
     with pytest.raises(ValueError):  # the second side's share is the first's complement
         fc.FamilyPrior(sides=(fc.HARMFUL, fc.Side(0.5, 2.5, 0.87)))
-
-
-@pytest.mark.parametrize("dof", [2.5, 3.0, 4.0, 7.3, 40.0])
-def test_the_tabulated_t_cdf_is_scipys_to_1e_7(dof):
-    from scipy.special import stdtr
-
-    z = np.concatenate([np.linspace(-40.0, 40.0, 400_001), [-1e5, -300.0, 300.0, 1e5]])
-    assert np.max(np.abs(fc._t_cdf(dof)(z) - stdtr(dof, z))) < 1e-7
-    pdf = fc._t_pdf(dof)(z[::97])
-    assert np.allclose(pdf, stats.t.pdf(z[::97], dof), rtol=1e-12, atol=1e-300)
 
 
 def test_two_sides_tell_a_harmful_idea_from_a_null_one():
