@@ -201,8 +201,8 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
 def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
     """The run-to-run variance for the forecast, split into its training part and one full eval's
     sampling part (no counts: all of it counts as training), with the dof of the pooled s^2: the
-    forecast integrates sigma out (Student t on nu dof) rather than plugging s^2 in, which ignored
-    that it is itself an estimate."""
+    forecast integrates sigma over that estimate's posterior, weighed again by the arms' means
+    (forecast.sigma_nodes), rather than plugging s^2 in, which ignored that it is itself an estimate."""
     if s2 is None:
         return None
     ev = float(v_eval) if v_eval is not None else 0.0
