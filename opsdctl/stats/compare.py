@@ -198,6 +198,9 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
     return _f(need), (None if minutes_left is None else bool(need <= minutes_left))
 
 
+FORECAST_SD_MOVED = 0.05  # compare says so when the forecast's noise moved this far (relative) from s
+
+
 def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
     """The run-to-run variance for the forecast, split into its training part and one full eval's
     sampling part (no counts: all of it counts as training), with the dof of the pooled s^2: the
@@ -523,6 +526,18 @@ def _forecast_model(post: forecast.Posterior | None, reference: Reference | None
         arms=tuple(post.names), interval=forecast.INTERVAL)
 
 
+def _forecast_sd(fm: rp.ForecastModel, s: float | None) -> str | None:
+    """The forecast's run-to-run sd when the arms' means moved it FORECAST_SD_MOVED or more away
+    from the verdicts' s."""
+    if not s or fm.train_var is None:
+        return None
+    sd = math.sqrt(fm.train_var + (fm.eval_var or 0.0))
+    if abs(sd / s - 1.0) < FORECAST_SD_MOVED:
+        return None
+    return (f"The forecast's run-to-run sd is {sd:.2f}, not s = {s:.2f}: it weighs the noise again by how the "
+            "arms' means fall under the family (the verdicts keep s).")
+
+
 def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> rp.Screen | None:
     """What a screen can resolve: its SE read against the baseline's partial on the same problems."""
     tau2 = pool.split.tau2 if pool.split.tau2 is not None else pool.s2
@@ -687,6 +702,9 @@ def render_compare(report: rp.Report, console) -> None:
             f"Forecast (the bet): each arm's official {fm.official_runs}-run mean, from the local runs, the published "
             f"reference and the family's spread (sd ~ {fm.spread:.1f} points; prior centre {fm.spread_prior:g}); "
             "P(best) = chance it is the highest official mean. The verdicts below are the claim.")
+        moved = _forecast_sd(fm, report.noise.s)
+        if moved:
+            console.print(moved)
     bon = report.spending
     if bon.m:
         lk = bon.looks

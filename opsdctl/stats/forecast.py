@@ -499,9 +499,11 @@ def _merged(w: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _moved(noise: NoiseParts, factor: float) -> NoiseParts:
-    """The estimate as the arms moved it: its run variance times the nodes' posterior mean of the
-    ratio over their prior mean (1 without candidates); the what-ifs (after_runs) and the Gaussian
-    summary use it. Not sigma^2's posterior mean: on a few dof that is mostly its heavy tail."""
+    """The estimate as the arms moved it: its run variance times the nodes' prior mean of 1 / ratio
+    over their posterior mean (1 without candidates: s^2 is 1 / E[1 / sigma^2] under its own
+    posterior); the what-ifs (after_runs) and the Gaussian summary use it. Not sigma^2's posterior
+    mean: on a few dof that is mostly its heavy tail, and any evidence that trims it reads as less
+    noise."""
     if factor == 1.0:
         return noise
     return NoiseParts(max(0.0, factor * noise.run_var - noise.eval_var), noise.eval_var, noise.dof)
@@ -583,11 +585,11 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     top = max(float(p[3].max()) for p in parts)
     cols = {k: [] for k in ("w", "bm", "bv", "lv", "slab", "smean", "svar", "ov")}
     wh = np.zeros(fit_hyper.pi.size)
-    moved = np.zeros(2)  # the nodes' posterior and prior means of the ratio, unnormalised
+    precision = np.zeros(2)  # the nodes' posterior and prior means of 1 / ratio (the posterior's unnormalised)
     for node, level, st, lw, per in parts:
         w = np.exp(lw - top)
         wh += w.sum(axis=1)
-        moved += (w.sum() * node.ratio, math.exp(node.log_weight) * node.ratio)
+        precision += (w.sum() / node.ratio, math.exp(node.log_weight) / node.ratio)
         shape = w.shape
         flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
         by_side = lambda a: np.broadcast_to(a, shape + (sides,)).reshape(-1, sides)  # noqa: E731
@@ -601,7 +603,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
             cols[key].append(np.stack([by_side(x) for x in per[src]], axis=1) if n_cand
                              else np.zeros((w.size, 0, sides)))
     w, bm, bv, lv, ov = (np.concatenate(cols[k]) for k in ("w", "bm", "bv", "lv", "ov"))
-    moved[0] /= w.sum()
+    precision[0] /= w.sum()
     slab, smean, svar = (np.concatenate(cols[k]) for k in ("slab", "smean", "svar"))
     w = w / w.sum()
     # the nodes that carry all but KEEP_TAIL of the mass
@@ -640,7 +642,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         state_mean=mean,
         state_cov=cov,
         mixture=mix,
-        noise=_moved(noise, float(moved[0] / moved[1])),
+        noise=_moved(noise, float(precision[1] / precision[0])),
         spread=tau_mean,
         spread_sd=math.sqrt(max(0.0, float(wh @ spread**2) - tau_mean**2)),
         null_share=float(wh @ pi),

@@ -441,3 +441,20 @@ def test_screen_reading_is_the_posterior_under_the_family_prior():
     got = screen_reading(1.5, 3.0).p_effect
     assert got == pytest.approx(np.mean(eff[near] > 0), abs=0.02)
     assert screen_reading(-1.0, 3.0).p_effect < 0.5 < screen_reading(1.0, 3.0).p_effect
+
+
+def test_compare_says_when_the_arms_moved_the_forecasts_noise():
+    from opsdctl.stats.compare import FORECAST_SD_MOVED
+
+    # six ideas seen once, far apart: the family's spread takes most of it, and the forecast's noise
+    # moves off the verdicts' s
+    far = [rec("baseline", 1, 54.0), rec("baseline", 2, 55.0)] + [
+        rec(f"idea{i}", 10 + i, y) for i, y in enumerate((63.0, 44.0, 62.0, 45.0, 61.5, 46.0))]
+    for runs, shown in ((far, True), (far[:4], None)):
+        r = build_report(runs, baseline="baseline", reference=REF)
+        fm, s = r["forecast_model"], r["noise"]["s"]
+        sd = math.sqrt(fm["train_var"] + fm["eval_var"])
+        moved = abs(sd / s - 1.0) >= FORECAST_SD_MOVED
+        assert shown is None or moved == shown
+        out = " ".join(render(r, width=250).split())
+        assert (f"The forecast's run-to-run sd is {sd:.2f}, not s = {s:.2f}" in out) == moved

@@ -300,8 +300,8 @@ def test_the_sigma_nodes_match_importance_sampling_of_the_model():
         logw += -0.5 * np.log(var / len(ys)) - 0.5 * (np.mean(ys) - b - d - theta[c]) ** 2 / (var / len(ys))
     w = np.exp(logw - logw.max())
     w /= w.sum()
-    # the what-ifs' noise: the estimate times sigma^2's posterior mean over its prior mean
-    assert post.noise.run_var == pytest.approx(s2 * (w @ var) / (nu * s2 / (nu - 2)), rel=0.03)
+    # the what-ifs' noise: 1 / E[1 / sigma^2], s^2 itself under the estimate's own posterior
+    assert post.noise.run_var == pytest.approx(1.0 / (w @ (1.0 / var)), rel=0.03)
     assert post.noise.run_var > 1.1 * s2  # the arms' scatter raised it
     f = post.forecasts()
     for c in range(len(runs)):
