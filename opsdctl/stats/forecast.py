@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -517,7 +517,7 @@ class _Setup:
     y0: Optional[tuple[float, float]]
     obs: list[Optional[tuple[float, float]]]
     level_prior: Optional[tuple[float, float]]
-    b_of: object
+    b_of: Callable[[np.ndarray], tuple]
 
 
 def _setup(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,
@@ -585,7 +585,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     top = max(float(p[3].max()) for p in parts)
     cols = {k: [] for k in ("w", "bm", "bv", "lv", "slab", "smean", "svar", "ov")}
     wh = np.zeros(fit_hyper.pi.size)
-    precision = np.zeros(2)  # the nodes' posterior and prior means of 1 / ratio (the posterior's unnormalised)
+    precision = np.zeros(2)  # E[1 / ratio] under the nodes' posterior (normalised below) and their prior
     for node, level, st, lw, per in parts:
         w = np.exp(lw - top)
         wh += w.sum(axis=1)
