@@ -12,6 +12,10 @@ three families of effects, each with the session's true sd and with the publishe
   one normal   half null, the rest N(-1.2, 2.8^2): the mix's non-null half as one normal (the
                forecast's slab until it took two sides, at its prior centre)
 
+And one more: the mix with the sd not known but integrated, as the forecast does it: sigma^2 under
+the published sd's scaled inverse chi^2 on 4 dof and the session's within-arm scatter, weighed by
+how well it explains every arm's mean under the mix (the level still known).
+
 Reports the worst decile gap of each, and of the forecast's own p_above_reference (what compare
 printed in those sessions), over all arms and each sd apart, next to the sampling floor (what
 exactly right probabilities would show on the same arms). Writes
@@ -77,6 +81,37 @@ def p_above(arm: dict, slab, sd: float) -> float:
     return decision._bayes(arm["runs"], arm["level"], sd, slab=slab, null=NULL_SHARE)[1]
 
 
+PUBLISHED_DOF = 4  # the published sd is a 5-run estimate
+SIGMA_GRID = np.exp(np.linspace(math.log(0.5), math.log(8.0), 121))
+
+
+def sigma_integrated(row: dict, slab=decision.MIX_SLAB) -> list[dict]:
+    """Every arm of one session with P(above) under the mix, sigma integrated: its prior the
+    published sd on PUBLISHED_DOF dof (a scaled inverse chi^2), times the within-arm scatter's
+    likelihood and each arm's mean's marginal under the mix and the known level."""
+    grid, mass = slab
+    s, lv = SIGMA_GRID, row["level"]
+    log_w = -(PUBLISHED_DOF + 1) * np.log(s) - PUBLISHED_DOF * PUBLISHED_SD**2 / (2 * s**2) + np.log(np.gradient(s))
+    per = []
+    for a in row["arms"]:
+        if a["name"] == "baseline" or not a["runs"]:
+            continue
+        ys = np.asarray(a["runs"], dtype=float)
+        se = s / math.sqrt(ys.size)
+        x = ys.mean() - lv
+        k0 = NULL_SHARE * np.exp(-0.5 * (x / se) ** 2) / se
+        ks = mass[None, :] * np.exp(-0.5 * ((x - grid[None, :]) / se[:, None]) ** 2) / se[:, None]
+        log_w += np.log(k0 + ks.sum(axis=1) + 1e-300) - (ys.size - 1) * np.log(s) - ((ys - ys.mean()) ** 2).sum() / (2 * s**2)
+        off = s * math.sqrt(2.0 / 5.0)  # the true baseline's draw and the 5 re-trains
+        above = (0.5 * k0 + (ks * norm.cdf(grid[None, :] / off[:, None])).sum(axis=1)) / (k0 + ks.sum(axis=1) + 1e-300)
+        per.append((a, above))
+    w = np.exp(log_w - log_w.max())
+    w /= w.sum()
+    out = [{"p_above": float(w @ above), "above": a["above"], "sigma": row["sigma"]} for a, above in per]
+    return out + [{"p_above": 0.5, "above": a["above"], "sigma": row["sigma"]}
+                  for a in row["arms"] if a["name"] == "baseline" or not a["runs"]]
+
+
 def study(rows: list[dict]) -> dict:
     arms = arms_of(rows)
     out = {"sessions": len(rows), "arms": len(arms), "families": {}}
@@ -88,6 +123,8 @@ def study(rows: list[dict]) -> dict:
             out["families"][f"{fam}, {sd_mode}"] = _judged(
                 [{"p_above": p_above(a, slab, a["sigma"] if sd_mode == "true sd" else PUBLISHED_SD),
                   "above": a["above"], "sigma": a["sigma"]} for a in arms])
+    out["families"][f"mix, sd integrated (published sd on {PUBLISHED_DOF} dof, weighed by the arms)"] = _judged(
+        [x for r in rows for x in sigma_integrated(r)])
     return out
 
 

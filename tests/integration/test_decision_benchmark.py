@@ -51,7 +51,7 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     shapes = json.loads((tmp_path / "calibration_shapes.json").read_text())
-    assert shapes["sessions"] == 3 and len(shapes["families"]) == 7
+    assert shapes["sessions"] == 3 and len(shapes["families"]) == 8
     assert set(shapes["families"]["one normal, published sd"]) == {"all", "sd 1.48", "sd 2.5"}
 
 

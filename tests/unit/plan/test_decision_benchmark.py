@@ -76,3 +76,48 @@ def test_the_sampling_floor_judges_only_deciles_the_benchmark_judges(decision):
     assert a["redraws"] == 4000 and abs(a["median"] - b["median"]) <= 2 / 400
     assert decision.calibration_floor([], seed=1)["median"] is None
     assert decision.calibration_floor(few, seed=1)["median"] is None
+
+
+@pytest.fixture(scope="module")
+def shapes(decision):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import calibration_shapes
+
+        yield calibration_shapes
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+def test_the_sd_integrated_posterior_is_the_integral_by_hand(decision, shapes):
+    # one session, two ideas: P(above) integrates sigma under the published sd's scaled inverse
+    # chi^2 on 4 dof times the within-arm scatter and both arms' marginals, against scipy's quad
+    from scipy import integrate
+
+    level = 55.0
+    row = {"sigma": 2.5, "level": level, "arms": [
+        {"name": "baseline", "runs": [], "above": True},
+        {"name": "a", "runs": [58.0, 56.5], "above": True},
+        {"name": "b", "runs": [51.0], "above": False}]}
+    got = {x["p_above"] for x in shapes.sigma_integrated(row)}
+    grid, mass = decision.MIX_SLAB
+
+    def marginal(ys, s):
+        se = s / math.sqrt(len(ys))
+        x = np.mean(ys) - level
+        k0 = decision.NULL * stats.norm.pdf(x, 0.0, se)
+        ks = mass * stats.norm.pdf(x, grid, se)
+        scatter = s ** -(len(ys) - 1) * math.exp(-((np.asarray(ys) - np.mean(ys)) ** 2).sum() / (2 * s * s))
+        return (k0 + ks.sum()) * scatter, decision._bayes(ys, level, s)[1]
+
+    def weight(s):  # the scaled inverse chi^2 on 4 dof at 1.48, as a density of s
+        return s ** -5 * math.exp(-4 * 1.48**2 / (2 * s * s))
+
+    def joint(s):
+        return weight(s) * marginal([58.0, 56.5], s)[0] * marginal([51.0], s)[0]
+
+    z = integrate.quad(joint, 0.3, 12.0, limit=200)[0]
+    for ys in ([58.0, 56.5], [51.0]):
+        want = integrate.quad(lambda s: joint(s) * marginal(ys, s)[1], 0.3, 12.0, limit=200)[0] / z
+        assert min(abs(g - want) for g in got) < 2e-3
+    assert 0.5 in got  # the baseline: its official mean against the published one is a coin flip
