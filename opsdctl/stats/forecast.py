@@ -260,9 +260,9 @@ class Posterior:
     def _components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each arm's predictive of its official mean as a normal mixture: (weights, means,
         variances), (arms, components); the official runs' own noise included. Equal components
-        are merged (with local baseline runs B's part is the same at every level and family
-        node: the baseline's whole mixture is one normal per noise node), and an arm with fewer
-        is padded with weight 0: the quantile search passes over all of them a dozen times."""
+        are merged (with local baseline runs B's part is the same at every level and family node,
+        and a side's update depends on the family's scale but not on its shares), and an arm with
+        fewer is padded with weight 0: the quantile search passes over all of them a dozen times."""
         mx = self.mixture
         w, bm, bv = mx.weight, mx.b_mean, mx.b_var + mx.official_var
         k = mx.slab.shape[2]
@@ -318,12 +318,13 @@ class Posterior:
             return np.ones(1)
         mx = self.mixture
         rng = np.random.default_rng(seed)
-        cum = np.cumsum(mx.weight)
         off = np.sqrt(mx.official_var)
         wins = np.zeros(k, dtype=np.int64)
+        # how many draws each node gets (one multinomial: no search per draw), then the draws node by node
+        nodes = np.repeat(np.arange(mx.weight.size), rng.multinomial(draws, mx.weight / mx.weight.sum()))
         for start in range(0, draws, BEST_CHUNK):
-            n = min(BEST_CHUNK, draws - start)
-            node = np.minimum(np.searchsorted(cum, rng.random(n) * cum[-1]), mx.weight.size - 1)
+            node = nodes[start:start + BEST_CHUNK]
+            n = node.size
             x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(n))[:, None] \
                 + off[node][:, None] * rng.standard_normal((n, k))
             # each candidate's part: side j when the uniform falls in [P(sides < j), P(sides <= j)),
@@ -430,10 +431,15 @@ def _nodes(level: np.ndarray, y0: Optional[tuple[float, float]], level_prior: Op
         lw = lw + _log_norm(y0[0] - level, np.array(y0[1]))[None, :]
     if level_prior is not None:
         lw = lw + _log_norm(level - level_prior[0], np.array(level_prior[1]))[None, :]
-    # (hyper, 1, sides): each side's prior share of all ideas, mean and variance at the node's scale
+    # (hyper, 1, sides): each side's prior share of all ideas, mean and variance at the node's scale.
+    # A side's likelihood and update depend on the scale alone: computed once per scale (the shares'
+    # nodes repeat every scale 40 times) and indexed out to the hyper nodes
     share = ((1.0 - hyper.pi)[:, None] * hyper.shares)[:, None, :]
-    mu = (hyper.scale[:, None] * family._means()[None, :])[:, None, :]
-    t2 = ((hyper.scale[:, None] * family._sds()[None, :]) ** 2)[:, None, :]
+    scales, at = np.unique(hyper.scale, return_inverse=True)
+    at = at.ravel()
+    mu_k = (scales[:, None] * family._means()[None, :])[:, None, :]
+    t2_k = ((scales[:, None] * family._sds()[None, :]) ** 2)[:, None, :]
+    mu, t2 = mu_k[at], t2_k[at]
     shape = lw.shape + (share.shape[2],)
     slab, smean, svar = [], [], []
     with np.errstate(divide="ignore"):
@@ -447,13 +453,13 @@ def _nodes(level: np.ndarray, y0: Optional[tuple[float, float]], level_prior: Op
         y, r = ob
         e = y - level[None, :]
         a = l_null + _log_norm(e, np.array(r))
-        b = l_side + _log_norm(e[:, :, None] - mu, t2 + r)
+        b = l_side + _log_norm(e[:, :, None] - mu_k, t2_k + r)[at]
         tot = np.logaddexp(a, np.logaddexp.reduce(b, axis=2))
         lw = lw + tot
         slab.append(np.exp(b - tot[:, :, None]))
-        k = t2 / (t2 + r)
-        smean.append(mu + k * (e[:, :, None] - mu))
-        svar.append(np.broadcast_to(k * r, shape))
+        k = t2_k / (t2_k + r)
+        smean.append((mu_k + k * (e[:, :, None] - mu_k))[at])
+        svar.append(np.broadcast_to((k * r)[at], shape))
     return lw, {"slab": slab, "mean": smean, "var": svar}
 
 
