@@ -325,7 +325,9 @@ class OPSDTrainer:
         self.memory.close()
         self.backend.close()
         # accelerate's own teardown destroys the process group: left to the interpreter's exit,
-        # gloo's threads can abort a finished run ("terminate called without an active exception")
+        # gloo's threads can abort a finished run ("terminate called without an active exception");
+        # the barrier first, so no process tears down while another is still in a collective
+        self.acc.wait_for_everyone()
         self.acc.end_training()
         return result
 
