@@ -89,21 +89,16 @@ def sigma_integrated(row: dict, slab=decision.MIX_SLAB) -> list[dict]:
     """Every arm of one session with P(above) under the mix, sigma integrated: its prior the
     published sd on PUBLISHED_DOF dof (a scaled inverse chi^2), times the within-arm scatter's
     likelihood and each arm's mean's marginal under the mix and the known level."""
-    grid, mass = slab
-    s, lv = SIGMA_GRID, row["level"]
+    s = SIGMA_GRID
     log_w = -(PUBLISHED_DOF + 1) * np.log(s) - PUBLISHED_DOF * PUBLISHED_SD**2 / (2 * s**2) + np.log(np.gradient(s))
     per = []
     for a in row["arms"]:
         if a["name"] == "baseline" or not a["runs"]:
             continue
         ys = np.asarray(a["runs"], dtype=float)
-        se = s / math.sqrt(ys.size)
-        x = ys.mean() - lv
-        k0 = NULL_SHARE * np.exp(-0.5 * (x / se) ** 2) / se
-        ks = mass[None, :] * np.exp(-0.5 * ((x - grid[None, :]) / se[:, None]) ** 2) / se[:, None]
-        log_w += np.log(k0 + ks.sum(axis=1) + 1e-300) - (ys.size - 1) * np.log(s) - ((ys - ys.mean()) ** 2).sum() / (2 * s**2)
-        off = s * math.sqrt(2.0 / 5.0)  # the true baseline's draw and the 5 re-trains
-        above = (0.5 * k0 + (ks * norm.cdf(grid[None, :] / off[:, None])).sum(axis=1)) / (k0 + ks.sum(axis=1) + 1e-300)
+        density, _, above = decision.mix_terms(ys, row["level"], s, slab, NULL_SHARE)
+        scatter = -(ys.size - 1) * np.log(s) - ((ys - ys.mean()) ** 2).sum() / (2 * s**2)
+        log_w += np.log(density + 1e-300) + scatter
         per.append((a, above))
     w = np.exp(log_w - log_w.max())
     w /= w.sum()

@@ -79,24 +79,36 @@ MIX_SLAB = mix_slab()
 NULL = 0.5  # draw_effects' share of ideas that do nothing
 
 
-def _bayes(ys, level: float, sigma: float, slab: tuple[np.ndarray, np.ndarray] = MIX_SLAB,
-           null: float = NULL) -> tuple[float, float]:
-    """One idea's exact posterior when the local baseline level `level` and the run sd `sigma` are
-    known and its effect is 0 with probability `null`, else on slab's grid with its mass (default:
-    the benchmark's own mix): (its mean effect, P(its official 5-run mean is above the published
-    mean)). The official mean minus the published one is the effect plus N(0, 2 sigma^2 / 5): the
-    true baseline's draw around the published figure and the 5 re-trains' own noise."""
+def mix_terms(ys, level: float, sigmas, slab: tuple[np.ndarray, np.ndarray] = MIX_SLAB,
+              null: float = NULL) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One idea's exact posterior at each run sd in `sigmas`, the local baseline level `level`
+    known, its effect 0 with probability `null`, else on slab's grid with its mass (default: the
+    benchmark's own mix): (the density of its local mean, which sds compare by; its posterior mean
+    effect; P(its official 5-run mean is above the published mean)), each an array over `sigmas`
+    (the mean 0 and P 0.5 where no node explains the runs). The official mean minus the published
+    one is the effect plus N(0, 2 sigma^2 / 5): the true baseline's draw around the published figure
+    and the 5 re-trains' own noise."""
     ys = np.asarray(ys, dtype=float)
     grid, mass = slab
-    se = sigma / math.sqrt(ys.size)
-    like = lambda d: np.exp(-0.5 * ((ys.mean() - level - d) / se) ** 2)  # noqa: E731
-    w0, ws = null * like(0.0), mass * like(grid)
-    z = w0 + ws.sum()
-    if z == 0.0:
-        return 0.0, 0.5
-    m = float(ws @ grid / z)
-    p = float((0.5 * w0 + ws @ ndtr(grid / (sigma * math.sqrt(2.0 / 5.0)))) / z)
-    return m, p
+    s = np.atleast_1d(np.asarray(sigmas, dtype=float))
+    se = (s / math.sqrt(ys.size))[:, None]
+    x = ys.mean() - level
+    w0 = null * np.exp(-0.5 * (x / se[:, 0]) ** 2)
+    ws = mass[None, :] * np.exp(-0.5 * ((x - grid[None, :]) / se) ** 2)
+    z = w0 + ws.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m = np.where(z > 0, ws @ grid / z, 0.0)
+        p = np.where(z > 0, (0.5 * w0 + (ws * ndtr(grid[None, :] / (s[:, None] * math.sqrt(2.0 / 5.0)))).sum(axis=1)) / z,
+                     0.5)
+    return z / (se[:, 0] * math.sqrt(2.0 * math.pi)), m, p
+
+
+def _bayes(ys, level: float, sigma: float, slab: tuple[np.ndarray, np.ndarray] = MIX_SLAB,
+           null: float = NULL) -> tuple[float, float]:
+    """mix_terms at one sd: (the idea's posterior mean effect, P(its official 5-run mean is above
+    the published mean))."""
+    _, m, p = mix_terms(ys, level, sigma, slab, null)
+    return float(m[0]), float(p[0])
 
 
 def _oracle_rule(report, baseline_mean: float, sigma: float) -> str:
