@@ -198,9 +198,6 @@ def _minutes(chains: int | None, chain_minutes: float | None, minutes_left: floa
     return _f(need), (None if minutes_left is None else bool(need <= minutes_left))
 
 
-FORECAST_SD_MOVED = 0.05  # compare says so when the forecast's noise moved this far (relative) from s
-
-
 def forecast_noise(s2: float | None, v_eval: float | None, nu: float | None = None) -> forecast.NoiseParts | None:
     """The run-to-run variance for the forecast, split into its training part and one full eval's
     sampling part (no counts: all of it counts as training), with the dof of the pooled s^2: the
@@ -524,6 +521,9 @@ def _forecast_model(post: forecast.Posterior | None, reference: Reference | None
         spread_prior=round(forecast.FamilyPrior().spread, 2), train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
         reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
         arms=tuple(post.names), interval=forecast.INTERVAL)
+
+
+FORECAST_SD_MOVED = 0.05  # compare says so when the forecast's noise moved this far (relative) from s
 
 
 def _forecast_sd(fm: rp.ForecastModel, s: float | None) -> str | None:

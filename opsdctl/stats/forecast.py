@@ -46,8 +46,9 @@ Computation: given sigma, the hyperparameters (pi, rho, k) and the local baselin
 the candidates are independent and each one's posterior is a three-part mixture in closed form; B
 given L is normal. So the posterior is exact on a grid of nodes: sigma (a log rule under its
 estimate's scaled inverse chi^2), hyperparameters (midpoint and log rules under their priors)
-times L (an equally spaced grid refined around its posterior: a trapezoid rule). `Posterior.mixture` keeps the nodes; the forecasts come from it;
-`Posterior.mean` / `cov` are its first two moments, the Gaussian the knowledge gradient uses.
+times L (an equally spaced grid refined around its posterior: a trapezoid rule).
+`Posterior.mixture` keeps the nodes; the forecasts come from it; `Posterior.mean` / `cov` are its
+first two moments, the Gaussian the knowledge gradient uses.
 """
 
 from __future__ import annotations
@@ -504,12 +505,14 @@ def _merged(w: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np
     return np.bincount(np.cumsum(first) - 1, weights=w), m[first], v[first]
 
 
-def _moved(noise: NoiseParts, factor: float) -> NoiseParts:
+def _moved(noise: NoiseParts, nodes: Sequence[SigmaNode], posterior: np.ndarray) -> NoiseParts:
     """The estimate as the arms moved it: its run variance times the nodes' prior mean of 1 / ratio
     over their posterior mean (1 without candidates: s^2 is 1 / E[1 / sigma^2] under its own
     posterior); the what-ifs (after_runs) and the Gaussian summary use it. Not sigma^2's posterior
     mean: on a few dof that is mostly its heavy tail, and any evidence that trims it reads as less
-    noise."""
+    noise. `posterior`: the nodes' posterior weights."""
+    inverse = np.array([1.0 / n.ratio for n in nodes])
+    factor = float(np.exp([n.log_weight for n in nodes]) @ inverse / (posterior @ inverse))
     if factor == 1.0:
         return noise
     return NoiseParts(max(0.0, factor * noise.run_var - noise.eval_var), noise.eval_var, noise.dof)
@@ -591,11 +594,11 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     top = max(float(p[3].max()) for p in parts)
     cols = {k: [] for k in ("w", "bm", "bv", "lv", "slab", "smean", "svar", "ov")}
     wh = np.zeros(fit_hyper.pi.size)
-    precision = np.zeros(2)  # E[1 / ratio] under the nodes' posterior (normalised below) and their prior
+    mass = []  # each noise node's posterior mass
     for node, level, st, lw, per in parts:
         w = np.exp(lw - top)
         wh += w.sum(axis=1)
-        precision += (w.sum() / node.ratio, math.exp(node.log_weight) / node.ratio)
+        mass.append(w.sum())
         shape = w.shape
         flat = lambda a: np.broadcast_to(a, shape).ravel()  # noqa: E731
         by_side = lambda a: np.broadcast_to(a, shape + (sides,)).reshape(-1, sides)  # noqa: E731
@@ -609,7 +612,6 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
             cols[key].append(np.stack([by_side(x) for x in per[src]], axis=1) if n_cand
                              else np.zeros((w.size, 0, sides)))
     w, bm, bv, lv, ov = (np.concatenate(cols[k]) for k in ("w", "bm", "bv", "lv", "ov"))
-    precision[0] /= w.sum()
     slab, smean, svar = (np.concatenate(cols[k]) for k in ("slab", "smean", "svar"))
     w = w / w.sum()
     # the nodes that carry all but KEEP_TAIL of the mass
@@ -648,7 +650,7 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         state_mean=mean,
         state_cov=cov,
         mixture=mix,
-        noise=_moved(noise, float(precision[1] / precision[0])),
+        noise=_moved(noise, nodes, np.array(mass) / sum(mass)),
         spread=tau_mean,
         spread_sd=math.sqrt(max(0.0, float(wh @ spread**2) - tau_mean**2)),
         null_share=float(wh @ pi),
