@@ -18,7 +18,8 @@ one such mean); the six conditions take turns. On compare's final report, three 
               the arm with the highest forecast official mean, baseline included
 
 Figures per rule: the submission's true official mean minus the baseline's (mean, 5th
-percentile), regret against the best arm tried (baseline included), P(worse than the baseline by
+percentile), regret against the best arm tried (baseline included) and against the best idea queued
+(tried or not; beside the replaced pipeline when decision_today.py ran first), P(worse than the baseline by
 more than 1 point). For the forecast: coverage of its 80% interval and calibration of
 p_above_reference by decile, against each arm's drawn official 5-run mean (the quantity the
 forecast predicts). Goals: regret >= 30% below the P(beat) rule; P(worse by > 1) <= 5%; coverage
@@ -157,10 +158,12 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
                          "p_above_bayes": _bayes(runs[name], true_base + offset, sigma)[1] if name in runs else 0.5,
                          "official": official, "above": official > BASE_MEAN})
     best = max(true[n] for n in tried)
+    queued = max((0.0, *effects))  # the best the user had: every idea queued, tried or not
     return {"i": i, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
             "chains": res.succeeded,
             "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
-            "regret": {r: best - true[p] for r, p in picks.items()}, "arms": arms}
+            "regret": {r: best - true[p] for r, p in picks.items()},
+            "regret_queued": {r: queued - true[p] for r, p in picks.items()}, "arms": arms}
 
 
 MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged
@@ -217,6 +220,7 @@ def summarize(rows: list[dict]) -> dict:
         out["rules"][r] = {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
                            "regret_mean": round(float(reg.mean()), 4),
                            "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
+                           "regret_queued_mean": round(float(np.mean([x["regret_queued"][r] for x in rows])), 4),
                            "p_worse_1": round(float(np.mean(g < -1.0)), 4),
                            "baseline_picked": round(float(np.mean([x["picks"][r] == "baseline" for x in rows])), 4)}
     base = out["rules"]["P(beat)"]["regret_mean"]
@@ -257,15 +261,27 @@ def markdown(doc: dict) -> str:
              "(adaptive policy with --auto-repeat: `opsdctl advise`'s ranking)."
              + (" Diagnostic run: the config's published sd is each session's true sd, so the sd 2.5 conditions "
                 "have the right prior." if doc.get("right_prior") else ""), "",
-             "| rule | true official gain over baseline: mean | 5th pct | regret vs best tried | P(worse by > 1) | baseline submitted |",
-             "|---|---|---|---|---|---|"]
+             "| rule | true official gain over baseline: mean | 5th pct | regret vs best tried | vs best queued "
+             "| P(worse by > 1) | baseline submitted |",
+             "|---|---|---|---|---|---|---|"]
     for r in RULES:
         x = s["rules"][r]
         lines.append(f"| {r} | {x['gain_mean']:+.2f} | {x['gain_p5']:+.2f} | {x['regret_mean']:.2f} ± {x['regret_se'] or 0:.2f} "
-                     f"| {100 * x['p_worse_1']:.1f}% | {100 * x['baseline_picked']:.0f}% |")
-    lines += ["", f"Regret of the forecast rule vs the P(beat) rule: {100 * s['regret_cut_vs_pbeat']:.0f}% lower "
-              f"(goal: >= 30%); the oracle's, the floor for any rule on these data: "
-              f"{100 * s['oracle_regret_cut_vs_pbeat']:.0f}% lower." if s["regret_cut_vs_pbeat"] is not None else "",
+                     f"| {x['regret_queued_mean']:.2f} | {100 * x['p_worse_1']:.1f}% | {100 * x['baseline_picked']:.0f}% |")
+    lines += ["", f"Regret of the forecast rule vs the P(beat) rule on the same sessions (the rule alone): "
+              f"{100 * s['regret_cut_vs_pbeat']:.0f}% lower (goal: >= 30%); the oracle's, the floor for any rule on "
+              f"these data: {100 * s['oracle_regret_cut_vs_pbeat']:.0f}% lower." if s["regret_cut_vs_pbeat"] is not None else ""]
+    today = doc.get("today")
+    if today is not None:
+        new, old = s["rules"]["forecast"], today["rules"]["P(beat)"]
+        cut = 1.0 - new["regret_queued_mean"] / old["regret_queued_mean"] if old["regret_queued_mean"] > 0 else None
+        lines += ["", f"Against the pipeline it replaces (`{today['command']}`: the same {today['sessions']} sessions' "
+                  f"ideas under commit {today['policy_commit']}'s verdict-driven policy and its P(beat) export, "
+                  f"{today['ideas_tried_per_session']} ideas tried a session): the submission's true gain "
+                  f"{old['gain_mean']:+.2f} -> {new['gain_mean']:+.2f}; regret vs the best idea queued (tried or not) "
+                  f"{old['regret_queued_mean']:.2f} -> {new['regret_queued_mean']:.2f}"
+                  + (f", {100 * cut:.0f}% lower (goal: >= 30%)." if cut is not None else ".")]
+    lines += [
               f"80% forecast interval coverage of the drawn official 5-run mean: {100 * s['coverage80_all_arms']:.1f}% "
               f"of all arms, {100 * s['coverage80_submission']:.1f}% of the submitted one (goal 75-85%).", "",
               "Calibration of p_above_reference (all arms), and of the exact posterior that knows the benchmark's "
@@ -324,6 +340,11 @@ def main(argv=None) -> int:
            + (" --right-prior" if args.right_prior else ""), "right_prior": args.right_prior,
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
            "summary": summarize(rows)}
+    today = args.out / "decision_today.json"  # the replaced pipeline on the same sessions, when measured
+    if not args.right_prior and today.exists():
+        t = json.loads(today.read_text())
+        if t.get("sessions") == args.sessions and t.get("seed", 0) == args.seed and "regret_queued_mean" in t["rules"]["P(beat)"]:
+            doc["today"] = t
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "decision_right_prior" if args.right_prior else "decision"
     (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,11 +1,12 @@
 """The sessions of benchmarks/decision.py under the adaptive policy as it stood before `advise`
 (commit 90d2cd5: chains allocated to settle the most verdicts) with that day's P(beat) export rule.
 
-    python benchmarks/decision_today.py [--sessions 1200]    # ~5 min on 2 cores
+    python benchmarks/decision_today.py [--sessions 1000]    # ~2 min on 2 cores
 
 The same seeds, the same idea draws, sd and offsets as decision.py; the policy's code comes from
 `git archive 90d2cd5` into a temporary directory (its simulator kept the final report only in a
-local variable: one line is added to keep it). Writes benchmarks/results/decision_today.json.
+local variable: one line is added to keep it). Writes benchmarks/results/decision_today.json,
+which decision.py (run after it, same sessions) sets beside its own figures.
 """
 
 from __future__ import annotations
@@ -46,15 +47,17 @@ def one(i: int, seed: int = 0) -> dict:
     res = simulate_session("adaptive", seed * 1_000_003 + i, effects=effects, world=w, offset=offset)
     true = {BASELINE: 0.0, **{n: e for n, (_, e) in res.verdicts.items()}}
     best = max(true.values())
+    queued = max((0.0, *effects))  # the best idea the user queued, tried or not
     rep = _typed(res.report)
     picks = {"P(beat)": decision._pbeat_rule(rep), "local mean": decision._local_mean_rule(rep)}
     return {"tried": len(true) - 1, "chains": res.succeeded,
-            "gain": {r: true[p] for r, p in picks.items()}, "regret": {r: best - true[p] for r, p in picks.items()}}
+            "gain": {r: true[p] for r, p in picks.items()}, "regret": {r: best - true[p] for r, p in picks.items()},
+            "regret_queued": {r: queued - true[p] for r, p in picks.items()}}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=1200)
+    ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
     t0 = time.time()
@@ -78,9 +81,10 @@ def main(argv=None) -> int:
         rules[r] = {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
                     "regret_mean": round(float(reg.mean()), 4),
                     "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
+                    "regret_queued_mean": round(float(np.mean([x["regret_queued"][r] for x in rows])), 4),
                     "p_worse_1": round(float(np.mean(g < -1.0)), 4)}
-    doc = {"command": "python benchmarks/decision_today.py" + ("" if args.sessions == 1200 else f" --sessions {args.sessions}"),
-           "policy_commit": TODAY, "seconds": round(time.time() - t0, 1), "sessions": args.sessions,
+    doc = {"command": "python benchmarks/decision_today.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}"),
+           "policy_commit": TODAY, "seed": 0, "seconds": round(time.time() - t0, 1), "sessions": args.sessions,
            "chains_per_session": round(float(np.mean([x["chains"] for x in rows])), 2),
            "ideas_tried_per_session": round(float(np.mean([x["tried"] for x in rows])), 2), "rules": rules}
     args.out.mkdir(parents=True, exist_ok=True)

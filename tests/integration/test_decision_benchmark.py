@@ -11,6 +11,12 @@ from conftest import REPO
 
 
 def test_five_sessions_make_the_document(tmp_path):
+    # the replaced pipeline first (commit 90d2cd5's policy from git archive), on the same sessions
+    today = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision_today.py"), "--sessions", "5",
+                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert today.returncode == 0, today.stderr
+    old = json.loads((tmp_path / "decision_today.json").read_text())
+    assert old["sessions"] == 5 and old["rules"]["P(beat)"]["regret_queued_mean"] >= old["rules"]["P(beat)"]["regret_mean"]
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "5", "--processes", "1",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -19,12 +25,23 @@ def test_five_sessions_make_the_document(tmp_path):
     assert s["sessions"] == 5 and set(s["rules"]) == {"P(beat)", "local mean", "forecast", "oracle"}
     for r in s["rules"].values():
         assert {"gain_mean", "gain_p5", "regret_mean", "p_worse_1", "baseline_picked"} <= set(r)
-        assert r["regret_mean"] >= 0.0 and 0.0 <= r["p_worse_1"] <= 1.0
+        assert r["regret_queued_mean"] >= r["regret_mean"] >= 0.0 and 0.0 <= r["p_worse_1"] <= 1.0
     assert [d["decile"] for d in s["calibration"]][::9] == ["0.0-0.1", "0.9-1.0"]
     assert sum(d["n"] for d in s["calibration"]) > 0 and 0.0 <= s["coverage80_all_arms"] <= 1.0
     assert len(s["by_condition"]) == 5  # six conditions take turns: five sessions reach five of them
     md = (tmp_path / "decision.md").read_text()
     assert "| forecast |" in md and "Calibration of p_above_reference" in md
+    assert doc["today"]["sessions"] == 5 and "Against the pipeline it replaces" in md
+
+
+def test_a_replaced_pipeline_of_other_sessions_is_not_set_beside(tmp_path):
+    (tmp_path / "decision_today.json").write_text(json.dumps({"sessions": 1000, "seed": 0, "rules": {
+        "P(beat)": {"gain_mean": 0.8, "regret_queued_mean": 1.0}}}))
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "2", "--processes", "1",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "today" not in json.loads((tmp_path / "decision.json").read_text())
+    assert "Against the pipeline" not in (tmp_path / "decision.md").read_text()
 
 
 def test_the_right_prior_diagnostic_writes_its_own_files(tmp_path):
