@@ -363,16 +363,14 @@ _VERDICT_OF_CODE = {CODE_BETTER: BETTER, CODE_WORSE: WORSE, CODE_UNDECIDED: UNDE
 def verdict_code(delta, se, nu, level: float):
     """The verdict rule as a code: 1 (better) if delta / SE >= t_{1-level, nu}, i.e. P(beat) >= 1 -
     level; -1 (worse) if <= -t; else 0 (undecided, also without a test: nu <= 0 or level 0).
-    SE = 0 reads as delta's sign. delta, se and nu may be arrays over studies (stats.operating;
-    nu is fractional there: the prior's weighted dof); an int for floats."""
-    delta, se, nu = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu))
-    shape = np.broadcast_shapes(delta.shape, se.shape, nu.shape)
-    if level <= 0.0:
-        return CODE_UNDECIDED if shape == () else np.zeros(shape, dtype=int)
-    ok = nu > 0
+    SE = 0 reads as delta's sign. delta, se, nu and level may be arrays over studies
+    (stats.operating; nu is fractional there: the prior's weighted dof) or over run counts
+    (Arms.settles_after); an int for floats."""
+    delta, se, nu, level = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu, level))
+    ok = (nu > 0) & (level > 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = delta / se  # SE = 0: +-inf (better / worse) or NaN (undecided)
-        c = upper_t(level, np.where(ok, nu, 1.0))
+        c = upper_t(np.where(level > 0.0, level, 0.5), np.where(ok, nu, 1.0))
     code = np.where(ok & (z >= c), CODE_BETTER, np.where(ok & (z <= -c), CODE_WORSE, CODE_UNDECIDED))
     return int(code) if code.ndim == 0 else code
 
@@ -419,6 +417,24 @@ class Arms:
         lvl = look_level(self.n_v + self.n_b, self.m, self.local_dof, self.alpha)
         return se is not None and verdict_code(abs(effect), se, self.nu, lvl) == CODE_BETTER
 
+    def settles_after(self, effect: float, r: np.ndarray, both: bool = False) -> np.ndarray:
+        """with_runs(r, r if both else 0).settles(effect) for every r >= 1 of the array at once (the
+        runs-needed search asks a hundred of them per candidate per report): the same functions
+        on arrays over r, element by element what the scalar calls give."""
+        r = np.asarray(r, dtype=int)
+        n_v, n_b = self.n_v + r, self.n_b + (r if both else 0)
+        new = (r - (self.n_v == 0)) + ((r - (self.n_b == 0)) if both else 0)
+        nu, local_dof = self.nu + new, self.local_dof + new
+        s2 = self.s**2
+        if both:
+            vb = np.array([baseline_var(s2, int(b), self.ref_n, self.offset_sd, self.use_ref) for b in n_b])
+        else:
+            vb = baseline_var(s2, self.n_b, self.ref_n, self.offset_sd, self.use_ref)
+            if vb is None:
+                return np.zeros(r.shape, dtype=bool)
+        lvl = np.array([look_level(int(j), self.m, int(d), self.alpha) for j, d in zip(n_v + n_b, local_dof)])
+        return verdict_code(abs(effect), se_delta(s2, n_v, vb), nu, lvl) == CODE_BETTER
+
 
 @dataclass(frozen=True)
 class RuleRunsNeeded:
@@ -441,13 +457,12 @@ def rule_runs_needed(delta: float | None, arms: Arms | None, limit: int = MAX_RU
         return RuleRunsNeeded(None)
     if arms.settles(delta):
         return RuleRunsNeeded(None)
-    for r in range(1, limit + 1):
-        if arms.with_runs(r, 0).settles(delta):
-            return RuleRunsNeeded(r)
-    for r in range(1, limit + 1):
-        if arms.with_runs(r, r).settles(delta):
-            return RuleRunsNeeded(None, True, r)
-    return RuleRunsNeeded(None, True, None)
+    r = np.arange(1, limit + 1)
+    first = np.flatnonzero(arms.settles_after(delta, r))
+    if first.size:
+        return RuleRunsNeeded(int(r[first[0]]))
+    first = np.flatnonzero(arms.settles_after(delta, r, both=True))
+    return RuleRunsNeeded(None, True, int(r[first[0]]) if first.size else None)
 
 
 # ---------------------------------------------------------------- noise split

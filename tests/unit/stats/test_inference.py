@@ -260,6 +260,30 @@ def test_rule_runs_needed_is_the_first_r_that_settles():
     assert stats.rule_runs_needed(0.0, ref_only).extra is None
 
 
+def test_the_runs_needed_search_on_arrays_is_the_scalar_search():
+    """rule_runs_needed asks Arms.settles_after for every r at once; each element must be what
+    with_runs(r, .).settles gives, and the search what a plain loop over r finds."""
+    rng = np.random.default_rng(11)
+    r = np.arange(1, stats.MAX_RULE_RUNS + 1)
+    for _ in range(60):
+        n_v, n_b = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+        use_ref = bool(rng.integers(0, 2)) or n_b == 0
+        local = max(0, n_v - 1) + max(0, n_b - 1)
+        arms = stats.Arms(float(rng.uniform(0.8, 3.0)), n_v, n_b, local + int(rng.integers(0, 5)), local,
+                          int(rng.integers(1, 7)), 5 if use_ref else None, float(rng.uniform(0.0, 1.5)), use_ref)
+        delta = float(rng.choice([-1, 1]) * rng.uniform(0.3, 5.0))
+        for both in (False, True):
+            want = [arms.with_runs(int(k), int(k) if both else 0).settles(delta) for k in r]
+            assert arms.settles_after(delta, r, both).tolist() == want
+        loop = next((k for k in range(1, stats.MAX_RULE_RUNS + 1) if arms.with_runs(k, 0).settles(delta)), None)
+        both = next((k for k in range(1, stats.MAX_RULE_RUNS + 1) if arms.with_runs(k, k).settles(delta)), None)
+        got = stats.rule_runs_needed(delta, arms)
+        if arms.settles(delta):
+            assert got == stats.RuleRunsNeeded(None)
+        else:
+            assert got == (stats.RuleRunsNeeded(loop) if loop else stats.RuleRunsNeeded(None, True, both))
+
+
 def test_the_array_path_is_the_scalar_path_element_by_element():
     """stats.operating calls the rule's functions on arrays over studies; each element must be what
     the scalar call (build_report's) gives, bit for bit."""
@@ -293,3 +317,7 @@ def test_the_array_path_is_the_scalar_path_element_by_element():
         scalar = [stats.rule_verdict(float(d), float(e), float(n), level) for d, e, n in zip(delta, se, nu)]
         assert [names[c] for c in codes] == scalar
         assert level == 0.0 or {"better", "worse", "undecided"} == set(scalar)
+    levels = rng.choice([0.0, 0.01, 0.2], delta.size)  # a level per element (one per look)
+    codes = stats.verdict_code(delta, se, nu, levels)
+    assert [names[c] for c in codes] == [stats.rule_verdict(float(d), float(e), float(n), float(lv))
+                                         for d, e, n, lv in zip(delta, se, nu, levels)]
