@@ -622,7 +622,7 @@ def run_benchmark(sessions: int = 200, seed: int = 0, hours: float = 6.0,
 def markdown(doc: dict) -> str:
     st = doc["setup"]
     lines = [
-        f"Simulated {st['sessions']} sessions per policy ({st['hours']:g} h, {st['gpus']} GPUs, seeds "
+        f"Simulated {st['sessions']} session{'s' if st['sessions'] != 1 else ''} per policy ({st['hours']:g} h, {st['gpus']} GPUs, seeds "
         f"{st['seed']}..{st['seed'] + st['sessions'] - 1}); true effects {', '.join(f'{e:+g}' for e in st['effects'])} "
         f"points vs the reference {st['baseline_reference']['mean']} (sd {st['sigma_run_to_run']}, n = "
         f"{st['baseline_reference']['n']}); train {st['train_min'][0]:g}-{st['train_min'][1]:g} min, eval "

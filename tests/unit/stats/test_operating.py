@@ -32,7 +32,7 @@ def _report_codes(base, cands, ref):
 ])
 def test_vectorised_rule_is_build_reports(n_b, n_vs, sigma, offset, ref):
     rng = np.random.default_rng(n_b * 10 + len(n_vs))
-    studies = 60  # each study is a whole compare report (its forecast included): 480 in all
+    studies = 40  # each study is a whole compare report (its forecast included): 320 in all
     mu = 54.22 + offset
     base = rng.normal(mu, sigma, (studies, n_b))
     cands = [rng.normal(mu + e, sigma, (studies, n)) for e, n in zip((3.0, -2.5, 0.0), n_vs)]
