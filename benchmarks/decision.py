@@ -280,7 +280,7 @@ def markdown(doc: dict) -> str:
                   f"{today['ideas_tried_per_session']} ideas tried a session): the submission's true gain "
                   f"{old['gain_mean']:+.2f} -> {new['gain_mean']:+.2f}; regret vs the best idea queued (tried or not) "
                   f"{old['regret_queued_mean']:.2f} -> {new['regret_queued_mean']:.2f}"
-                  + (f", {100 * cut:.0f}% lower (goal: >= 30%)." if cut is not None else ".")]
+                  + (f", {100 * cut:.0f}% lower (goal: >= 30%)." if cut is not None else "."), ""]
     lines += [
               f"80% forecast interval coverage of the drawn official 5-run mean: {100 * s['coverage80_all_arms']:.1f}% "
               f"of all arms, {100 * s['coverage80_submission']:.1f}% of the submitted one (goal 75-85%).", "",
