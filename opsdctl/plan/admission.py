@@ -18,6 +18,9 @@ from typing import Optional
 
 
 def minutes_text(seconds: float) -> str:
+    """A stage-sized duration: seconds under a minute (a demo's stages take a few), else minutes."""
+    if seconds < 59.5:
+        return f"{max(0.0, seconds):.0f} s"
     m = seconds / 60.0
     if m < 10:
         return f"{m:.1f} min".replace(".0 min", " min")

@@ -54,5 +54,5 @@ def test_worker_skips_an_eval_that_would_be_cut(ws, monkeypatch):
     Worker(cfg, store, drain=True, report=msgs.append).run()
     state, reason = ws.sql("select state, reason from chain where id = 1")[0]
     assert state == "skipped", msgs
-    assert reason.startswith("eval: eval needs ~0.2 min, ") and reason.endswith("min left")
+    assert reason.startswith("eval: eval needs ~15 s, ") and reason.endswith(" left")
     assert ws.sql("select name, state from stage where chain_id = 1") == [("train", "succeeded")]

@@ -23,7 +23,8 @@ def test_fit_reasons():
     assert not admit_chain(19 * MIN, 27 * MIN, 45.9 * MIN).ok
     assert admit_chain(19 * MIN, 27 * MIN, None).ok  # no budget: everything fits
     assert admit_eval(27 * MIN, 20 * MIN).reason == "eval needs ~27 min, 20 min left"
-    assert fits(100, -50).reason == "needs ~1.7 min, 0 min left"
+    assert fits(100, -50).reason == "needs ~1.7 min, 0 s left"
+    assert fits(40, 12).reason == "needs ~40 s, 12 s left" and fits(30, 90).ok
     assert minutes_text(6 * MIN) == "6 min"
 
 
