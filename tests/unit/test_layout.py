@@ -24,6 +24,7 @@ moved into docs/ is reachable from it by a link that resolves.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from pathlib import Path
 
@@ -294,6 +295,29 @@ def test_the_readme_test_command_is_what_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     command = next(line for line in readme.splitlines() if line.endswith("python -m pytest -q"))
     assert command in ci
+
+
+def test_the_readmes_figures_are_the_committed_benchmarks():
+    """Each figure the README states is read back from the results file its command writes: a
+    re-run that moves one fails here until the README says the new figure."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    res = ROOT / "benchmarks" / "results"
+    dec = json.loads((res / "decision.json").read_text())
+    s, today = dec["summary"], dec["today"]["rules"]["P(beat)"]
+    assert (f"In {s['sessions']:,} simulated 6-hour sessions" in readme
+            and f"**{s['rules']['forecast']['gain_mean']:+.2f} official points** on average "
+                f"({today['gain_mean']:+.2f} with the verdict-driven policy it replaces)" in readme)
+    goals = json.loads((res / "stats_goals.json").read_text())["rows"]
+    worst = max(r["rate"] for r in goals if r["op"] == "<=" and r["goal"] == 0.05)
+    assert f"worst measured case {100 * worst:.1f}%" in readme
+    assert {r["goal"] for r in goals if r["op"] == "<="} == {0.05, 0.1} and "held to 10% instead" in readme
+    sim = json.loads((res / "simulate.json").read_text())["scenarios"][0]
+    pol, fifo = sim["policies"], sim["best_fifo_by_hand"]
+    assert (f"in {pol['adaptive']['sessions']} simulated sessions the adaptive worker's submission is "
+            f"{pol['adaptive']['submission_gain']['mean']:+.2f} true points over the baseline against "
+            f"{pol[fifo]['submission_gain']['mean']:+.2f} for the best FIFO queue by hand, but it settles "
+            f"no verdict (FIFO {pol[fifo]['correct']['mean']:.2f} a session)") in readme
+    assert pol["adaptive"]["correct"]["mean"] == 0.0
 
 
 def test_the_checkers_find_what_they_look_for(tmp_path):
