@@ -303,6 +303,7 @@ def test_the_readmes_figures_are_the_committed_benchmarks():
     readme = " ".join((ROOT / "README.md").read_text().split())
     res = ROOT / "benchmarks" / "results"
     dec = json.loads((res / "decision.json").read_text())
+    assert "today" in dec, "the README compares with the replaced pipeline: run decision_today.py, then decision.py"
     s, today = dec["summary"], dec["today"]["rules"]["P(beat)"]
     assert (f"In {s['sessions']:,} simulated 6-hour sessions" in readme
             and f"**{s['rules']['forecast']['gain_mean']:+.2f} official points** on average "
