@@ -60,6 +60,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)
+    if subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{TODAY}^{{commit}}"], capture_output=True).returncode:
+        print(f"decision_today.py: commit {TODAY} (the policy this benchmark replays) is not in {REPO}: "
+              "a shallow clone or no git history; `git fetch --unshallow` brings it", file=sys.stderr)
+        return 2
     t0 = time.time()
     with tempfile.TemporaryDirectory() as src:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", TODAY, "opsdctl"], capture_output=True, check=True)
