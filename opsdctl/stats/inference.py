@@ -383,6 +383,13 @@ def rule_verdict(delta: float | None, se: float | None, nu: float, level: float)
     return _VERDICT_OF_CODE[verdict_code(delta, se, nu, level)]
 
 
+def _new_dof(n_before: int, added):
+    """The repeat dof that `added` runs (an int or an array) bring to an arm of n_before runs: one
+    each, except the arm's first run."""
+    added = np.asarray(added)
+    return added - ((n_before == 0) & (added > 0))
+
+
 @dataclass(frozen=True)
 class Arms:
     """What the verdict of one candidate depends on, for what-if questions (runs needed, design):
@@ -402,8 +409,7 @@ class Arms:
     def with_runs(self, dv: int, db: int) -> "Arms":
         """dv more candidate runs and db more local baseline runs (each adds one dof, except an
         arm's first run)."""
-        new_v = dv - (1 if self.n_v == 0 and dv > 0 else 0)
-        new_b = db - (1 if self.n_b == 0 and db > 0 else 0)
+        new_v, new_b = int(_new_dof(self.n_v, dv)), int(_new_dof(self.n_b, db))
         return Arms(self.s, self.n_v + dv, self.n_b + db, self.nu + new_v + new_b, self.local_dof + new_v + new_b,
                     self.m, self.ref_n, self.offset_sd, self.use_ref, self.alpha)
 
@@ -423,7 +429,7 @@ class Arms:
         on arrays over r, element by element what the scalar calls give."""
         r = np.asarray(r, dtype=int)
         n_v, n_b = self.n_v + r, self.n_b + (r if both else 0)
-        new = (r - (self.n_v == 0)) + ((r - (self.n_b == 0)) if both else 0)
+        new = _new_dof(self.n_v, r) + _new_dof(self.n_b, r if both else 0)
         nu, local_dof = self.nu + new, self.local_dof + new
         s2 = self.s**2
         if both:
