@@ -478,7 +478,8 @@ def sigma_nodes(noise: NoiseParts) -> tuple[SigmaNode, ...]:
     """The run variance's nodes. Known (no dof): the noise itself. Estimated, s^2 on nu dof:
     sigma^2 = nu s^2 / X, X ~ chi^2_nu (the scaled inverse chi^2 that a Student t integrates),
     SIGMA_NODES equally spaced in log X between its SIGMA_TAILS quantiles, trapezoid weights; each
-    node scales the training part, the eval-sampling part being known from the counts. Log X and
+    node scales the training part, the eval-sampling part being known from the counts (so no node
+    falls below it). Log X and
     not a Gauss-Laguerre rule in X: sigma^2's upper tail on a few dof is heavy, and a Laguerre rule
     of 5 nodes put the 99% point of t on 2 dof 42% short."""
     if not noise.dof:
@@ -490,9 +491,13 @@ def sigma_nodes(noise: NoiseParts) -> tuple[SigmaNode, ...]:
     t = np.linspace(lo, hi, SIGMA_NODES)
     lw = 0.5 * nu * t - 0.5 * np.exp(t)  # log density of log X, up to a constant
     lw -= np.logaddexp.reduce(lw)
-    ratio = nu / np.exp(t)
-    return tuple(SigmaNode(NoiseParts(max(0.0, float(r) * s2 - noise.eval_var), noise.eval_var, None),
-                           float(r), float(x)) for r, x in zip(ratio, lw))
+    # a node below the eval-sampling part sits on it (the training part is not negative), and its
+    # ratio is then its run variance's, so the local runs, the official ones and the published
+    # mean all see one sigma^2 at every node
+    run = np.maximum(nu / np.exp(t) * s2, noise.eval_var)
+    ratio = run / s2 if s2 > 0.0 else nu / np.exp(t)
+    return tuple(SigmaNode(NoiseParts(float(v) - noise.eval_var, noise.eval_var, None), float(r), float(x))
+                 for v, r, x in zip(run, ratio, lw))
 
 
 def _merged(w: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

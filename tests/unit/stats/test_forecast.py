@@ -264,10 +264,14 @@ def test_an_estimated_sigma_gives_a_student_t_forecast():
 def test_the_sigma_nodes_integrate_a_student_t(dof):
     from scipy.special import ndtr
 
+    # with an eval-sampling part, the nodes below it sit on it, and their ratio says so
     nodes = fc.sigma_nodes(fc.NoiseParts(1.5, 0.7, dof=dof))
     assert sum(math.exp(n.log_weight) for n in nodes) == pytest.approx(1.0, abs=1e-12)
-    assert all(n.noise.eval_var == 0.7 and n.noise.dof is None for n in nodes)
-    assert all(n.noise.run_var == pytest.approx(max(n.ratio * 2.2, 0.7)) for n in nodes)
+    assert all(n.noise.eval_var == 0.7 and n.noise.dof is None and n.noise.train_var >= 0.0 for n in nodes)
+    assert all(n.noise.run_var == pytest.approx(n.ratio * 2.2) and n.noise.run_var >= 0.7 for n in nodes)
+    assert min(n.ratio for n in nodes) >= 0.7 / 2.2 - 1e-12
+    # without one, the scaled inverse chi^2 itself: Student's t
+    nodes = fc.sigma_nodes(fc.NoiseParts(2.2, 0.0, dof=dof))
     w = np.array([math.exp(n.log_weight) for n in nodes])
     r = np.array([n.ratio for n in nodes])
     for q in (0.9, 0.99):
