@@ -124,6 +124,27 @@ def _oracle_rule(report, baseline_mean: float, sigma: float) -> str:
     return best
 
 
+def scored(picks: dict, true: dict, best: float, effects) -> dict:
+    """Each rule's pick (`picks`: rule -> arm) scored by `true` (arm -> true effect): its gain over
+    the baseline, its regret against `best` (the best arm tried) and against the best idea queued,
+    tried or not (the best of `effects` and the baseline)."""
+    queued = max((0.0, *effects))
+    return {"gain": {r: true[p] for r, p in picks.items()}, "regret": {r: best - true[p] for r, p in picks.items()},
+            "regret_queued": {r: queued - true[p] for r, p in picks.items()}}
+
+
+def rule_figures(rows: list[dict], rule: str) -> dict:
+    """One rule over the sessions' rows (scored): gain (mean, 5th percentile), regret against the
+    best arm tried (mean, SE) and the best idea queued, P(worse than the baseline by more than a point)."""
+    g = np.array([x["gain"][rule] for x in rows])
+    reg = np.array([x["regret"][rule] for x in rows])
+    return {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
+            "regret_mean": round(float(reg.mean()), 4),
+            "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
+            "regret_queued_mean": round(float(np.mean([x["regret_queued"][rule] for x in rows])), 4),
+            "p_worse_1": round(float(np.mean(g < -1.0)), 4)}
+
+
 def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = False) -> dict:
     """One session; `right_prior`: the config's published sd is the world's (a diagnostic: what the
     wrong prior of the sd 2.5 conditions costs), else the published 1.48 whatever the world's."""
@@ -157,13 +178,9 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
                          "high80": f.high80, "p_above": f.p_above_reference,
                          "p_above_bayes": _bayes(runs[name], true_base + offset, sigma)[1] if name in runs else 0.5,
                          "official": official, "above": official > BASE_MEAN})
-    best = max(true[n] for n in tried)
-    queued = max((0.0, *effects))  # the best the user had: every idea queued, tried or not
     return {"i": i, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
-            "chains": res.succeeded,
-            "tried": len(tried) - 1, "picks": picks, "gain": {r: true[p] for r, p in picks.items()},
-            "regret": {r: best - true[p] for r, p in picks.items()},
-            "regret_queued": {r: queued - true[p] for r, p in picks.items()}, "arms": arms}
+            "chains": res.succeeded, "tried": len(tried) - 1, "picks": picks,
+            **scored(picks, true, max(true[n] for n in tried), effects), "arms": arms}
 
 
 MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged
@@ -215,13 +232,7 @@ def calibration_floor(ps, goal: float = 0.05, redraws: int = 1000, seed: int = 0
 def summarize(rows: list[dict]) -> dict:
     out = {"sessions": len(rows), "rules": {}}
     for r in RULES:
-        g = np.array([x["gain"][r] for x in rows])
-        reg = np.array([x["regret"][r] for x in rows])
-        out["rules"][r] = {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
-                           "regret_mean": round(float(reg.mean()), 4),
-                           "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
-                           "regret_queued_mean": round(float(np.mean([x["regret_queued"][r] for x in rows])), 4),
-                           "p_worse_1": round(float(np.mean(g < -1.0)), 4),
+        out["rules"][r] = {**rule_figures(rows, r),
                            "baseline_picked": round(float(np.mean([x["picks"][r] == "baseline" for x in rows])), 4)}
     base = out["rules"]["P(beat)"]["regret_mean"]
     out["regret_cut_vs_pbeat"] = round(1.0 - out["rules"]["forecast"]["regret_mean"] / base, 4) if base > 0 else None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -46,13 +45,9 @@ def one(i: int, seed: int = 0) -> dict:
     w = World(w.logits, max(0.0, sigma**2 - w.v_eval), w.v_eval)
     res = simulate_session("adaptive", seed * 1_000_003 + i, effects=effects, world=w, offset=offset)
     true = {BASELINE: 0.0, **{n: e for n, (_, e) in res.verdicts.items()}}
-    best = max(true.values())
-    queued = max((0.0, *effects))  # the best idea the user queued, tried or not
     rep = _typed(res.report)
     picks = {"P(beat)": decision._pbeat_rule(rep), "local mean": decision._local_mean_rule(rep)}
-    return {"tried": len(true) - 1, "chains": res.succeeded,
-            "gain": {r: true[p] for r, p in picks.items()}, "regret": {r: best - true[p] for r, p in picks.items()},
-            "regret_queued": {r: queued - true[p] for r, p in picks.items()}}
+    return {"tried": len(true) - 1, "chains": res.succeeded, **decision.scored(picks, true, max(true.values()), effects)}
 
 
 def main(argv=None) -> int:
@@ -78,15 +73,7 @@ def main(argv=None) -> int:
             del sys.modules[name]
         with Pool(2) as pool:
             rows = pool.map(one, range(args.sessions))
-    rules = {}
-    for r in ("P(beat)", "local mean"):
-        g = np.array([x["gain"][r] for x in rows])
-        reg = np.array([x["regret"][r] for x in rows])
-        rules[r] = {"gain_mean": round(float(g.mean()), 4), "gain_p5": round(float(np.percentile(g, 5)), 4),
-                    "regret_mean": round(float(reg.mean()), 4),
-                    "regret_se": round(float(reg.std(ddof=1) / math.sqrt(reg.size)), 4) if reg.size > 1 else None,
-                    "regret_queued_mean": round(float(np.mean([x["regret_queued"][r] for x in rows])), 4),
-                    "p_worse_1": round(float(np.mean(g < -1.0)), 4)}
+    rules = {r: decision.rule_figures(rows, r) for r in ("P(beat)", "local mean")}
     doc = {"command": "python benchmarks/decision_today.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}"),
            "policy_commit": TODAY, "seed": 0, "seconds": round(time.time() - t0, 1), "sessions": args.sessions,
            "chains_per_session": round(float(np.mean([x["chains"] for x in rows])), 2),
