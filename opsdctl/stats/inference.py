@@ -413,20 +413,14 @@ class Arms:
         return Arms(self.s, self.n_v + dv, self.n_b + db, self.nu + new_v + new_b, self.local_dof + new_v + new_b,
                     self.m, self.ref_n, self.offset_sd, self.use_ref, self.alpha)
 
-    def se(self) -> float | None:
-        vb = baseline_var(self.s**2, self.n_b, self.ref_n, self.offset_sd, self.use_ref)
-        return None if vb is None or self.n_v < 1 else se_delta(self.s**2, self.n_v, vb)
-
     def settles(self, effect: float) -> bool:
         """Would an observed |delta| = effect settle the verdict (better, or worse for a loss)?"""
-        se = self.se()
-        lvl = look_level(self.n_v + self.n_b, self.m, self.local_dof, self.alpha)
-        return se is not None and verdict_code(abs(effect), se, self.nu, lvl) == CODE_BETTER
+        return self.n_v >= 1 and bool(self.settles_after(effect, np.zeros(1, dtype=int))[0])
 
     def settles_after(self, effect: float, r: np.ndarray, both: bool = False) -> np.ndarray:
-        """with_runs(r, r if both else 0).settles(effect) for every r >= 1 of the array at once (the
-        runs-needed search asks a hundred of them per candidate per report): the same functions
-        on arrays over r, element by element what the scalar calls give."""
+        """with_runs(r, r if both else 0).settles(effect) for every r of the array at once (the
+        runs-needed search asks a hundred of them per candidate per report; r = 0 is the arms as
+        they are, with at least one candidate run)."""
         r = np.asarray(r, dtype=int)
         n_v, n_b = self.n_v + r, self.n_b + (r if both else 0)
         new = _new_dof(self.n_v, r) + _new_dof(self.n_b, r if both else 0)
