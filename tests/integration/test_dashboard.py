@@ -1,7 +1,7 @@
 """`opsdctl serve` in a real headless Chromium (Debian's chromium + chromium-driver, via Selenium):
 on a store filled by real chains (the emulator stages), every page renders without a console
 error (a screenshot of each lands in the test's tmp dir), the compare page shows the numbers of
-`compare --json`, every `?format=json` is the CLI's `--json`, a chain that finishes while the page
+`compare --json` and the session page the bet of `status --json`, every `?format=json` is the CLI's `--json`, a chain that finishes while the page
 is open appears without a reload; and the server refuses what it must (no token off loopback, a
 store it would have to write), never writing the store."""
 
@@ -144,6 +144,17 @@ def test_compare_page_shows_the_numbers_of_compare_json(site):
         assert cell("mean") == f"{e['mean']:.2f}"
         assert cell("delta") == (f"{e['delta']:+.2f}" if e["delta"] is not None else "-")
         assert cell("pbeat") == (f"{e['p_beat']:.3f}" if e["p_beat"] is not None else "-")
+
+
+def test_session_page_shows_the_bet_of_status_json(site):
+    ws, base, browser, _ = site
+    bet = json.loads(ws.run("status", "--json").stdout)["bet"]
+    assert bet and bet["forecast"]["mean"] is not None  # the worker kept it current
+    browser.get(base + "/")
+    text = browser.find_element("id", "bet").text
+    f = bet["forecast"]
+    assert text.startswith(bet["leader"]) and f"{f['mean']:.2f}" in text
+    assert f"[{f['low80']:.2f}, {f['high80']:.2f}]" in text and f"P(best) {f['p_best']:.2f}" in text
 
 
 def test_every_json_twin_is_the_clis_json(site):
