@@ -49,7 +49,7 @@ def command(
     if as_json:
         print_json(report.to_json())
         return
-    from opsdctl.stats.compare import render_compare
+    from opsdctl.cli.compare_table import render_compare
 
     con = console()
     render_compare(report, con)

@@ -39,7 +39,7 @@ def command(
     from opsdctl.fsutil import atomic_write_text
     from opsdctl.cli.commands.compare import compare_report
     from opsdctl.recipes.export import export_recipe
-    from opsdctl.stats.compare import render_compare
+    from opsdctl.cli.compare_table import render_compare
     from opsdctl.stats.plots import plot_compare
 
     con = console()

@@ -1,4 +1,4 @@
-"""build_report and render_compare on plain records (no store)."""
+"""build_report and its terminal table (opsdctl.cli.compare_table) on plain records (no store)."""
 
 import io
 import json
@@ -10,7 +10,8 @@ from rich.console import Console
 from scipy import stats as ss
 
 from opsdctl.stats import inference as stats
-from opsdctl.stats.compare import Reference, RunRecord, is_partial, render_compare
+from opsdctl.cli.compare_table import render_compare
+from opsdctl.stats.compare import Reference, RunRecord, is_partial
 from opsdctl.stats.compare import build_report as build
 from tests.support.report_doc import report as typed
 
@@ -444,7 +445,7 @@ def test_screen_reading_is_the_posterior_under_the_family_prior():
 
 
 def test_compare_says_when_the_arms_moved_the_forecasts_noise():
-    from opsdctl.stats.compare import FORECAST_SD_MOVED
+    from opsdctl.cli.compare_table import FORECAST_SD_MOVED
 
     # six ideas seen once, far apart: the family's spread takes most of it, and the forecast's noise
     # moves off the verdicts' s
