@@ -16,6 +16,11 @@ And one more: the mix with the sd not known but integrated, as the forecast does
 the published sd's scaled inverse chi^2 on 4 dof and the session's within-arm scatter, weighed by
 how well it explains every arm's mean under the mix (the level still known).
 
+And the forecast itself built again from each session's inputs (what compare was given: the runs,
+the noise estimate, the published reference), level estimated as compare does, under what the
+session cannot know: the true sd (its run variance at the world's sigma, no dof), the family's
+hyperparameters fixed at the mix (null share, sides' share, scale: none learned), and both.
+
 Reports the worst decile gap of each, and of the forecast's own p_above_reference (what compare
 printed in those sessions), over all arms and each sd apart, next to the sampling floor (what
 exactly right probabilities would show on the same arms). Writes
@@ -107,7 +112,43 @@ def sigma_integrated(row: dict, slab=decision.MIX_SLAB) -> list[dict]:
                   for a in row["arms"] if a["name"] == "baseline" or not a["runs"]]
 
 
-def study(rows: list[dict]) -> dict:
+AGAIN = {  # the forecast built again: (the true sd known, the family's hyperparameters fixed)
+    "the forecast again, the true sd known": (True, False),
+    "the forecast again, the family's hyperparameters fixed at the mix": (False, True),
+    "the forecast again, both": (True, True),
+}
+
+
+def forecast_again(row: dict, true_sd: bool, fixed_family: bool) -> list[dict]:
+    """Every arm of one session with p_above_reference from the forecast built again from the
+    session's inputs (decision.py's rows), the true sd and/or the fixed family swapped in."""
+    from dataclasses import replace
+
+    from opsdctl.stats import forecast
+
+    inp = row.get("inputs")
+    if not inp:
+        return []
+    arm = lambda a: forecast.ArmRuns(a["name"], tuple(a["scores"]), tuple(a["eval_vars"]))  # noqa: E731
+    nz, ref = inp["noise"], inp["reference"]
+    noise = forecast.NoiseParts(nz["train_var"], nz["eval_var"], nz["dof"])
+    ref = None if ref is None else forecast.PublishedRef(ref["mean"], ref["sd"], ref["n"], ref["offset_sd"])
+    if true_sd:  # compare's published mean carries the run variance in use: the true one here
+        noise = forecast.NoiseParts(max(0.0, row["sigma"] ** 2 - noise.eval_var), noise.eval_var, None)
+        ref = None if ref is None else replace(ref, sd=row["sigma"])
+    family = forecast.FamilyPrior(null_strength=0.0, side_strength=0.0, scale_log_sd=0.0) if fixed_family \
+        else forecast.FamilyPrior()
+    post = forecast.posterior(arm(inp["baseline"]), [arm(c) for c in inp["candidates"]], noise, ref, family)
+    p = {n: f.p_above_reference for n, f in zip(post.names, post.forecasts(draws=2_000))}
+    return [{"p_above": p[a["name"]], "above": a["above"], "sigma": row["sigma"]} for a in row["arms"] if a["name"] in p]
+
+
+def _again(job: tuple) -> list[dict]:
+    row, true_sd, fixed_family = job
+    return forecast_again(row, true_sd, fixed_family)
+
+
+def study(rows: list[dict], processes: int = 2) -> dict:
     arms = arms_of(rows)
     out = {"sessions": len(rows), "arms": len(arms), "families": {}}
     # what compare printed: the forecast's own p_above_reference (level and sd estimated)
@@ -120,13 +161,21 @@ def study(rows: list[dict]) -> dict:
                   "above": a["above"], "sigma": a["sigma"]} for a in arms])
     out["families"][f"mix, sd integrated (published sd on {PUBLISHED_DOF} dof, weighed by the arms)"] = _judged(
         [x for r in rows for x in sigma_integrated(r)])
+    if all(r.get("inputs") is not None for r in rows):
+        from multiprocessing import Pool
+
+        with Pool(max(1, processes)) as pool:
+            for name, (true_sd, fixed) in AGAIN.items():
+                arms_again = pool.map(_again, [(r, true_sd, fixed) for r in rows], chunksize=8)
+                out["families"][name] = _judged([x for xs in arms_again for x in xs])
     return out
 
 
 def markdown(doc: dict, command: str) -> str:
     keys = ["all", *(f"sd {s:g}" for s in decision.SIGMAS)]
     lines = [f"# Calibration of p_above_reference under three families and two sds ({doc['sessions']} sessions, "
-             f"{doc['arms']} arms)", "", f"Command: `{command}`. Exact posteriors knowing the local baseline level; "
+             f"{doc['arms']} arms)", "", f"Command: `{command}`. Exact posteriors knowing the local baseline level (the forecast's "
+             "rows estimate it, as compare does); "
              "worst decile gap (deciles with >= 20 arms) / the sampling floor (median worst gap of exactly right "
              "probabilities on the same arms).", "",
              "| family, sd | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
@@ -141,6 +190,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rows", type=Path, help="decision.py --rows output (JSON lines)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--processes", type=int, default=2, help="worker processes for the forecast built again")
     args = ap.parse_args(argv)
     try:
         rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
@@ -154,7 +204,7 @@ def main(argv=None) -> int:
         print(f"calibration_shapes: {args.rows} holds no session rows with arms' runs and levels; make it "
               "with this version's `python benchmarks/decision.py --rows FILE`", file=sys.stderr)
         return 2
-    doc = study(rows)
+    doc = study(rows, args.processes)
     command = "python benchmarks/decision.py --rows ROWS && python benchmarks/calibration_shapes.py ROWS"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration_shapes.json").write_text(json.dumps({"command": command, **doc}, indent=1) + "\n")

@@ -180,7 +180,18 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
                          "official": official, "above": official > BASE_MEAN})
     return {"i": i, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
             "chains": res.succeeded, "tried": len(tried) - 1, "picks": picks,
-            **scored(picks, true, max(true[n] for n in tried), effects), "arms": arms}
+            **scored(picks, true, max(true[n] for n in tried), effects), "arms": arms,
+            "inputs": None if post is None else inputs_json(post.inputs)}
+
+
+def inputs_json(inputs) -> dict:
+    """The final forecast's inputs (opsdctl.stats.forecast.Inputs) as plain JSON, family left out
+    (the default): calibration_shapes.py builds the forecast again from them."""
+    arm = lambda a: {"name": a.name, "scores": list(a.scores), "eval_vars": list(a.eval_vars)}  # noqa: E731
+    ref = inputs.reference
+    return {"baseline": arm(inputs.baseline), "candidates": [arm(c) for c in inputs.candidates],
+            "noise": {"train_var": inputs.noise.train_var, "eval_var": inputs.noise.eval_var, "dof": inputs.noise.dof},
+            "reference": None if ref is None else {"mean": ref.mean, "sd": ref.sd, "n": ref.n, "offset_sd": ref.offset_sd}}
 
 
 MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged

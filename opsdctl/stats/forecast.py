@@ -54,7 +54,7 @@ first two moments, the Gaussian the knowledge gradient uses.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -204,6 +204,18 @@ class Mixture:
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """What `posterior` was given: the same inputs make the same posterior, so a diagnostic can
+    build it again under other assumptions (benchmarks/calibration_shapes.py: the true sd known)."""
+
+    baseline: ArmRuns
+    candidates: tuple[ArmRuns, ...]
+    noise: NoiseParts
+    reference: Optional[PublishedRef]
+    family: FamilyPrior
+
+
+@dataclass(frozen=True)
 class Posterior:
     """The joint posterior of the arms' true official means (arm 0 is the baseline).
 
@@ -215,6 +227,7 @@ class Posterior:
     official runs add noise.run_var / OFFICIAL_RUNS to each arm.
     spread, spread_sd: posterior mean and sd of the slab's sd (points); null_share: of the share
     of ideas that do nothing; new_mean, new_sd: a fresh idea's effect under the family.
+    inputs: what it was built from.
     """
 
     names: tuple[str, ...]
@@ -231,6 +244,7 @@ class Posterior:
     new_sd: float
     reference_mean: Optional[float]
     official_runs: int = OFFICIAL_RUNS
+    inputs: Optional[Inputs] = field(default=None, repr=False, compare=False)
 
     def predictive_mean(self) -> np.ndarray:
         return self.mean
@@ -662,4 +676,5 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         new_mean=new_mean,
         new_sd=new_sd,
         reference_mean=None if reference is None else float(reference.mean),
+        inputs=Inputs(baseline, tuple(candidates), noise, reference, family),
     )

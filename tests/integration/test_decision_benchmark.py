@@ -79,6 +79,15 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
     assert out.returncode == 0, out.stderr
     first = json.loads(rows.read_text().splitlines()[0])
     assert "level" in first and all("runs" in a and "p_above_bayes" in a for a in first["arms"])
+    # the inputs a row keeps build compare's forecast again, exactly as the session printed it
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import calibration_shapes
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    again = calibration_shapes.forecast_again(first, False, False)
+    assert [round(x["p_above"], 9) for x in again] == [round(a["p_above"], 9) for a in first["arms"]]
+    assert calibration_shapes.forecast_again(first, True, True) != again
     doc = json.loads((tmp_path / "decision.json").read_text())["summary"]
     assert {"median", "p90", "p_over_goal", "redraws"} <= set(doc["calibration_floor"])
     assert len(doc["calibration_bayes"]) == 10
@@ -86,7 +95,7 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     shapes = json.loads((tmp_path / "calibration_shapes.json").read_text())
-    assert shapes["sessions"] == 3 and len(shapes["families"]) == 8
+    assert shapes["sessions"] == 3 and len(shapes["families"]) == 11
     assert set(shapes["families"]["one normal, published sd"]) == {"all", "sd 1.48", "sd 2.5"}
 
 
