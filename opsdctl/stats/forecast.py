@@ -603,7 +603,9 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
     parts = []
     nodes = sigma_nodes(noise)
     for node in nodes:
-        st = _setup(baseline, candidates, node.noise, reference, node.ratio)
+        # a known noise's one node is the estimate itself: its setup is `est`
+        st = est if node.noise is noise and node.ratio == 1.0 else \
+            _setup(baseline, candidates, node.noise, reference, node.ratio)
         # L's posterior sd grows with sigma where the runs pin L, not where the offset's prior does
         h = half * math.sqrt(max(node.ratio, 0.25))
         level = np.linspace(centre - h, centre + h, LEVEL_NODES if len(nodes) == 1 else SIGMA_LEVEL_NODES)
