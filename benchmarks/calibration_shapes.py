@@ -161,7 +161,11 @@ def study(rows: list[dict], processes: int = 2) -> dict:
                   "above": a["above"], "sigma": a["sigma"]} for a in arms])
     out["families"][f"mix, sd integrated (published sd on {PUBLISHED_DOF} dof, weighed by the arms)"] = _judged(
         [x for r in rows for x in sigma_integrated(r)])
-    if all(r.get("inputs") is not None for r in rows):
+    if not all(r.get("inputs") is not None for r in rows):
+        print("calibration_shapes: these rows do not hold the forecast's inputs (decision.py from before they were "
+              "kept): the rows of the forecast built again are left out; re-run `python benchmarks/decision.py --rows "
+              "ROWS` for them", file=sys.stderr)
+    else:
         from multiprocessing import Pool
 
         with Pool(max(1, processes)) as pool:

@@ -97,6 +97,14 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
     shapes = json.loads((tmp_path / "calibration_shapes.json").read_text())
     assert shapes["sessions"] == 3 and len(shapes["families"]) == 11
     assert set(shapes["families"]["one normal, published sd"]) == {"all", "sd 1.48", "sd 2.5"}
+    # rows from before the inputs were kept: the rebuilt rows are left out, and it says so
+    old = tmp_path / "old_rows.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "inputs"}) + "\n"
+                           for line in rows.read_text().splitlines()))
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "calibration_shapes.py"), str(old),
+                          "--out", str(tmp_path / "old")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "left out" in out.stderr, out.stderr
+    assert len(json.loads((tmp_path / "old" / "calibration_shapes.json").read_text())["families"]) == 8
 
 
 def test_the_calibration_study_refuses_rows_it_cannot_use(tmp_path):
