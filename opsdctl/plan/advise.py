@@ -63,7 +63,10 @@ class Advice:
 
     def text(self) -> str:
         what = {Action.REPEAT: f"one more run of {self.variant}", Action.BASELINE: "one more baseline run",
-                Action.REEVAL: f"re-evaluate a checkpoint of {self.variant}",
+                # valued as the two evals averaged; the store refuses a second full eval of one
+                # checkpoint until compare averages them, so nothing can take this action yet
+                Action.REEVAL: f"re-evaluate a checkpoint of {self.variant} (value only: a second full eval "
+                               "of a checkpoint is not run yet)",
                 Action.SCREEN: f"screen {self.variant or 'a new idea'} ({SCREEN[0]}x{SCREEN[1]})",
                 Action.NEW: f"first run of {self.variant or 'a new idea'}",
                 Action.STOP: "stop: submit the best forecast now"}[self.action]

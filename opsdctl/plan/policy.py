@@ -42,7 +42,8 @@ Value of information (tier "v", ahead of the tiers): the worker passes `opsdctl 
 `stop` above whatever is not worth its minutes) and the pick is its first action the worker can
 take: a queued chain of that variant (a repeat, the baseline, a new idea's first run) runs first;
 with --auto-repeat, one more chain of a variant with a run is queued and run first
-(Plan.extra_first). Re-evals and screens are the user's to queue. When `stop` ranks first, the
+(Plan.extra_first). Screens are the user's to queue; re-evals are valued only (a second full eval of
+a checkpoint is refused). When `stop` ranks first, the
 queued chains run in the tier order and nothing is added. The tiers decide alone without a noise
 estimate (no ranking) or when a baseline run is missing altogether; [planner] try_every_variant
 (worker --try-every-variant) turns the ranking off for users who want every idea tried first.
