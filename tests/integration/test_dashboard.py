@@ -184,8 +184,18 @@ def test_a_chain_that_finishes_appears_without_a_reload(site):
     browser.execute_script("window.__same_page = 'yes';")
     assert "cosine" not in browser.find_element("id", "finished").text
     ws.run("worker", "--drain", env={"FAKE_STEPS": "4"}, timeout=120)
-    wait_for(lambda: "cosine" in browser.find_element("id", "finished").text, timeout=30,
-             what="the finished chain to appear on the open page")
+
+    def finished_text() -> str:
+        # the page swaps its content in place: an element found just before a swap is stale by the
+        # time its text is read, and the next poll finds the new one
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:
+            return browser.find_element("id", "finished").text
+        except StaleElementReferenceException:
+            return ""
+
+    wait_for(lambda: "cosine" in finished_text(), timeout=30, what="the finished chain to appear on the open page")
     assert browser.execute_script("return window.__same_page") == "yes"  # swapped in place, not reloaded
     assert console_errors(browser) == []
     browser.save_screenshot(str(tmp / "session-after.png"))
