@@ -227,7 +227,7 @@ class Posterior:
     official runs add noise.run_var / OFFICIAL_RUNS to each arm.
     spread, spread_sd: posterior mean and sd of the slab's sd (points); null_share: of the share
     of ideas that do nothing; new_mean, new_sd: a fresh idea's effect under the family.
-    inputs: what it was built from.
+    inputs: what it was built from (reference_mean, the published mean, is read from it).
     """
 
     names: tuple[str, ...]
@@ -242,9 +242,14 @@ class Posterior:
     null_share: float
     new_mean: float
     new_sd: float
-    reference_mean: Optional[float]
+    inputs: Inputs = field(repr=False, compare=False)
     official_runs: int = OFFICIAL_RUNS
-    inputs: Optional[Inputs] = field(default=None, repr=False, compare=False)
+
+    @property
+    def reference_mean(self) -> Optional[float]:
+        """The published mean the forecasts' p_above_reference is read against (None: none given)."""
+        ref = self.inputs.reference
+        return None if ref is None else float(ref.mean)
 
     def predictive_mean(self) -> np.ndarray:
         return self.mean
@@ -677,6 +682,5 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         null_share=float(wh @ pi),
         new_mean=new_mean,
         new_sd=new_sd,
-        reference_mean=None if reference is None else float(reference.mean),
         inputs=Inputs(baseline, tuple(candidates), noise, reference, family),
     )
