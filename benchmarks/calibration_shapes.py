@@ -126,19 +126,16 @@ def forecast_again(row: dict, true_sd: bool, fixed_family: bool) -> list[dict]:
 
     from opsdctl.stats import forecast
 
-    inp = row.get("inputs")
-    if not inp:
+    if not row.get("inputs"):
         return []
-    arm = lambda a: forecast.ArmRuns(a["name"], tuple(a["scores"]), tuple(a["eval_vars"]))  # noqa: E731
-    nz, ref = inp["noise"], inp["reference"]
-    noise = forecast.NoiseParts(nz["train_var"], nz["eval_var"], nz["dof"])
-    ref = None if ref is None else forecast.PublishedRef(ref["mean"], ref["sd"], ref["n"], ref["offset_sd"])
+    inp = decision.inputs_of(row["inputs"])
+    noise, ref, family = inp.noise, inp.reference, inp.family
     if true_sd:  # compare's published mean carries the run variance in use: the true one here
         noise = forecast.NoiseParts(max(0.0, row["sigma"] ** 2 - noise.eval_var), noise.eval_var, None)
         ref = None if ref is None else replace(ref, sd=row["sigma"])
-    family = forecast.FamilyPrior(null_strength=0.0, side_strength=0.0, scale_log_sd=0.0) if fixed_family \
-        else forecast.FamilyPrior()
-    post = forecast.posterior(arm(inp["baseline"]), [arm(c) for c in inp["candidates"]], noise, ref, family)
+    if fixed_family:
+        family = replace(family, null_strength=0.0, side_strength=0.0, scale_log_sd=0.0)
+    post = forecast.posterior(inp.baseline, inp.candidates, noise, ref, family)
     p = {n: f.p_above_reference for n, f in zip(post.names, post.forecasts(draws=2_000))}
     return [{"p_above": p[a["name"]], "above": a["above"], "sigma": row["sigma"]} for a in row["arms"] if a["name"] in p]
 

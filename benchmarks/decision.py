@@ -186,12 +186,24 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
 
 def inputs_json(inputs) -> dict:
     """The final forecast's inputs (opsdctl.stats.forecast.Inputs) as plain JSON, family left out
-    (the default): calibration_shapes.py builds the forecast again from them."""
+    (the default): calibration_shapes.py builds the forecast again from them (inputs_of)."""
     arm = lambda a: {"name": a.name, "scores": list(a.scores), "eval_vars": list(a.eval_vars)}  # noqa: E731
     ref = inputs.reference
     return {"baseline": arm(inputs.baseline), "candidates": [arm(c) for c in inputs.candidates],
             "noise": {"train_var": inputs.noise.train_var, "eval_var": inputs.noise.eval_var, "dof": inputs.noise.dof},
             "reference": None if ref is None else {"mean": ref.mean, "sd": ref.sd, "n": ref.n, "offset_sd": ref.offset_sd}}
+
+
+def inputs_of(doc: dict):
+    """inputs_json's document back as opsdctl.stats.forecast.Inputs (the default family)."""
+    from opsdctl.stats import forecast
+
+    arm = lambda a: forecast.ArmRuns(a["name"], tuple(a["scores"]), tuple(a["eval_vars"]))  # noqa: E731
+    nz, ref = doc["noise"], doc["reference"]
+    return forecast.Inputs(arm(doc["baseline"]), tuple(arm(c) for c in doc["candidates"]),
+                           forecast.NoiseParts(nz["train_var"], nz["eval_var"], nz["dof"]),
+                           None if ref is None else forecast.PublishedRef(ref["mean"], ref["sd"], ref["n"], ref["offset_sd"]),
+                           forecast.FamilyPrior())
 
 
 MIN_DECILE_ARMS = 20  # a decile with fewer arms is shown but not judged
