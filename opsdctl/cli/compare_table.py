@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
+from opsdctl.cli.cells import num
 from opsdctl.stats import inference
 from opsdctl.stats import report as rp
 from opsdctl.stats.compare import PARTIAL_LABEL
@@ -26,13 +27,8 @@ def _forecast_sd(fm: rp.ForecastModel, s: float | None) -> str | None:
 
 
 
+PT = "{:.2f}"  # points
 _VERDICT_STYLE = MappingProxyType({"better": "bold green", "worse": "red", "undecided": "yellow"})
-
-
-def _pt(x, fmt="{:.2f}", signed=False) -> str:
-    if x is None:
-        return "-"
-    return ("{:+.2f}" if signed else fmt).format(x)
 
 
 def _min(minutes: float) -> str:
@@ -101,7 +97,7 @@ def render_compare(report: rp.Report, console) -> None:
     bname = bname if bname == "baseline" else f"{bname} (baseline)".strip()
     if b.source == "reference" and b.name:
         bname += " (reference)"
-    t.add_row(bname, str(b.n), _pt(b.mean), _pt(b.sd), *blank[:5], *_forecast_cells(b.forecast),
+    t.add_row(bname, str(b.n), num(b.mean, PT), num(b.sd, PT), *blank[:5], *_forecast_cells(b.forecast),
               *blank[5:], style="bold")
     t.add_section()
     for e in full:
@@ -111,7 +107,7 @@ def render_compare(report: rp.Report, console) -> None:
         ci = "-" if e.ci_low is None else f"[{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
         v = e.verdict or "-"
         row = [
-            escape(e.name), str(e.n), _pt(e.mean), _pt(e.sd), _pt(e.delta, signed=True), ci,
+            escape(e.name), str(e.n), num(e.mean, PT), num(e.sd, PT), num(e.delta, "{:+.2f}"), ci,
             "-" if e.p_beat is None else f"{e.p_beat:.3f}",
             f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
             _next_cell(e, with_time=True),
@@ -203,8 +199,8 @@ def render_compare(report: rp.Report, console) -> None:
             pt.add_column(col, justify="left" if col in ("variant", "") else "right")
         for e in part:
             vb = e.vs_baseline
-            pt.add_row(escape(e.name), f"{e.n_problems} x {e.k}", str(e.n), _pt(e.mean), _pt(e.se),
-                       _pt(e.se_eval),
+            pt.add_row(escape(e.name), f"{e.n_problems} x {e.k}", str(e.n), num(e.mean, PT), num(e.se, PT),
+                       num(e.se_eval, PT),
                        "-" if vb is None else f"{vb.delta:+.2f} ± {vb.se:.2f} ({vb.baseline_runs} run"
                                               + ("s" if vb.baseline_runs != 1 else "") + ")",
                        "-" if vb is None else f"{vb.p_effect:.2f}", PARTIAL_LABEL)
