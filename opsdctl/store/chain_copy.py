@@ -30,6 +30,7 @@ def copy_chain(session, old: Chain, priority: Optional[int] = None) -> Chain:
         eval_only=old.eval_only,
         checkpoint=old.checkpoint,
         trained_by=old.trained_by,
+        eval_draw=old.eval_draw,  # a re-eval cut short is the same draw again
     )
     session.add(new)
     session.flush()

@@ -116,6 +116,10 @@ class Chain(SQLModel, table=True):
     eval_only: bool = Field(default=False, sa_column_kwargs={"server_default": sa_false()})
     checkpoint: Optional[str] = None
     trained_by: Optional[int] = None  # a chain id (no FK: adding one would copy the referenced table on SQLite)
+    # Which fresh draw of eval samples this evaluation is: 0 for a chain's own eval; a re-eval of a
+    # scored checkpoint takes the next number and the evaluator seeds its samples from it, so
+    # compare averages the evals of one checkpoint (one training) as one run.
+    eval_draw: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     # The stage settings frozen at queue time (opsdctl/daemon/frozen_stages.py), and the sha256 of
     # what decides what runs (commands, checkpoint template, recipe_env_path): compare's code
     # identity. NULL for chains queued before they were recorded.

@@ -61,7 +61,7 @@ VARIANT_HPARAMS = "SELECT variant.id, variant.hparams FROM variant"
 # --- compare: scored runs as plain columns (opsdctl.stats.scores) --------------------------
 # one row is a run's chain and its score: chain.id as `id`, the score's as `score_id`
 SCORED_ROWS = (
-    "SELECT chain.id AS id, chain.eval_only, chain.trained_by, chain.snapshot_id, chain.eval_problems, "
+    "SELECT chain.id AS id, chain.eval_only, chain.trained_by, chain.eval_draw, chain.snapshot_id, chain.eval_problems, "
     "chain.eval_k, chain.commands_hash, variant.id AS variant_id, variant.name, variant.version, variant.hash, "
     "variant.kind, score.id AS score_id, score.avg_at_k, score.k, score.n_problems, score.partial, score.counts, "
     "score.problem_set FROM chain JOIN variant ON variant.id = chain.variant_id "

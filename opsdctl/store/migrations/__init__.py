@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-HEAD = "0008_notify_outbox"  # the newest revision in versions/ (a test keeps the two in step)
+HEAD = "0009_chain_eval_draw"  # the newest revision in versions/ (a test keeps the two in step)
 BASE = "0001_initial"  # the schema the pre-migration opsdctl created with create_all
 VERSION_TABLE = "alembic_version"
 LEGACY_TABLES = (

@@ -121,7 +121,6 @@ def test_newer_or_foreign_store_is_refused_in_one_line(tmp_path):
 def test_outbox_revision_upgrades_a_store_of_the_previous_revision(tmp_path):
     """0008 adds the outbox to a store at 0007 without touching its rows; a chain's end then records its event."""
     from alembic import command
-    from sqlmodel import Session
 
     from opsdctl.store.states import State, transition
 
@@ -129,10 +128,8 @@ def test_outbox_revision_upgrades_a_store_of_the_previous_revision(tmp_path):
     engine = sa.create_engine(f"sqlite:///{db}")
     with engine.begin() as conn:
         command.upgrade(migrations.alembic_config(conn), "0007_chain_stage_spec")
-    with Session(engine) as s:  # the 0007 tables are the models' tables less the outbox
-        s.add(Variant(id=1, name="baseline", version=1, hash="h"))
-        s.add(Chain(id=1, variant_id=1, seed=0, repeat=0, seq=1, state="running", profile="tiny"))
-        s.commit()
+    with engine.begin() as conn:  # plain SQL: the models describe the newest revision's tables
+        _old_rows(conn)
     engine.dispose()
     store = open_store(f"sqlite:///{db}")
     assert store.revision() == migrations.HEAD
@@ -144,3 +141,27 @@ def test_outbox_revision_upgrades_a_store_of_the_previous_revision(tmp_path):
     con = sqlite3.connect(db)
     assert con.execute("select key, kind from outbox").fetchall() == [("chain:1:failed", "chain.failed")]
     con.close()
+
+
+def _old_rows(conn) -> None:
+    """A variant and a running chain, written with the columns every revision has."""
+    conn.execute(sa.text("INSERT INTO variant (id, name, version, hash, description, hparams, method, source, kind, "
+                         "created_at) VALUES (1, 'baseline', 1, 'h', '', '{}', '{}', '', 'recipe', '2026-01-01')"))
+    conn.execute(sa.text("INSERT INTO chain (id, variant_id, seed, repeat, priority, seq, state, profile, code_dir, "
+                         "eval_only, queued_at) VALUES (1, 1, 0, 0, 0, 1, 'running', 'tiny', '', 0, '2026-01-01')"))
+
+
+def test_eval_draw_revision_gives_old_chains_the_first_draw(tmp_path):
+    """0009 adds chain.eval_draw to a store at 0008: every existing chain is its checkpoint's first draw (0)."""
+    from alembic import command
+
+    db = tmp_path / "runs.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.begin() as conn:
+        command.upgrade(migrations.alembic_config(conn), "0008_notify_outbox")
+        _old_rows(conn)
+    engine.dispose()
+    store = open_store(f"sqlite:///{db}")
+    assert store.revision() == migrations.HEAD
+    with store.read() as s:
+        assert s.get(Chain, 1).eval_draw == 0
