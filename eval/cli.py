@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def _bool(text: str) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m eval", description="avg@k evaluation: resumable, data-parallel, deterministic.")
+    p = _Parser(prog="python -m eval", description="avg@k evaluation: resumable, data-parallel, deterministic.",
+                epilog="OPSD_EVAL_DRAW=N in the environment (N > 0; opsdctl sets it for a re-evaluation): "
+                       "a fresh draw of samples, seeded from (seed, N); absent or 0 = the usual samples.")
     p.add_argument("--profile", help="tiny | qwen3-1.7b: model, benchmark and protocol (default: frozen protocol)")
     p.add_argument("--model", help="Hugging Face id or local dir (default: the profile's)")
     p.add_argument("--adapter", help="PEFT LoRA adapter dir to merge in; 'none' = base model")
@@ -129,6 +132,19 @@ def _partial_from_env(args) -> None:
                                 f"--{attr.replace('_', '-')}") from None
 
 
+def _draw_from_env() -> int:
+    """Which fresh draw of samples (OPSD_EVAL_DRAW, set by opsdctl for a re-evaluation): absent = 0."""
+    from opsdctl.contract.eval_request import ENV_DRAW
+
+    text = os.environ.get(ENV_DRAW, "").strip()
+    if not text:
+        return 0
+    if not re.fullmatch(r"[0-9]+", text):
+        raise UserError(f"{ENV_DRAW}={text!r} in the environment: not a whole number 0 or more (which fresh draw "
+                        f"of eval samples: 0 = the first, 1, 2, ... = re-evaluations); unset it or set 0, 1, 2, ...")
+    return int(text)
+
+
 def _backend(asked: str, model_arg: str, devices: list[str]) -> str:
     if asked != "auto":
         return asked
@@ -159,6 +175,7 @@ def _hold(args, fd: int) -> float:
 def resolve(args) -> tuple:
     """(settings, problems, options) from parsed arguments; raises UserError."""
     from eval.benchmark import benchmark_hash, load_benchmark
+    from eval.plan import draw_seed
     from eval.runner import RunOptions
     from eval.settings import EvalSettings, check_adapter, check_model, check_resume
     from opsdctl.recipes.profiles import get_profile
@@ -167,6 +184,7 @@ def resolve(args) -> tuple:
     if not args.profile and not (args.model and args.benchmark):
         raise UserError("python -m eval: without --profile, give --model and --benchmark (or pass --profile tiny|qwen3-1.7b)")
     _partial_from_env(args)
+    draw = _draw_from_env()
     for name, lo, hi, lo_open in (("k", 1, None, False), ("num_problems", 1, None, False),
                                   ("temperature", 0.0, None, False), ("top_p", 0.0, 1.0, True),
                                   ("top_k", 0, None, False), ("min_p", 0.0, 1.0, False),
@@ -205,7 +223,8 @@ def resolve(args) -> tuple:
         min_p=float(pick(args.min_p, profile.eval_min_p)),
         presence_penalty=float(pick(args.presence_penalty, profile.eval_presence_penalty)),
         max_new_tokens=int(pick(args.max_new_tokens, profile.eval_max_new_tokens)),
-        thinking=bool(pick(args.thinking, profile.eval_thinking)), seed=int(pick(args.seed, profile.eval_seed)),
+        thinking=bool(pick(args.thinking, profile.eval_thinking)),
+        seed=draw_seed(int(pick(args.seed, profile.eval_seed)), draw), draw=draw,
         backend=backend, dtype=dtype, batch_size=args.batch_size if backend == "hf" else None,
         profile=args.profile, extract=args.extract,
         backend_options={"batch_invariant": args.batch_invariant} if backend == "vllm" else {},

@@ -2,6 +2,8 @@
 
 - An item is one (problem, sample index) pair. Its seed is a stable hash of (seed, problem id,
   sample index), so a sample's randomness does not depend on who computes it or when.
+- A re-evaluation of a scored checkpoint is a fresh draw (1, 2, ...): it samples from
+  `draw_seed(seed, draw)` instead of `seed`, so its samples are new and its problems and k the same.
 - The k samples of each problem are split into three rounds (thirds of k: 0-3, 4-7, 8-11 for
   k = 12). A micro-batch holds samples of ONE problem in ONE round (at most `batch_size` of
   them); its composition depends on the benchmark, k and batch_size only, never on the worker
@@ -18,12 +20,28 @@ from dataclasses import dataclass, field
 
 N_ROUNDS = 3
 SEED_BITS = 63
+DRAW_SEED_BITS = 31  # a draw's seed also seeds the vLLM engine: fits any engine's int32 seed
 
 
 def item_seed(seed: int, problem_id: str, sample: int) -> int:
     """Stable across processes and Python versions (never Python's salted hash())."""
     digest = hashlib.sha256(f"{seed}\x1f{problem_id}\x1f{sample}".encode()).digest()
     return int.from_bytes(digest[:8], "big") & ((1 << SEED_BITS) - 1)
+
+
+def draw_seed(seed: int, draw: int) -> int:
+    """The sampling seed of fresh draw `draw` of an evaluation at `seed`; draw 0 is `seed` itself.
+
+    A stable hash of (seed, draw) into [0, 2**31), stepping over `seed` so that a later draw
+    never repeats the first one's samples (distinct draws collide with chance ~2**-31 a pair).
+    """
+    if draw < 0:
+        raise ValueError(f"draw {draw}: must be 0 or more")
+    if draw == 0:
+        return seed
+    digest = hashlib.sha256(f"eval-draw\x1f{seed}\x1f{draw}".encode()).digest()
+    value = int.from_bytes(digest[:8], "big") % ((1 << DRAW_SEED_BITS) - 1)  # one short: room to step over seed
+    return value + 1 if 0 <= seed <= value else value
 
 
 def round_bounds(k: int) -> list[int]:

@@ -1,7 +1,7 @@
 """What the evaluator leaves in its output dir, and the pure summary of it.
 
 - `settings.json`: what defines the samples (model, adapter hash, benchmark hash, k, sampling
-  settings, seed, backend); a resume must match it.
+  settings, the draw and the seed it gives, backend); a resume must match it.
 - `samples.jsonl`: one line per finished (problem, sample), appended and fsynced as it lands.
   A crash can leave a torn last line: readers ignore it and the next run cuts it off first.
 - `progress.jsonl`: `{"done", "total"}` lines, plus look records carrying per-problem counts.

@@ -238,7 +238,8 @@ def _run(settings: EvalSettings, problems: list[Problem], opts: RunOptions, out:
     timing: dict = {}
     if todo:
         opts.log(f"eval: {len(ids)} problems x {k} samples, {resumed} already in {samples_file.name}, "
-                 f"{len(todo)} micro-batches to run on {len(_worker_plan(opts))} worker(s) ({settings.backend})")
+                 f"{len(todo)} micro-batches to run on {len(_worker_plan(opts))} worker(s) ({settings.backend})"
+                 + (f", fresh draw {settings.draw} (seed {settings.seed})" if settings.draw else ""))
         (out / "result.json").unlink(missing_ok=True)  # a stale result must not outlive a failed resume
         log_file = records.SampleLog(samples_file)
         model_path = settings.model

@@ -14,10 +14,13 @@ from typing import Optional
 
 from opsdctl.errors import UserError
 
-# Keys compared on resume; the rest of settings.json is informative.
+# Keys compared on resume; the rest of settings.json is informative. `draw` comes before `seed`:
+# two draws differ in both, and the draw is the one a user asked for.
 IDENTITY_KEYS = ("model", "adapter_sha256", "benchmark_hash", "k", "temperature", "top_p", "top_k", "min_p",
-                 "presence_penalty", "max_new_tokens", "thinking", "seed", "backend", "dtype", "batch_size",
+                 "presence_penalty", "max_new_tokens", "thinking", "draw", "seed", "backend", "dtype", "batch_size",
                  "backend_options", "extract")
+# What a settings.json written before a key existed ran with, so such a dir still resumes.
+RECORDED_BEFORE = {"draw": 0}
 
 
 @dataclass
@@ -38,13 +41,14 @@ class EvalSettings:
     presence_penalty: float
     max_new_tokens: int
     thinking: bool
-    seed: int
+    seed: int  # the sampling seed: eval.plan.draw_seed(--seed or the profile's, draw)
     backend: str  # "hf" | "vllm"
     dtype: str  # "float32" | "bfloat16" | "float16"
     batch_size: Optional[int]  # HF: rows per micro-batch (None = one round of one problem)
     profile: Optional[str] = None
     backend_options: dict = field(default_factory=dict)
     extract: str = "released"  # eval.grading.EXTRACT_MODES: how an answer is read and checked
+    draw: int = 0  # which fresh draw of samples (OPSD_EVAL_DRAW): 0 = a checkpoint's first evaluation
 
     @property
     def partial(self) -> bool:
@@ -66,9 +70,10 @@ def check_resume(recorded: dict, settings: EvalSettings, where: str) -> None:
     """One line naming the first setting that differs from the dir's settings.json."""
     new = settings.identity()
     for key in IDENTITY_KEYS:
-        if recorded.get(key) != new[key]:
+        was = recorded.get(key, RECORDED_BEFORE.get(key))
+        if was != new[key]:
             raise UserError(
-                f"{where}: this output dir was started with {key}={recorded.get(key)!r} but this run has "
+                f"{where}: this output dir was started with {key}={was!r} but this run has "
                 f"{key}={new[key]!r}; resuming would mix different samples - rerun with the same settings "
                 f"or choose a new --output-dir")
 
