@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from opsdctl.contract import eval_request
 from opsdctl.recipes import knobs
 from opsdctl.store import credentials
 from opsdctl.templates import (  # noqa: F401
@@ -54,6 +55,9 @@ def stage_env(
     # A stage runs the queuer's code: it never sees the store's credentials (PGPASSWORD, a
     # variable holding the password or the URL), only what the stage contract gives it.
     env = credentials.scrub_env(os.environ if base is None else base, store_url)
+    # Which draw of eval samples a stage takes is its chain's, set for a re-evaluation's eval
+    # stage alone (eval_request.apply_env): one in the worker's shell would pass for a re-eval.
+    env.pop(eval_request.ENV_DRAW, None)
     if runs_dir is not None and not env.get(ENV_VLLM_CACHE):
         # vLLM's torch.compile artefacts are keyed by model and engine config: with one cache
         # for every stage only a session's first engine of each kind compiles (~30 s each);

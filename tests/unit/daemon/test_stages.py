@@ -36,3 +36,22 @@ def test_stage_env(tmp_path):
     env = stages.stage_env(hparams={}, method={}, chain_id=1, stage="train", stage_dir=tmp_path, run_dir=tmp_path,
                            token="t", gpus=(2, 3), code_dir=tmp_path, base={})
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["PYTHONPATH"] == str(tmp_path)
+
+
+def test_only_a_re_evaluations_eval_stage_gets_its_draw(tmp_path):
+    """A chain with eval_draw 2 gets OPSD_EVAL_DRAW=2 in its eval stage, the stage environment as
+    LocalExecutor._launch builds it (stage_env, then eval_request.apply_env for the eval); a draw-0
+    chain's eval and every train stage get none, even with one in the worker's own environment."""
+    from opsdctl.contract import eval_request
+    from opsdctl.store.models import Chain
+
+    def env_of(chain: Chain, stage: str) -> dict:
+        env = stages.stage_env(hparams={}, method={}, chain_id=1, stage=stage, stage_dir=tmp_path, run_dir=tmp_path,
+                               token="t", gpus=(), code_dir=tmp_path, base={"OPSD_EVAL_DRAW": "5", "PATH": "/bin"})
+        return eval_request.apply_env(env, chain) if stage == "eval" else env
+
+    redraw, first = Chain(variant_id=1, profile="tiny", eval_draw=2), Chain(variant_id=1, profile="tiny")
+    assert env_of(redraw, "eval")["OPSD_EVAL_DRAW"] == "2"
+    assert "OPSD_EVAL_DRAW" not in env_of(first, "eval")
+    assert "OPSD_EVAL_DRAW" not in env_of(redraw, "train") and "OPSD_EVAL_DRAW" not in env_of(first, "train")
+    assert env_of(redraw, "eval")["PATH"] == "/bin"
