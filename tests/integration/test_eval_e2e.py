@@ -1,5 +1,6 @@
 """`python -m eval` as a real subprocess on the tiny profile (CPU): every output consistent with
-the others, resume after SIGKILL, 1 vs 2 workers, settings mismatch refused, bad input."""
+the others, resume after SIGKILL, 1 vs 2 workers, settings mismatch refused, bad input, a fresh
+draw of samples (OPSD_EVAL_DRAW)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def env() -> dict:
     return e
 
 
-def run_eval(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eval", *map(str, args)], cwd=REPO, env=env(),
+def run_eval(*args, timeout: float = 300, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eval", *map(str, args)], cwd=REPO, env={**env(), **(extra_env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -186,21 +187,54 @@ def _snapshot(d: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
 
-@pytest.mark.parametrize("change,word", [
-    (["--temperature", "0.7"], "temperature"),
-    (["--k", "2"], "k="),
-    (["--seed", "1"], "seed"),
-    (["--thinking", "off"], "thinking"),
+@pytest.mark.parametrize("change,word,extra_env", [
+    (["--temperature", "0.7"], "temperature", None),
+    (["--k", "2"], "k=", None),
+    (["--seed", "1"], "seed", None),
+    (["--thinking", "off"], "thinking", None),
+    ([], "draw=0 but this run has draw=1", {"OPSD_EVAL_DRAW": "1"}),
 ])
-def test_resume_with_other_settings_is_refused(reference, tmp_path, change, word):
+def test_resume_with_other_settings_is_refused(reference, tmp_path, change, word, extra_env):
     out = tmp_path / "copy"
     shutil.copytree(reference[0], out)
     before = _snapshot(out)
-    proc = run_eval(*ARGS, "--output-dir", out, *change, timeout=120)
+    proc = run_eval(*ARGS, "--output-dir", out, *change, timeout=120, extra_env=extra_env)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and word in lines[0] and "--output-dir" in lines[0], proc.stderr
     assert _snapshot(out) == before and proc.stdout == ""
+
+
+def test_a_fresh_draw_samples_the_same_items_with_other_seeds(reference, tmp_path):
+    """OPSD_EVAL_DRAW=1 (a re-evaluation): the same problems x k, every sample from a seed of its
+    own draw; OPSD_EVAL_DRAW=0 is the usual draw (it resumes the reference, a dir written before
+    draws were recorded, and computes nothing)."""
+    out = tmp_path / "draw1"
+    proc = run_eval(*ARGS, "--output-dir", out, extra_env={"OPSD_EVAL_DRAW": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seed = plan.draw_seed(0, 1)
+    assert f"fresh draw 1 (seed {seed})" in proc.stderr
+    first, fresh = samples(reference[0]), samples(out)
+    assert set(fresh) == set(first)  # same problems, same k
+    for (pid, s), r in fresh.items():
+        assert r["seed"] == plan.item_seed(seed, pid, s) != first[(pid, s)]["seed"]
+    assert sum(r["text"] != first[key]["text"] for key, r in fresh.items()) > len(fresh) // 2  # sampled anew
+    settings = json.loads((out / "settings.json").read_text())
+    assert (settings["draw"], settings["seed"]) == (1, seed)
+    result = json.loads((out / "result.json").read_text())
+    first_result = json.loads((reference[0] / "result.json").read_text())
+    assert [p["id"] for p in result["problems"]] == [p["id"] for p in first_result["problems"]]
+    assert result["k"] == K and result["settings"]["draw"] == 1
+
+    old = tmp_path / "before-draws"
+    shutil.copytree(reference[0], old)
+    recorded = json.loads((old / "settings.json").read_text())
+    assert recorded.pop("draw") == 0
+    (old / "settings.json").write_text(json.dumps(recorded))
+    again = run_eval(*ARGS, "--output-dir", old, extra_env={"OPSD_EVAL_DRAW": "0"})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((old / "result.json").read_text())["resumed_samples"] == N_PROBLEMS * K
+    assert again.stdout.strip().splitlines()[-1] == reference[1].stdout.strip().splitlines()[-1]
 
 
 def test_resume_over_fewer_problems_reuses_the_samples(reference, tmp_path):
