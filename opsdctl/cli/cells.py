@@ -38,6 +38,8 @@ def eval_words(c) -> str:
     out = ""
     if c.eval_only:
         out += f", eval only of {escape(c.checkpoint or '')}"
+    if getattr(c, "eval_draw", 0):
+        out += f", fresh samples (draw {c.eval_draw}, pooled with its other evals)"
     if c.partial:
         out += f", [yellow]partial eval {c.partial['num_problems']} x {c.partial['k']}[/yellow] (screening only)"
     return out

@@ -36,15 +36,17 @@ class QueuedChain:
     partial: Optional[dict] = None  # {"num_problems", "k"} of a partial eval, None = full
     eval_only: bool = False
     checkpoint: Optional[str] = None  # what an eval-only chain evaluates
+    eval_draw: int = 0  # a re-eval's draw of fresh samples (0: a checkpoint's first eval)
 
     def to_json(self) -> dict:
         return {"chain_id": self.chain_id, "variant": self.variant, "seed": self.seed, "repeat": self.repeat,
-                "partial": self.partial, "eval_only": self.eval_only, "checkpoint": self.checkpoint}
+                "partial": self.partial, "eval_only": self.eval_only, "checkpoint": self.checkpoint,
+                "eval_draw": self.eval_draw}
 
     @classmethod
     def of(cls, chain: Chain, variant: Variant) -> "QueuedChain":
         return cls(chain.id, variant.label, chain.seed, chain.repeat, partial.of_chain(chain).to_json(),
-                   bool(chain.eval_only), chain.checkpoint)
+                   bool(chain.eval_only), chain.checkpoint, int(chain.eval_draw or 0))
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,15 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
         return QueuedChain.of(new, s.get(Variant, new.variant_id))
 
 
+def requeue_reeval(store: Store, cfg: Config, chain_id: int, *, priority: Optional[int] = None) -> QueuedChain:
+    """Evaluate the checkpoint chain `chain_id` trained (or evaluated) again with fresh samples:
+    the next draw of its training (opsdctl.plan.reeval), pooled with its other evals by compare."""
+    from opsdctl.plan import reeval
+
+    chain, variant = reeval.queue(store, cfg, chain_id, priority=priority)
+    return QueuedChain.of(chain, variant)
+
+
 # --- what is evaluated, and whose it is ------------------------------------------------------
 
 
@@ -207,5 +216,6 @@ def _refuse_double_count(s, trainer: Chain, setting: partial.EvalSetting) -> Non
         scored = c.state == State.SUCCEEDED.value and score is not None and not score.partial
         if scored or c.state in _LIVE:
             what = f"a full score ({score.avg_at_k:.2f}, chain {c.id})" if scored else f"a full eval {c.state} (chain {c.id})"
-            raise UserError(f"chain {trainer.id}'s checkpoint already has {what}; a second full evaluation would "
-                            f"count one training twice; use --partial for a screening look")
+            raise UserError(f"chain {trainer.id}'s checkpoint already has {what}; a second full evaluation of the "
+                            f"same samples would count one training twice; `opsdctl requeue {trainer.id} --reeval` "
+                            f"draws fresh samples (pooled with the first), --partial takes a screening look")

@@ -67,7 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import forecast, inference, sequential
+from opsdctl.stats import forecast, inference, reevals, sequential
 from opsdctl.stats import report as rp
 from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
@@ -92,6 +92,8 @@ class RunRecord:
     code: str | None = None  # short id of the code tree its checkpoint was trained with
     train_id: int | None = None  # the chain that trained the checkpoint (itself, unless eval-only)
     kind: str = "recipe"  # the variant's kind: recipe | base | checkpoint
+    draw: int = 0  # which fresh draw of eval samples (0: the chain's own eval; a re-eval: 1, 2, ...)
+    evals: tuple[int, ...] = ()  # several evals of one checkpoint pooled into this record: their chain ids
 
     @property
     def key(self) -> str:
@@ -250,6 +252,7 @@ class _Runs:
     v_of: dict
     full_k: int | None
     full_n: int | None
+    notes: tuple[str, ...] = ()  # evaluations of one checkpoint that could not be pooled
 
 
 def _split(runs: list[RunRecord], full_k: int | None, full_n: int | None) -> _Runs:
@@ -265,9 +268,14 @@ def _split(runs: list[RunRecord], full_k: int | None, full_n: int | None) -> _Ru
             part.setdefault((r.key, r.k, r.n_problems), []).append(r)
         else:
             full.setdefault(r.key, []).append(r)
+    notes: list[str] = []
+    for key, vr in full.items():  # one training, one run: a checkpoint's evals pooled
+        full[key], more = reevals.merge(vr)
+        notes += more
+    runs = [r for vr in full.values() for r in vr] + [r for vr in part.values() for r in vr]
     vr_all = _eval_vars(runs)
     v_of = {id(r): vr_all[i] for i, r in enumerate(runs) if i in vr_all}
-    return _Runs(full, part, v_of, full_k, full_n)
+    return _Runs(full, part, v_of, full_k, full_n, tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -296,7 +304,8 @@ def _noise(rs: _Runs, reference: Reference | None, notes: list[str]) -> tuple[rp
             f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
             f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
     pooled_runs = [r for v in rs.full.values() for r in v]
-    v_runs = [rs.v_of[id(r)] for r in pooled_runs if id(r) in rs.v_of]
+    # one full eval's sampling variance: a pooled re-eval's V_r is scaled back to the protocol's k
+    v_runs = [rs.v_of[id(r)] * r.k / (rs.full_k or r.k) for r in pooled_runs if id(r) in rs.v_of]
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
     pool = _Pool(s2, nu, nu_local, split)
@@ -462,7 +471,7 @@ def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_r
     return rp.Entry(
         name=v, variants=tuple(dict.fromkeys(r.variant for r in vr)), code=vr[0].code, n=n_v, mean=_f(mean_v),
         sd=_f(_sd(ys)), look=n_v + b.n_local, partial=False, se_mean=_f(se_m), mean_ci_low=_f(lo_m),
-        mean_ci_high=_f(hi_m), v_eval=_f(sum(vv) / len(vv)) if vv else None, k=vr[0].k, n_problems=vr[0].n_problems,
+        mean_ci_high=_f(hi_m), v_eval=_f(sum(vv) / len(vv)) if vv else None, k=min(r.k for r in vr), n_problems=vr[0].n_problems,
         runs=tuple(_f(y) for y in ys), chain_ids=tuple(r.chain_id for r in vr), **out)
 
 
@@ -557,7 +566,7 @@ def build_report(
     rs = _split(runs, full_k, full_n)
     names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
     candidates = [v for v in names if v != baseline]
-    notes: list[str] = []
+    notes: list[str] = list(rs.notes)
     noise, pool = _noise(rs, reference, notes)
     base_doc, b = _baseline(rs, baseline, reference, pool, notes)
     spending = _family(runs, rs, family, candidates, baseline, b.mean is not None, alpha)

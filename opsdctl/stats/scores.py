@@ -28,8 +28,9 @@ def run_records(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_co
 def candidate_runs(reader, variant_refs: Optional[Sequence[str]] = None, *, pool_code: bool = False,
                    baseline: Optional[str] = None) -> tuple[list[RunRecord], list[str]]:
     """(records, notes about candidates). Labels come from every scored run of the store, so a
-    candidate is named the same whichever variants are asked for. One training counts once: of
-    several full scores of one checkpoint, only the latest is kept."""
+    candidate is named the same whichever variants are asked for. Every evaluation is a record
+    (with its train_id and draw): compare pools the evals of one checkpoint into one run
+    (opsdctl.stats.reevals)."""
     with reader.snapshot() as r:
         ids = {r.find_variant(ref).id for ref in variant_refs} if variant_refs else None
         rows = _scored_rows(r)
@@ -40,14 +41,9 @@ def candidate_runs(reader, variant_refs: Optional[Sequence[str]] = None, *, pool
     labels = candidates.assign_labels(runs, prefer=baseline)
     chosen = [(row, run) for row, run in zip(rows, runs) if ids is None or row[1].id in ids]
     counts = _parse_counts([score.counts for (_, _, score), _ in chosen])
-    out, latest_full = [], {}
-    for ((chain, variant, score), run), cts in zip(chosen, counts):
-        rec = _record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets, cts)
-        if not rec.partial:
-            latest_full[rec.train_id] = max(latest_full.get(rec.train_id, 0), chain.id)
-        out.append(rec)
+    out = [_record(chain, variant, score, labels[run.identity], codes[chain.id][0], id_sets, cts)
+           for ((chain, variant, score), run), cts in zip(chosen, counts)]
     kept_runs = [run for _, run in chosen]
-    out = [r for r in out if r.partial or latest_full[r.train_id] == r.chain_id]
     pooled: dict[str, set] = {}
     for (chain, variant, _), run in zip(rows, runs):
         if (ids is None or variant.id in ids) and variant.kind == "recipe":
@@ -179,7 +175,7 @@ def candidate_labels(reader, chain_ids: Sequence[int], baseline: Optional[str] =
 def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets: dict,
             counts: Optional[tuple[int, ...]]) -> RunRecord:
     # positional: 10,000 of these per compare (variant, chain_id, score, k, n_problems, counts,
-    # problem_ids, partial, candidate, code, train_id, kind)
+    # problem_ids, partial, candidate, code, train_id, kind, draw)
     return RunRecord(
         variant.label, chain.id, float(score.avg_at_k), int(score.k), int(score.n_problems), counts,
         id_sets.get(score.problem_set) if counts is not None else None,
@@ -188,7 +184,7 @@ def _record(chain, variant, score, candidate: str, code: Optional[str], id_sets:
         bool(score.partial) or ((chain.eval_problems is not None or chain.eval_k is not None)
                                 and partial.run_is_partial(chain, score)),
         candidate, None if variant.kind != "recipe" else candidates.short_code(code), chain.trained_by or chain.id,
-        variant.kind,
+        variant.kind, int(chain.eval_draw or 0),
     )
 
 
@@ -234,6 +230,7 @@ def run_views(reader, chains) -> list[dict]:
             "eval_only": bool(chain.eval_only),
             "checkpoint": chain.checkpoint,
             "trained_by": chain.trained_by,
+            "eval_draw": int(chain.eval_draw or 0),  # a re-eval's fresh samples: 1, 2, ... (pooled by compare)
             "candidate": labels.get(chain.id),
             # the code its checkpoint was trained with; an eval-only chain's own code runs the eval
             "code": code_view(snaps.get(trained.get(chain.id))),

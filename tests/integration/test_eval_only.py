@@ -32,7 +32,7 @@ def test_requeue_eval_only_evaluates_the_trained_checkpoint_after_a_timeout(ws):
 
     new = ws.cli_json("requeue", "1", "--eval-only")
     assert new == {"chain_id": 2, "variant": "token-clip", "seed": 5, "repeat": 0, "partial": None,
-                   "eval_only": True, "checkpoint": ckpt}
+                   "eval_only": True, "checkpoint": ckpt, "eval_draw": 0}
     assert "eval only" in ws.cli("status").stdout
     ws.run("worker", "--drain")
     c2 = ws.chains()[2]

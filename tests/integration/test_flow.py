@@ -15,7 +15,7 @@ from opsdctl.recipes import knobs
 def test_queue_worker_status_export(ws, tmp_path):
     # queue: two recipes x 2 repeats, JSON exactly as the contract says
     queued = ws.json("queue", "baseline", "token-clip", "--repeats", "2", "--seed", "7")
-    assert [set(q) for q in queued] == [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}] * 4
+    assert [set(q) for q in queued] == [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint", "eval_draw"}] * 4
     assert [(q["variant"], q["seed"], q["repeat"]) for q in queued] == [
         ("baseline", 7, 0), ("baseline", 8, 1), ("token-clip", 7, 0), ("token-clip", 8, 1)]
     # queueing the same content again reuses the variant and continues the repeats

@@ -12,7 +12,8 @@ seed and on OPSD_CLIP_MODE so comparisons have something to rank.
 Partial evaluations, as the workspace's dev_eval.sh and our evaluator take them: --num-problems N /
 --k K, else NUM_PROBLEMS / VAL_N from the environment (the script prints `NUM_PROBLEMS=.. VAL_N=..`
 when it uses them), else FAKE_PROBLEMS / FAKE_K; FAKE_IGNORE_PARTIAL=1 ignores all of them (a script
-that cannot run partial evals). CHECKPOINT may be `base`: the untrained base model (a lower score).
+that cannot run partial evals). CHECKPOINT may be `base`: the untrained base model (a lower score). OPSD_EVAL_DRAW=N > 0 (a re-eval)
+draws other samples of the same checkpoint, as our evaluator does.
 FAKE_GPU_FILE / FAKE_EVAL_GPU_MIB / FAKE_GPU_UTIL: GPU use as NVML shows it (tests/stages/fake_gpu_file.py).
 The recipe's extra method knob `fake_mode` (OPSD_FAKE_MODE): "badresult" (as FAKE_BAD_RESULT=1),
 "silent" (neither result.json nor a FINAL line).
@@ -86,7 +87,8 @@ if os.environ.get("FAKE_IGNORE_PARTIAL") != "1":
     n = args.num_problems or int(env_n or full_n)
     k = args.k or int(env_k or full_k)
 bonus = {"token": 0.15, "base": -0.2}.get(ckpt.get("clip_mode"), 0.0)
-rng = random.Random(1000 + int(ckpt.get("seed", 0)))
+# OPSD_EVAL_DRAW (a re-eval's fresh samples): another draw of the same checkpoint's samples
+rng = random.Random(1000 + int(ckpt.get("seed", 0)) + 7919 * int(os.environ.get("OPSD_EVAL_DRAW") or 0))
 problems = []
 gpu_file = os.environ.get("FAKE_GPU_FILE")
 if gpu_file:

@@ -39,7 +39,7 @@ def command(
                                            help="A recipe.env (KEY=VALUE lines, as the official re-training reads) "
                                                 "queued as a recipe, checked by the same whitelist."),
     as_json: bool = typer.Option(False, "--json",
-                                 help='Print [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}].'),
+                                 help='Print [{"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint", "eval_draw"}].'),
 ) -> None:
     """Queue train -> eval chains for recipes, freezing the code as it is now.
 

@@ -23,17 +23,30 @@ def command(
     partial: Optional[str] = typer.Option(None, "--partial", metavar="PROBLEMSxK",
                                           help="--eval-only: a partial eval [default: the old chain's setting]."),
     full: bool = typer.Option(False, "--full", help="--eval-only: the full protocol (e.g. after a partial screening)."),
+    reeval: bool = typer.Option(False, "--reeval", help="Evaluate the chain's scored checkpoint again with fresh samples "
+                                                       "(our evaluator only); compare pools the evals as one run."),
     current_commands: bool = typer.Option(False, "--current-commands",
                                           help="Run the stage commands opsdctl.toml holds now, not the ones frozen when "
                                                "the chain was queued (e.g. after fixing a broken eval command)."),
     as_json: bool = typer.Option(False, "--json",
-                                 help='Print {"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint"}.'),
+                                 help='Print {"chain_id", "variant", "seed", "repeat", "partial", "eval_only", "checkpoint", "eval_draw"}.'),
 ) -> None:
-    """Queue a fresh copy of a finished chain: same variant, seed and code snapshot."""
+    """Queue a fresh copy of a finished chain: same variant, seed and code snapshot (--eval-only: only
+    its eval; --reeval: its scored checkpoint's eval again, with fresh samples)."""
     app = App.of(ctx)
     cfg = app.config()
     current = cfg if current_commands else None
-    if eval_only:
+    if reeval:
+        from opsdctl.client.eval_only import requeue_reeval
+        from opsdctl.errors import UserError
+        from opsdctl.identity.snapshot_lock import snapshot_lock
+
+        if eval_only or partial or full or current_commands:
+            raise UserError("requeue --reeval: a full eval with the chain's own frozen commands, the same as its first; "
+                            "drop --eval-only/--partial/--full/--current-commands")
+        with snapshot_lock(cfg.runs_dir):  # a concurrent `gc` cannot take its code or checkpoint away
+            new = requeue_reeval(app.store(cfg), cfg, chain_id, priority=priority)
+    elif eval_only:
         from opsdctl.client.eval_only import requeue_eval_only
         from opsdctl.identity.snapshot_lock import snapshot_lock
 
@@ -52,4 +65,4 @@ def command(
         print_json(new.to_json())
         return
     console().print(f"queued chain [bold]{new.chain_id}[/bold]: {escape(new.variant)} seed {new.seed} "
-                     f"(re-run of chain {chain_id}){eval_words(new)}")
+                     f"({'re-eval' if reeval else 're-run'} of chain {chain_id}){eval_words(new)}")

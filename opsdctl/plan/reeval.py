@@ -1,0 +1,125 @@
+"""Re-evaluations: fresh eval samples of a checkpoint that already has a full score.
+
+A re-eval runs the training chain's frozen eval command on its checkpoint again, as the next
+draw (Chain.eval_draw: 1, 2, ...); the stage gets OPSD_EVAL_DRAW and our evaluator seeds its
+samples from it, and compare pools the evals of one training into one run (opsdctl.stats.reevals).
+It cuts the eval-sampling part of that run's noise, nothing else, at the price of one eval.
+
+Who may be re-evaluated (`refusal`, the one rule `requeue --reeval`, `advise` and the adaptive
+worker apply): a checkpoint this store trained, still on disk, with a full score, evaluated by
+our evaluator (`python -m eval`); a user's own eval script cannot be told to draw fresh samples,
+so a second eval of it would repeat the first. `targets` names, per candidate, the training to
+re-evaluate next: the one with the fewest evals (the latest on a tie), whose next eval halves the
+most noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from opsdctl.config import BUILTIN_EVALUATOR
+from opsdctl.errors import UserError
+from opsdctl.store.states import State
+
+# succeeded train stages with their chain's frozen stage settings (its eval command)
+_TRAININGS = ("SELECT chain.id, chain.stage_spec, stage.checkpoint FROM chain JOIN stage ON stage.chain_id = chain.id "
+              f"WHERE stage.name = 'train' AND stage.state = '{State.SUCCEEDED.value}'")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The training a re-eval of candidate `label` evaluates again, and how many evals it has."""
+
+    label: str
+    train_id: int
+    evals: int
+
+
+def refusal(train_id: int, eval_command: str, checkpoint: Optional[str]) -> Optional[str]:
+    """Why the checkpoint of chain `train_id` cannot be re-evaluated (None: it can)."""
+    if not BUILTIN_EVALUATOR.match(eval_command or ""):
+        return (f"chain {train_id} is evaluated by your own command ({eval_command!r}), which cannot be told to draw "
+                f"fresh samples, so a second eval would repeat the first; queue another training of it instead")
+    if not checkpoint or not Path(checkpoint).is_dir():
+        return (f"chain {train_id}: its checkpoint {checkpoint or '(none recorded)'} is gone (removed by hand or by "
+                f"`opsdctl gc`?); queue another training of it instead")
+    return None
+
+
+def eval_command_of(spec: Optional[Mapping], cfg) -> str:
+    """The eval command a chain froze when queued (the config's for a chain queued before)."""
+    return ((spec or {}).get("eval") or {}).get("command") or cfg.stages["eval"].command
+
+
+def ok_trainings(reader, cfg) -> dict[int, bool]:
+    """train chain id -> whether its checkpoint may be re-evaluated (`refusal` says no)."""
+    return {cid: refusal(cid, eval_command_of(spec, cfg), checkpoint) is None
+            for cid, spec, checkpoint in reader.tuples(_TRAININGS)}
+
+
+def targets(reader, cfg, runs: Sequence) -> dict[str, Target]:
+    """`pick` over the store: what `advise` and the adaptive worker may re-evaluate now."""
+    return pick(runs, ok_trainings(reader, cfg))
+
+
+def pick(runs: Sequence, ok: Mapping[int, bool]) -> dict[str, Target]:
+    """Per candidate (RunRecord.key), the training to re-evaluate: among full runs whose training
+    `ok` allows, the one with the fewest evals, the latest on a tie. Pure: `runs` are compare's
+    records (one per evaluation, with train_id and draw)."""
+    evals: dict[tuple[str, int], set] = {}
+    for r in runs:
+        if not r.partial and r.train_id is not None:
+            evals.setdefault((r.key, r.train_id), set()).add(r.draw)
+    out: dict[str, Target] = {}
+    for (label, train_id), draws in evals.items():
+        if not ok.get(train_id, False):
+            continue
+        t = Target(label, train_id, len(draws))
+        best = out.get(label)
+        if best is None or (t.evals, -t.train_id) < (best.evals, -best.train_id):
+            out[label] = t
+    return out
+
+
+def queue(store, cfg, chain_id: int, *, priority: Optional[int] = None, reason: Optional[str] = None):
+    """Queue the next draw of the checkpoint chain `chain_id` trained (or, for an eval-only chain,
+    evaluated): a full eval, eval-only; returns the (Chain, Variant) written. Refused in one line
+    (UserError) when `refusal` says so, or when the checkpoint has no full score yet (its first
+    eval is what `requeue --eval-only` runs)."""
+    from sqlalchemy import func, or_, select
+
+    from opsdctl.store.engine import get_chain, next_seq, stage_of
+    from opsdctl.store.models import Chain, Score, Variant, utcnow
+
+    with store.write() as s:
+        old = get_chain(s, chain_id)
+        if old.state in (State.QUEUED.value, State.RUNNING.value):
+            raise UserError(f"re-eval: chain {chain_id} is {old.state}; re-evaluate a finished chain's checkpoint")
+        if old.eval_only and old.trained_by is None:
+            raise UserError(f"re-eval: chain {chain_id} evaluated {old.checkpoint}, which no chain of this store "
+                            f"trained; only a checkpoint opsdctl trained can be re-evaluated (evals pool by training)")
+        trainer = get_chain(s, old.trained_by) if old.eval_only else old
+        train = stage_of(s, trainer.id, "train")
+        checkpoint = train.checkpoint if train is not None and train.state == State.SUCCEEDED.value else None
+        why = refusal(trainer.id, eval_command_of(trainer.stage_spec, cfg), checkpoint)
+        if why is not None:
+            raise UserError(f"re-eval: {why}")
+        same = or_(Chain.id == trainer.id, Chain.trained_by == trainer.id)
+        scored = s.scalar(select(func.count()).select_from(Chain).join(Score, Score.chain_id == Chain.id)
+                          .where(same, Chain.state == State.SUCCEEDED.value, Score.partial.is_(False),
+                                 Chain.eval_problems.is_(None), Chain.eval_k.is_(None)))
+        if not scored:
+            raise UserError(f"re-eval: chain {trainer.id}'s checkpoint has no full score yet; "
+                            f"`opsdctl requeue {trainer.id} --eval-only` evaluates it the first time")
+        draw = int(s.scalar(select(func.max(Chain.eval_draw)).where(same)) or 0) + 1
+        chain = Chain(variant_id=trainer.variant_id, seed=trainer.seed, repeat=trainer.repeat,
+                      priority=old.priority if priority is None else priority, seq=next_seq(s),
+                      state=State.QUEUED.value, profile=trainer.profile, snapshot_id=trainer.snapshot_id,
+                      code_dir=trainer.code_dir, stage_spec=trainer.stage_spec, commands_hash=trainer.commands_hash,
+                      queued_at=utcnow(), eval_only=True, checkpoint=checkpoint, trained_by=trainer.id,
+                      eval_draw=draw, reason=reason)
+        s.add(chain)
+        s.flush()
+        return chain, s.get(Variant, chain.variant_id)
