@@ -44,7 +44,8 @@ def test_requeue_reeval_draws_fresh_samples_with_our_evaluator(ws, tiny_assets, 
     draw_seed(seed, 1), on the same problems x k, every sample from another seed than the first eval's."""
     bench = tmp_path / "bench2.jsonl"
     bench.write_text("".join(line + "\n" for line in tiny_assets.bench_file.read_text().splitlines()[:2]))
-    evaluator = f"{sys.executable} -m eval --profile tiny --adapter base --gpus '' --benchmark {bench} --output-dir {{stage_dir}}"
+    evaluator = (f"{sys.executable} -m eval --profile tiny --adapter base --gpus '' --benchmark {bench} "
+                 "--output-dir {stage_dir}")
     ws.write_config(default_config(eval=evaluator))
     ws.cli("queue", "baseline")
     ws.run("worker", "--drain", timeout=300)
