@@ -8,14 +8,15 @@ change the submission where three can; with r = 1 best, the gain is the one run'
 uses) and `fits` when admission would start it in the usable time left. Ranked: the actions that
 fit and are worth at least MIN_GAIN, by gain per minute; then `stop` (gain 0: submit the best
 forecast now); then the rest. `opsdctl advise`, compare's `Next:` line and the adaptive policy
-read this one ranking.
+read this one ranking. A re-eval is offered only for an arm with a checkpoint that may be
+evaluated again (opsdctl.plan.reeval: our evaluator, checkpoint on disk), and names the chain.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from opsdctl.plan import admission
 from opsdctl.stats.belief import Belief
@@ -52,6 +53,7 @@ class Advice:
     minutes: float
     fits: bool
     gain: float  # points of expected official score (per run, for an action that pays off over several)
+    chain: Optional[int] = None  # re-eval: the training chain whose checkpoint it evaluates again
 
     @property
     def rate(self) -> float:
@@ -63,10 +65,8 @@ class Advice:
 
     def text(self) -> str:
         what = {Action.REPEAT: f"one more run of {self.variant}", Action.BASELINE: "one more baseline run",
-                # valued as the two evals averaged; the store refuses a second full eval of one
-                # checkpoint until compare averages them, so nothing can take this action yet
-                Action.REEVAL: f"re-evaluate a checkpoint of {self.variant} (value only: a second full eval "
-                               "of a checkpoint is not run yet)",
+                Action.REEVAL: f"re-evaluate {self.variant}'s checkpoint with fresh samples "
+                               f"(`opsdctl requeue {self.chain} --reeval`)",
                 Action.SCREEN: f"screen {self.variant or 'a new idea'} ({SCREEN[0]}x{SCREEN[1]})",
                 Action.NEW: f"first run of {self.variant or 'a new idea'}",
                 Action.STOP: "stop: submit the best forecast now"}[self.action]
@@ -77,10 +77,12 @@ class Advice:
 
 
 def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: Sequence[str] = (),
-         full_samples: Optional[int] = None) -> list[Advice]:
+         full_samples: Optional[int] = None, reevals: Optional[Mapping[str, int]] = None) -> list[Advice]:
     """Every action with its gain, minutes and fit, best first (see the module docstring).
     `new_ideas`: queued variants without a run yet (the next one names `new`/`screen`);
-    `full_samples`: problems x k of a full eval (a screen's share of it)."""
+    `full_samples`: problems x k of a full eval (a screen's share of it); `reevals`: arm -> the
+    training a re-eval of it would evaluate again (opsdctl.plan.reeval.targets); arms without one
+    get no re-eval action."""
     def fit(seconds: float) -> bool:
         return admission.fits(seconds, usable_s).ok
 
@@ -102,7 +104,9 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
     reeval = belief.reeval_noise()
     if reeval is not None:
         for i, name in enumerate(belief.arms):
-            out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, reeval)))
+            if reevals is not None and name in reevals:
+                out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, reeval),
+                                  chain=reevals[name]))
     idea = new_ideas[0] if new_ideas else None
     out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new)))
     if full_samples:
@@ -121,8 +125,8 @@ def costs_of(estimator, profile: str, hparams=None) -> Costs:
     return Costs(train.high_s + evaluate.high_s, evaluate.high_s, train.high_s + screen.high_s)
 
 
-def from_report(report, costs: Costs, usable_s: Optional[float],
-                new_ideas: Sequence[str] = ()) -> list[Advice]:
+def from_report(report, costs: Costs, usable_s: Optional[float], new_ideas: Sequence[str] = (),
+                reevals: Optional[Mapping[str, int]] = None) -> list[Advice]:
     """The ranking for a compare report (opsdctl.stats.report.Report, valued on its forecast's
     posterior); [] without a noise estimate (nothing to value by)."""
     from opsdctl.stats.belief import from_report as belief_of
@@ -131,4 +135,4 @@ def from_report(report, costs: Costs, usable_s: Optional[float],
     if belief is None:
         return []
     full = report.full_n * report.full_k if report.full_n and report.full_k else None
-    return rank(belief, costs, usable_s, new_ideas=new_ideas, full_samples=full)
+    return rank(belief, costs, usable_s, new_ideas=new_ideas, full_samples=full, reevals=reevals)

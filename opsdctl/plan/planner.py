@@ -80,7 +80,22 @@ class Facts(Protocol):
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]: ...
 
+    def reeval_targets(self, runs: list) -> dict[str, int]: ...  # label -> training a re-eval would evaluate
+
+    def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]: ...
+
     def save_plan(self, doc: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class AutoNext:
+    """What --auto-repeat queues at this order: one more chain of `variant`, or (`reeval`) a
+    re-eval of the checkpoint chain `train_id` trained."""
+
+    variant: str
+    why: str
+    reeval: bool = False
+    train_id: Optional[int] = None
 
 
 class PlannerGate:
@@ -110,7 +125,8 @@ class PlannerGate:
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
         self._probe_warned = False
-        self.auto_next: Optional[tuple[str, str]] = None  # (variant, why) auto-repeat queues at this order
+        self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
+        self.reevals: dict[str, int] = {}  # label -> the training a re-eval of it evaluates again
         self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
         self._noted: Optional[str] = None
 
@@ -124,8 +140,10 @@ class PlannerGate:
 
             runs = self.facts.runs()
             self.compare = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
+            targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
+            self.reevals = targets(runs) if targets is not None else {}
         else:
-            self.compare = None
+            self.compare, self.reevals = None, {}
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
@@ -161,13 +179,14 @@ class PlannerGate:
             costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
                      advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,
-                                        list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))))
+                                        list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))),
+                                        self.reevals)
 
         def plan(auto_repeat: bool) -> policy.Plan:
             return policy.plan(items, self.compare, policy.PlanInputs(
                 policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
                 dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
-                voi=not s.try_every_variant, advice=advice))
+                voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals)))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -187,30 +206,38 @@ class PlannerGate:
                     left = f"; {usable / 60:.0f} min left unused" if usable is not None else ""
                     self.idle_note = f"auto-repeat cap {s.auto_repeat_max} reached{left}: raise [planner] auto_repeat_max"
             elif p.extra is not None:
-                self.auto_next = (p.extra, p.extra_why)
+                self.auto_next = self._auto_next(p)
             elif s.policy != policy.FIFO and (usable is None or usable >= chain_s):
                 self.idle_note = ("auto-repeat: no repeat has value in the time left ("
                                   + (p.extra_why or "compare's Next: has nothing that fits") + ")")
         elif s.auto_repeat and not capped and s.auto_repeat_first and p.extra is not None and p.extra_first:
-            self.auto_next = (p.extra, p.extra_why)  # the user opted in: before their queued chains
+            self.auto_next = self._auto_next(p)  # the user opted in: before their queued chains
         if dry_run:
             return ordered
         if self.idle_note is not None and self.idle_note != self._noted:
             self.report(self.idle_note)
         self._noted = self.idle_note
         if self.auto_next is not None:
-            variant, why = self.auto_next
-            info = self.facts.queue_repeat(variant, why)
+            nxt = self.auto_next
+            info = (self.facts.queue_reeval(nxt.train_id, nxt.why) if nxt.reeval
+                    else self.facts.queue_repeat(nxt.variant, nxt.why))
             if info is None:
-                self.idle_note = f"auto-repeat picked {variant} but cannot queue it (nothing of it to train)"
+                self.idle_note = (f"auto-repeat picked {nxt.variant} but cannot queue it "
+                                  f"({'its checkpoint cannot be evaluated again' if nxt.reeval else 'nothing of it to train'})")
             else:
                 self.extra_queued += 1
-                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} seed {info.seed} ({why})")
+                what = f"re-eval of chain {nxt.train_id}'s checkpoint" if nxt.reeval else f"seed {info.seed}"
+                self.report(f"auto-repeat: queued chain {info.chain_id} {info.variant} {what} ({nxt.why})")
                 at = len(p.skips) if users and s.auto_repeat_first else len(ordered)
                 ordered.insert(at, info)
                 p.order.insert(at - len(p.skips), info.chain_id)
         self._save_plan(p)
         return ordered
+
+    def _auto_next(self, p: policy.Plan) -> AutoNext:
+        if p.extra_reeval:
+            return AutoNext(p.extra, p.extra_why, True, self.reevals[p.extra])
+        return AutoNext(p.extra, p.extra_why)
 
     def idle_reason(self) -> Optional[str]:
         """Why the worker idles with budget left, when the planner is the reason (a cap the user set)."""
@@ -425,6 +452,23 @@ class StoreFacts:
             s.flush()
             return chain_info(chain, v)
 
+    def reeval_targets(self, runs: list) -> dict[str, int]:
+        from opsdctl.plan import reeval
+
+        return {label: t.train_id for label, t in reeval.targets(self.reader, self.cfg, runs).items()}
+
+    def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]:
+        """A re-eval of the checkpoint chain `train_id` trained (opsdctl.plan.reeval), marked as
+        auto-repeat's; None when it cannot be queued any more (its checkpoint went meanwhile)."""
+        from opsdctl.errors import UserError
+        from opsdctl.plan import reeval
+
+        try:
+            chain, variant = reeval.queue(self.store, self.cfg, train_id, priority=0, reason=f"{AUTO_REPEAT_REASON}{why}")
+        except UserError:
+            return None
+        return chain_info(chain, variant)
+
     def save_plan(self, doc: dict) -> None:
         from opsdctl.store.engine import set_meta
 
@@ -521,6 +565,12 @@ class _NoFacts:
         return {}
 
     def queue_repeat(self, variant, why):
+        return None
+
+    def reeval_targets(self, runs):
+        return {}
+
+    def queue_reeval(self, train_id, why):
         return None
 
     def save_plan(self, doc):

@@ -8,8 +8,8 @@ What the adaptive policy may do on its own (and nothing else):
 2. skip queued chains, each with a reason, in exactly two cases: the variant's verdict is
    already `worse`, or one of its evaluations was stopped as futile;
 3. with --auto-repeat only: propose ONE extra chain at a time (a fresh seed of an existing
-   variant, same code snapshot): the repeat or baseline run `opsdctl advise` ranks first (see
-   below), or, without a ranking (no noise estimate yet), for the candidate the tiers rank first
+   variant, same code snapshot): the repeat, baseline run or re-eval `opsdctl advise` ranks first
+   (see below), or, without a ranking (no noise estimate yet), for the candidate the tiers rank first
    and whose runs fit in the time left. The gate queues it only once the user's queued chains
    have run (before them with [planner] auto_repeat_first), up to [planner] auto_repeat_max when
    the user sets one.
@@ -42,8 +42,9 @@ Value of information (tier "v", ahead of the tiers): the worker passes `opsdctl 
 `stop` above whatever is not worth its minutes) and the pick is its first action the worker can
 take: a queued chain of that variant (a repeat, the baseline, a new idea's first run) runs first;
 with --auto-repeat, one more chain of a variant with a run is queued and run first
-(Plan.extra_first). Screens are the user's to queue; re-evals are valued only (a second full eval of
-a checkpoint is refused). When `stop` ranks first, the
+(Plan.extra_first), or a re-eval of a checkpoint of it (Plan.extra_reeval: fresh eval samples,
+opsdctl.plan.reeval) when the ranking puts one first and the checkpoint may be evaluated again.
+Screens are the user's to queue. When `stop` ranks first, the
 queued chains run in the tier order and nothing is added. The tiers decide alone without a noise
 estimate (no ranking) or when a baseline run is missing altogether; [planner] try_every_variant
 (worker --try-every-variant) turns the ranking off for users who want every idea tried first.
@@ -124,6 +125,7 @@ class PlanInputs:
     known_variants: Sequence[str] = ()
     voi: bool = True
     advice: Optional[Sequence[Advice]] = None
+    reevals: Sequence[str] = ()  # variants with a checkpoint --auto-repeat may re-evaluate (opsdctl.plan.reeval)
 
 
 @dataclass
@@ -132,13 +134,15 @@ class Plan:
     skips: dict[int, str] = field(default_factory=dict)  # chain id -> reason
     extra: Optional[str] = None  # --auto-repeat: the variant to queue one more chain of
     extra_why: str = ""
+    extra_reeval: bool = False  # ... a re-eval of its checkpoint (fresh samples), not a training
     slots: list[Slot] = field(default_factory=list)
     extra_first: bool = False  # the extra chain goes before the queued ones (the value-of-information pick)
     full_eval: list[str] = field(default_factory=list)  # variants whose evaluations futility must not stop
 
     def to_json(self) -> dict:
         return {"order": self.order, "skips": {str(k): v for k, v in self.skips.items()},
-                "extra": self.extra, "extra_why": self.extra_why, "extra_first": self.extra_first, "full_eval": self.full_eval,
+                "extra": self.extra, "extra_why": self.extra_why, "extra_reeval": self.extra_reeval,
+                "extra_first": self.extra_first, "full_eval": self.full_eval,
                 "slots": [{"chain_id": s.chain_id, "variant": s.variant, "tier": s.tier.value, "why": s.why} for s in self.slots]}
 
 
@@ -198,14 +202,15 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     pick = None
     if advice is not None and voi and not any(t[1].tier is Tier.NO_BASELINE for t in slots):
-        pick = _advice_pick(advice, {t[1].variant for t in slots}, dropped, auto_repeat, set(known_variants))
+        pick = _advice_pick(advice, {t[1].variant for t in slots}, dropped, auto_repeat, set(known_variants),
+                            set(inputs.reevals))
         if pick is not None and pick[0] is None:  # stop: nothing is worth its minutes; no chain of our own
             slots.sort(key=lambda t: t[0])
             ordered = [s for _, s in slots]
             return Plan([s.chain_id for s in ordered], skips, slots=ordered, extra_why=pick[1])
     if pick is not None:
-        variant, why, full = pick
-        first = next((t for t in slots if t[1].variant == variant), None)
+        variant, why, full, reeval = pick
+        first = None if reeval else next((t for t in slots if t[1].variant == variant), None)
         if first is not None:
             slots.remove(first)
             key, sl = first
@@ -216,7 +221,7 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     if pick is not None:
         out.full_eval = [pick[0]] if pick[2] else []
         if not any(s.tier is Tier.VALUE for s in ordered):
-            out.extra, out.extra_why, out.extra_first = pick[0], pick[1], True
+            out.extra, out.extra_why, out.extra_first, out.extra_reeval = pick[0], pick[1], True, pick[3]
         return out
     if auto_repeat and not any(s.tier in _BEFORE_EXTRA for s in ordered):
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
@@ -225,20 +230,27 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
 
 
 def _advice_pick(advice: Sequence[Advice], queued: set, dropped: Mapping[str, str], auto_repeat: bool,
-                 known: set) -> Optional[tuple[Optional[str], str, bool]]:
-    """(variant, why, full) from `opsdctl advise`'s ranking: its first action the worker can take
-    (a queued chain of that variant first; with --auto-repeat, one more chain of a variant with a
-    run); (None, why, False) when `stop` ranks above every such action; None without any (the
-    tiers order). Re-evals and screens are the user's to queue: the worker never changes an eval."""
+                 known: set, reevals: set) -> Optional[tuple[Optional[str], str, bool, bool]]:
+    """(variant, why, full, reeval) from `opsdctl advise`'s ranking: its first action the worker
+    can take (a queued chain of that variant first; with --auto-repeat, one more chain of a
+    variant with a run, or a re-eval of a checkpoint of it that may be evaluated again);
+    (None, why, False, False) when `stop` ranks above every such action; None without any (the
+    tiers order). Screens are the user's to queue."""
     for a in advice:
         why = f"advise: {a.text()}"
         if a.action == Action.STOP:
-            return None, why, False
-        if a.action not in (Action.REPEAT, Action.BASELINE, Action.NEW) or a.variant is None or a.variant in dropped:
+            return None, why, False, False
+        if a.variant is None or a.variant in dropped:
+            continue
+        if a.action == Action.REEVAL:
+            if auto_repeat and a.variant in reevals:
+                return a.variant, why, True, True
+            continue
+        if a.action not in (Action.REPEAT, Action.BASELINE, Action.NEW):
             continue
         if a.variant in queued or (auto_repeat and a.action != Action.NEW and a.variant in known):
             # a repeat's evaluation is the observation it was ranked for: futility must not stop it
-            return a.variant, why, a.action != Action.NEW
+            return a.variant, why, a.action != Action.NEW, False
     return None
 
 

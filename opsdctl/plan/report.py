@@ -86,7 +86,7 @@ def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Op
     report = replace(report, notes=(*inputs.notes, *report.notes), pool_code=pool_code,
                      training=tuple(training_rows(reader, report)))  # compare's training columns
     # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
-    ranked = _advice_for(cfg, reader, report if shown is None else inputs.report(None, chain_minutes))
+    ranked = _advice_for(cfg, reader, report if shown is None else inputs.report(None, chain_minutes), inputs.runs)
     return replace(report, advice=tuple(ranked))
 
 
@@ -137,10 +137,11 @@ def _inputs(cfg, reader, baseline: Optional[str], pool_code: bool, family: Optio
     return _Inputs(cfg, base, shown_labels, fam, runs, notes, None if usable is None else max(0.0, usable / 60.0))
 
 
-def _advice_for(cfg, reader, report: Report) -> list:
+def _advice_for(cfg, reader, report: Report, runs: list) -> list:
     """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
-    learned durations, the usable time left, and the queued ideas not yet run (queue order)."""
-    from opsdctl.plan import advise
+    learned durations, the usable time left, the queued ideas not yet run (queue order) and the
+    checkpoints that may be re-evaluated (opsdctl.plan.reeval)."""
+    from opsdctl.plan import advise, reeval
     from opsdctl.plan.durations import estimator_for
 
     hparams = {}
@@ -152,4 +153,5 @@ def _advice_for(cfg, reader, report: Report) -> list:
     tried = {e.name for e in report.entries if e.n} | {report.baseline.name}
     labels = {v.id: v.label for v in reader.all_variants()}
     ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
-    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)))
+    reevals = {label: t.train_id for label, t in reeval.targets(reader, cfg, runs).items()}
+    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)), reevals)

@@ -17,6 +17,8 @@ Only the world is simulated:
   tau^2 = 1.48^2 - E[V_eval], so a run's total sd is the measured 1.48 points;
 - the published reference (54.22, sd 1.48, n = 5) is in the config, as users have it, and the
   local setup sits exactly on it (offset 0; `offset` moves every run);
+- a re-eval (auto-repeat's, when `opsdctl advise` ranks it first) draws fresh samples of a
+  trained chain's checkpoint (the same true mean u), so compare pools the two evals as one run;
 - FIFO by hand: the user queues the baseline first (as the quick start does: local baseline runs
   are what removes the published mean's setup offset from compare's verdicts), then each idea
   once (round robin) or twice in a row, in a random order, and keeps the GPUs busy until the
@@ -69,6 +71,7 @@ HPARAMS = {"max_completion_length": 1024}
 DEFAULT_EFFECTS = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
 ORACLE_IDEAS = 3  # ideas whose two runs fit beside the baseline's two in a session's ~8 chains
 BETA_AB = (0.13, 0.11)  # per-problem solve rates: mostly near 0 or 1, as on AIME
+PROBLEM_IDS = tuple(f"P{i}" for i in range(N_PROBLEMS))
 
 POLICIES = {
     # name: (kind, the user's queue: each variant 1, 2 or "1or2" (at random) times in a row, planner settings)
@@ -128,7 +131,14 @@ class World:
 
     def run(self, rng: np.random.Generator, effect: float) -> np.ndarray:
         """One run's samples: problems x K booleans (cumulative counts give the looks)."""
-        u = BASE_MEAN + effect + rng.normal(0.0, math.sqrt(self.tau2))
+        return self.evaluate(rng, self.train(rng, effect))
+
+    def train(self, rng: np.random.Generator, effect: float) -> float:
+        """A training: its checkpoint's true mean score u, points."""
+        return BASE_MEAN + effect + rng.normal(0.0, math.sqrt(self.tau2))
+
+    def evaluate(self, rng: np.random.Generator, u: float) -> np.ndarray:
+        """One evaluation (a fresh draw of samples) of a checkpoint of true mean u."""
         p = _shift_to_mean(self.logits, u / 100.0)
         return rng.random((N_PROBLEMS, K)) < p[:, None]
 
@@ -145,6 +155,10 @@ class SimChain:
     state: str = "queued"
     reason: str = ""
     auto: bool = False
+    eval_only: bool = False  # a re-eval of chain `train_of`'s checkpoint (draw `draw`)
+    train_of: Optional[int] = None
+    draw: int = 0
+    u: Optional[float] = None  # a trained chain's checkpoint: its true mean score
 
 
 @dataclass
@@ -163,6 +177,7 @@ class SessionResult:
     futility_stops: int = 0
     futility_dropped_winners: int = 0
     auto_repeats: int = 0
+    reevals: int = 0  # re-evals started (auto-repeat's; fresh eval samples of a scored checkpoint)
     settled: int = 0
     correct: int = 0
     wrong: int = 0
@@ -233,7 +248,7 @@ class Session:
         vid = 0 if c.variant == BASELINE else int(c.variant[1:])
         return ChainInfo(chain_id=c.chain_id, variant=c.variant, variant_id=vid, variant_name=c.variant,
                          version=1, hash=c.variant, seed=c.seed, repeat=c.repeat, priority=0, profile=PROFILE,
-                         hparams=dict(HPARAMS), method={}, auto=c.auto)
+                         hparams=dict(HPARAMS), method={}, auto=c.auto, eval_only=c.eval_only)
 
     def usable(self) -> float:
         return self.budget_s - self.t - MARGIN_MIN * 60.0
@@ -249,6 +264,21 @@ class Session:
             return None
         return self.info(self.add_chain(variant, auto=True))
 
+    def reeval_targets(self, runs) -> dict[str, int]:
+        """Every scored training may be evaluated again (the simulated evaluator is ours)."""
+        from opsdctl.plan import reeval
+
+        trained = {c.chain_id: True for c in self.chains if not c.eval_only and c.u is not None}
+        return {label: t.train_id for label, t in reeval.pick(runs, trained).items()}
+
+    def queue_reeval(self, train_id: int, why: str):
+        t = self.chains[train_id - 1]
+        draw = 1 + max(c.draw for c in self.chains if c.chain_id == train_id or c.train_of == train_id)
+        c = SimChain(len(self.chains) + 1, t.variant, t.seed, t.repeat, auto=True, eval_only=True,
+                     train_of=train_id, draw=draw)
+        self.chains.append(c)
+        return self.info(c)
+
     # --- the world's answers ------------------------------------------------------------------
 
     def draw(self, lo_hi) -> float:
@@ -257,7 +287,7 @@ class Session:
     def record(self, c: SimChain, samples: np.ndarray) -> None:
         counts = tuple(int(x) for x in samples.sum(axis=1))
         self.runs.append(RunRecord(c.variant, c.chain_id, inference.run_score(counts, K), K, N_PROBLEMS, counts,
-                                   tuple(f"P{i}" for i in range(N_PROBLEMS)), False))
+                                   PROBLEM_IDS, False, train_id=c.train_of or c.chain_id, draw=c.draw))
 
 
 class _Facts:
@@ -280,6 +310,12 @@ class _Facts:
 
     def queue_repeat(self, variant, why):
         return self.s.queue_repeat(variant, why)
+
+    def reeval_targets(self, runs):
+        return self.s.reeval_targets(runs)
+
+    def queue_reeval(self, train_id, why):
+        return self.s.queue_reeval(train_id, why)
 
     def save_plan(self, doc):
         return None
@@ -391,22 +427,25 @@ class _Executor:
         info = s.info(c)
         res.started += 1
         res.auto_repeats += int(c.auto)
+        res.reevals += int(c.eval_only)
         res.baseline_chains += int(c.variant == BASELINE)
         res.run_order.append(c.chain_id)
-        g = gate.grant(info, "train")
-        if not isinstance(g, Grant):
-            c.state, c.reason = "skipped", g.reason
-            res.skipped_admission += 1
-            return State.SKIPPED
-        tr = s.draw(s.world.train_min)
-        res.estimate_overruns += int(g.estimate_seconds is not None and tr > g.estimate_seconds)
         admitted_high = sum(e.high_s for e in gate.chain_estimate(info))
-        if not _run_stage(s, res, tr):
-            c.state, res.cut = "cut", res.cut + 1
-            return State.INTERRUPTED
-        s._samples.append(Sample("train", cost_key("train", PROFILE, HPARAMS), tr, g.estimate_seconds, c.chain_id))
-        gate.released(info, "train", [])
-        s.t += STAGE_GAP_S
+        tr = 0.0
+        if not c.eval_only:
+            g = gate.grant(info, "train")
+            if not isinstance(g, Grant):
+                c.state, c.reason = "skipped", g.reason
+                res.skipped_admission += 1
+                return State.SKIPPED
+            tr = s.draw(s.world.train_min)
+            res.estimate_overruns += int(g.estimate_seconds is not None and tr > g.estimate_seconds)
+            if not _run_stage(s, res, tr):
+                c.state, res.cut = "cut", res.cut + 1
+                return State.INTERRUPTED
+            s._samples.append(Sample("train", cost_key("train", PROFILE, HPARAMS), tr, g.estimate_seconds, c.chain_id))
+            gate.released(info, "train", [])
+            s.t += STAGE_GAP_S
         g = gate.grant(info, "eval")
         if not isinstance(g, Grant):
             c.state, c.reason = "skipped", g.reason
@@ -414,7 +453,11 @@ class _Executor:
             return State.SKIPPED
         ev = s.draw(s.world.eval_min)
         res.estimate_overruns += int(g.estimate_seconds is not None and ev > g.estimate_seconds)
-        samples = s.world.run(s.rng, s.effects[c.variant] + s.offset)
+        if c.eval_only:  # fresh samples of the checkpoint chain `train_of` trained
+            samples = s.world.evaluate(s.rng, s.chains[c.train_of - 1].u)
+        else:
+            c.u = s.world.train(s.rng, s.effects[c.variant] + s.offset)
+            samples = s.world.evaluate(s.rng, c.u)
         stop: Optional[Stop] = None
         at = ev
         for k in LOOKS:
@@ -428,7 +471,7 @@ class _Executor:
         if not _run_stage(s, res, at):
             c.state, res.cut = "cut", res.cut + 1
             return State.INTERRUPTED
-        res.chain_overruns += int(tr + STAGE_GAP_S + at > admitted_high)
+        res.chain_overruns += int(tr + (STAGE_GAP_S if tr else 0.0) + at > admitted_high)
         gate.released(info, "eval", [])
         s.t += STAGE_GAP_S
         if stop is not None:
@@ -468,13 +511,12 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
     from opsdctl.plan import advise
 
     usable = s.usable()
-    ests = gate.estimator.of_chain(s.info(s.chains[0]))
-    if usable < sum(e.high_s for e in ests):
-        return 0.0
     rep = build_report(s.runs, baseline=BASELINE, reference=s.reference)
-    ranked = advise.from_report(rep, advise.costs_of(gate.estimator, PROFILE, HPARAMS), usable)
-    top = ranked[0].action if ranked else advise.Action.STOP
-    return usable if top in (advise.Action.REPEAT, advise.Action.BASELINE) else 0.0
+    ranked = advise.from_report(rep, advise.costs_of(gate.estimator, PROFILE, HPARAMS), usable,
+                                reevals=s.reeval_targets(s.runs))
+    top = ranked[0] if ranked else None
+    takes = (advise.Action.REPEAT, advise.Action.BASELINE, advise.Action.REEVAL)
+    return usable if top is not None and top.action in takes and top.fits else 0.0
 
 
 def judge(s: Session, res: SessionResult) -> None:
@@ -563,6 +605,7 @@ def summarize(results: Sequence[SessionResult]) -> dict:
         "futility_stops": ms(lambda r: r.futility_stops),
         "futility_dropped_winners": sum(r.futility_dropped_winners for r in results),
         "auto_repeats": ms(lambda r: r.auto_repeats),
+        "reevals": ms(lambda r: r.reevals),
         "baseline_share": ms(lambda r: r.baseline_chains / r.started if r.started else 0.0),
         "idle_min_while_action_fits": ms(lambda r: r.idle_while_fits_s / 60.0),
         "estimate_overruns": sum(r.estimate_overruns for r in results),
@@ -630,7 +673,7 @@ def markdown(doc: dict) -> str:
         "Every planner policy runs the worker's own loop (opsdctl.plan.loop.WorkerLoop) and gate.",
         "",
         "| policy | GPU busy (until the last admissible chain) | idle min while an action fits | chains scored "
-        "| cut by deadline | baseline share | auto-repeat chains | variants tried | correct / session | vs best FIFO "
+        "| cut by deadline | baseline share | auto-repeat chains (re-evals) | variants tried | correct / session | vs best FIFO "
         "| wrong / session | wrong per no-effect idea tried | wrong / settled | futility stops "
         "| submission's true gain (points) | regret vs the best idea | submission worse by > 1 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -643,7 +686,8 @@ def markdown(doc: dict) -> str:
         lines.append(
             f"| {name} | {100 * r['gpu_busy_frac_until_idle']['mean']:.1f}% | {r['idle_min_while_action_fits']['mean']:.1f} "
             f"| {r['chains_scored']['mean']:.2f} | {r['chains_cut']['mean']:.2f} "
-            f"| {100 * r['baseline_share']['mean']:.0f}% | {r['auto_repeats']['mean']:.2f} | {r['variants_tried']['mean']:.2f} "
+            f"| {100 * r['baseline_share']['mean']:.0f}% | {r['auto_repeats']['mean']:.2f} ({r.get('reevals', {}).get('mean', 0.0):.2f}) "
+            f"| {r['variants_tried']['mean']:.2f} "
             f"| {r['correct']['mean']:.3f} ± {r['correct']['se']:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} "
             f"| {r['wrong_per_session']:.3f} | {wn} | {wr} | {r['futility_stops']['mean']:.2f} "
             f"| {r['submission_gain']['mean']:+.2f} ± {r['submission_gain']['se']:.2f} "
@@ -653,7 +697,8 @@ def markdown(doc: dict) -> str:
     lines += ["GPU busy: busy time over the time until the GPUs went idle for good (the end of the last "
               "admissible chain); idle min while an action fits: minutes the GPUs sat idle at the end while "
               "compare's `Next:` proposed runs that fit in the time left; baseline share: the baseline's chains "
-              "over all chains started; settled: final compare verdict `better`/`worse` (compare's rule: over the "
+              "over all chains started; auto-repeat chains: those the worker queued itself, of them re-evals (fresh "
+              "eval samples of a scored checkpoint, pooled with its first eval as one run); settled: final compare verdict `better`/`worse` (compare's rule: over the "
               "ideas tried, valid under repeated looks); wrong: settled the wrong way, per session and per "
               "no-effect idea tried (any settled verdict is wrong for it), and of those settled. The bet: what "
               "`export-recipe --leader` submits from the final report (opsdctl.plan.submission.pick_leader, for "

@@ -139,10 +139,11 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
     auto = None
     if gate.auto_next is not None:
         first = bool(queued) and settings.auto_repeat_first
-        auto = {"variant": gate.auto_next[0], "why": gate.auto_next[1],
+        auto = {"variant": gate.auto_next.variant, "why": gate.auto_next.why,
+                "action": "re-eval" if gate.auto_next.reeval else "repeat",
                 "at": "before the queued chains (auto_repeat_first)" if first else "after the queued chains"}
     elif settings.auto_repeat and settings.policy != "fifo" and queued and gate.idle_note is None:
-        auto = {"variant": None, "why": "picked when the queued chains have run, from their scores",
+        auto = {"variant": None, "why": "picked when the queued chains have run, from their scores", "action": None,
                 "at": "after the queued chains"}
     return {
         "policy": settings.policy,

@@ -397,6 +397,8 @@ def render_auto_repeat(con: Console, planner: dict) -> None:
     auto = planner.get("auto_repeat_next")
     if auto:
         what = escape(auto["variant"]) if auto.get("variant") else "a chain"
+        if auto.get("action") == "re-eval":
+            what = f"a re-eval of {what} (fresh eval samples)"
         con.print(f"[bold]auto-repeat[/bold]  {what} {escape(auto['at'])}: {escape(auto['why'])}")
     if planner.get("idle"):
         con.print(f"[yellow]idle[/yellow]  {escape(planner['idle'])}")
