@@ -20,7 +20,7 @@ def test_queue_worker_status_export(ws, tmp_path):
         ("baseline", 7, 0), ("baseline", 8, 1), ("token-clip", 7, 0), ("token-clip", 8, 1)]
     # queueing the same content again reuses the variant and continues the repeats
     again = ws.cli_json("queue", "baseline", "--priority", "5")
-    full = {"partial": None, "eval_only": False, "checkpoint": None}  # a full train -> eval chain
+    full = {"partial": None, "eval_only": False, "checkpoint": None, "eval_draw": 0}  # a full train -> eval chain
     assert again == [{"chain_id": 5, "variant": "baseline", "seed": 2, "repeat": 2, **full}]  # seed = S + repeat
     assert ws.sql("select count(*) from variant") == [(2,)]
 
@@ -192,7 +192,7 @@ def test_stage_failures_carry_reasons(ws):
     ws.write_config(default_config(extra='extra_method_knobs = ["fake_mode"]'))
     new = ws.cli_json("requeue", "4")
     assert new == {"chain_id": 5, "variant": "silent", "seed": 0, "repeat": 0, "partial": None, "eval_only": False,
-                   "checkpoint": None}
+                   "checkpoint": None, "eval_draw": 0}
     assert ws.sql("select requeued_from, state, snapshot_id from chain where id = 5") == [(4, "queued", 1)]
     assert ws.cli("requeue", "5", check=False).returncode == 2  # queued: refused
     ws.cli("cancel", "5")
