@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
 from opsdctl.plan import admission
+from opsdctl.plan.reeval import Target  # noqa: F401  (the re-eval targets' type, in annotations)
 from opsdctl.stats.belief import Belief
 from opsdctl.stats.screen import SCREEN
 
@@ -77,12 +78,12 @@ class Advice:
 
 
 def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: Sequence[str] = (),
-         full_samples: Optional[int] = None, reevals: Optional[Mapping[str, int]] = None) -> list[Advice]:
+         full_samples: Optional[int] = None, reevals: Optional[Mapping[str, "Target"]] = None) -> list[Advice]:
     """Every action with its gain, minutes and fit, best first (see the module docstring).
     `new_ideas`: queued variants without a run yet (the next one names `new`/`screen`);
     `full_samples`: problems x k of a full eval (a screen's share of it); `reevals`: arm -> the
-    training a re-eval of it would evaluate again (opsdctl.plan.reeval.targets); arms without one
-    get no re-eval action."""
+    training a re-eval of it would evaluate again and its evals so far (opsdctl.plan.reeval.Target);
+    arms without one get no re-eval action."""
     def fit(seconds: float) -> bool:
         return admission.fits(seconds, usable_s).ok
 
@@ -101,12 +102,12 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
     for i, name in enumerate(belief.arms[1:], start=1):
         out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s),
                           per_run(lambda n, i=i: belief.gain_run(i, n))))
-    reeval = belief.reeval_noise()
-    if reeval is not None:
-        for i, name in enumerate(belief.arms):
-            if reevals is not None and name in reevals:
-                out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, reeval),
-                                  chain=reevals[name]))
+    for i, name in enumerate(belief.arms):
+        target = (reevals or {}).get(name)
+        noise = belief.reeval_noise(target.evals) if target is not None else None
+        if noise is not None:
+            out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, noise),
+                              chain=target.train_id))
     idea = new_ideas[0] if new_ideas else None
     out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new)))
     if full_samples:
@@ -126,7 +127,7 @@ def costs_of(estimator, profile: str, hparams=None) -> Costs:
 
 
 def from_report(report, costs: Costs, usable_s: Optional[float], new_ideas: Sequence[str] = (),
-                reevals: Optional[Mapping[str, int]] = None) -> list[Advice]:
+                reevals: Optional[Mapping[str, "Target"]] = None) -> list[Advice]:
     """The ranking for a compare report (opsdctl.stats.report.Report, valued on its forecast's
     posterior); [] without a noise estimate (nothing to value by)."""
     from opsdctl.stats.belief import from_report as belief_of

@@ -25,6 +25,7 @@ from opsdctl.store.states import State
 
 IDLE_LOG_S = 60.0
 BUSY_POLL_S = 0.5  # while chains run elsewhere (executor = "ray"): how often to look again
+PICK_PASSES = 3  # gate orders per pick: one, and again after a pass that skipped chains
 
 
 class ChainQueue(Protocol):
@@ -151,20 +152,28 @@ class WorkerLoop:
         return fn() if fn is not None else None
 
     def pick(self) -> tuple[Optional[int], Optional[Wait]]:
-        """Claim the first chain the gate starts, in the gate's order; mark the ones it skips."""
+        """Claim the first chain the gate starts, in the gate's order; mark the ones it skips. A
+        pass that skipped chains asks the gate again (at most PICK_PASSES times): with them gone it
+        may order otherwise (auto-repeat waits for the user's queued chains), so the loop neither
+        idles a poll nor drains while something it would add fits."""
         shortest_wait: Optional[Wait] = None
-        for info in self.gate.order(self.queue.queued()):
-            decision = self.gate.admit(info)
-            if isinstance(decision, Skip):
-                if self.queue.skip(info.chain_id, decision.reason):
-                    self.report(f"chain {info.chain_id} {info.variant}: skipped: {decision.reason}")
-                continue
-            if isinstance(decision, Wait):
-                if shortest_wait is None or decision.seconds < shortest_wait.seconds:
-                    shortest_wait = decision
-                continue
-            if not isinstance(decision, Start):
-                raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
-            if self.queue.claim(info.chain_id):
-                return info.chain_id, None
+        for _ in range(PICK_PASSES):
+            skipped = False
+            for info in self.gate.order(self.queue.queued()):
+                decision = self.gate.admit(info)
+                if isinstance(decision, Skip):
+                    if self.queue.skip(info.chain_id, decision.reason):
+                        skipped = True
+                        self.report(f"chain {info.chain_id} {info.variant}: skipped: {decision.reason}")
+                    continue
+                if isinstance(decision, Wait):
+                    if shortest_wait is None or decision.seconds < shortest_wait.seconds:
+                        shortest_wait = decision
+                    continue
+                if not isinstance(decision, Start):
+                    raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
+                if self.queue.claim(info.chain_id):
+                    return info.chain_id, None
+            if not skipped:
+                break
         return None, shortest_wait

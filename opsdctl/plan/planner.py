@@ -80,7 +80,7 @@ class Facts(Protocol):
 
     def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]: ...
 
-    def reeval_targets(self, runs: list) -> dict[str, int]: ...  # label -> training a re-eval would evaluate
+    def reeval_targets(self, runs: list) -> dict: ...  # label -> reeval.Target: the training a re-eval would take
 
     def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]: ...
 
@@ -126,7 +126,7 @@ class PlannerGate:
         self._last_saved: Optional[str] = None
         self._probe_warned = False
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
-        self.reevals: dict[str, int] = {}  # label -> the training a re-eval of it evaluates again
+        self.reevals: dict = {}  # label -> reeval.Target: the training a re-eval of it evaluates again
         self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
         self._noted: Optional[str] = None
 
@@ -236,7 +236,7 @@ class PlannerGate:
 
     def _auto_next(self, p: policy.Plan) -> AutoNext:
         if p.extra_reeval:
-            return AutoNext(p.extra, p.extra_why, True, self.reevals[p.extra])
+            return AutoNext(p.extra, p.extra_why, True, self.reevals[p.extra].train_id)
         return AutoNext(p.extra, p.extra_why)
 
     def idle_reason(self) -> Optional[str]:
@@ -452,10 +452,10 @@ class StoreFacts:
             s.flush()
             return chain_info(chain, v)
 
-    def reeval_targets(self, runs: list) -> dict[str, int]:
+    def reeval_targets(self, runs: list) -> dict:
         from opsdctl.plan import reeval
 
-        return {label: t.train_id for label, t in reeval.targets(self.reader, self.cfg, runs).items()}
+        return reeval.targets(self.reader, self.cfg, runs)
 
     def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]:
         """A re-eval of the checkpoint chain `train_id` trained (opsdctl.plan.reeval), marked as

@@ -153,5 +153,5 @@ def _advice_for(cfg, reader, report: Report, runs: list) -> list:
     tried = {e.name for e in report.entries if e.n} | {report.baseline.name}
     labels = {v.id: v.label for v in reader.all_variants()}
     ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
-    reevals = {label: t.train_id for label, t in reeval.targets(reader, cfg, runs).items()}
-    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)), reevals)
+    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)),
+                              reeval.targets(reader, cfg, runs))

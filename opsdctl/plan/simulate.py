@@ -264,12 +264,12 @@ class Session:
             return None
         return self.info(self.add_chain(variant, auto=True))
 
-    def reeval_targets(self, runs) -> dict[str, int]:
+    def reeval_targets(self, runs) -> dict:
         """Every scored training may be evaluated again (the simulated evaluator is ours)."""
         from opsdctl.plan import reeval
 
         trained = {c.chain_id: True for c in self.chains if not c.eval_only and c.u is not None}
-        return {label: t.train_id for label, t in reeval.pick(runs, trained).items()}
+        return reeval.pick(runs, trained)
 
     def queue_reeval(self, train_id: int, why: str):
         t = self.chains[train_id - 1]

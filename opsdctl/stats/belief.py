@@ -7,9 +7,10 @@ with the run-to-run variance s^2 = tau^2 (training) + v_eval (eval sampling).
 
 Observations the next action can make (all linear in z, so the knowledge gradient is exact):
   repeat i / baseline  one more full run:            noise s^2
-  re-eval i            fresh eval samples of a checkpoint already scored: averaging its two
+  re-eval i            fresh eval samples of a checkpoint already scored once: pooling its two
                        evals cuts that run's variance from tau^2 + v to tau^2 + v/2, the same
                        information as one observation of noise 1 / (1/(tau^2+v/2) - 1/(tau^2+v))
+                       (of a checkpoint with e evals: tau^2 + v/e -> tau^2 + v/(e+1))
   new                  a fresh idea from the family: a new latent D ~ N(family_mean, family_sd^2),
                        one full run (noise s^2); it can be chosen only once observed
   screen               a fresh idea, one run with a partial eval read against the baseline's
@@ -52,11 +53,12 @@ class Belief:
                                                         self.s2 if noise_var is None else noise_var)
         return knowledge_gradient(self.official_mean(), b)
 
-    def reeval_noise(self) -> Optional[float]:
-        """The noise of the observation a re-eval is worth (see the module docstring)."""
-        if not self.v_eval:
+    def reeval_noise(self, evals: int = 1) -> Optional[float]:
+        """The noise of the observation a re-eval is worth (see the module docstring), of a run
+        whose checkpoint has `evals` evaluations pooled already: tau^2 + v/e -> tau^2 + v/(e+1)."""
+        if not self.v_eval or evals < 1:
             return None
-        extra = 1.0 / (self.tau2 + self.v_eval / 2.0) - 1.0 / (self.tau2 + self.v_eval)
+        extra = 1.0 / (self.tau2 + self.v_eval / (evals + 1.0)) - 1.0 / (self.tau2 + self.v_eval / evals)
         return 1.0 / extra
 
     def gain_new(self, noise_var: Optional[float] = None) -> float:

@@ -77,6 +77,7 @@ def test_the_worker_facts_offer_and_queue_re_evals_of_our_evaluators_checkpoints
     from opsdctl.config import load_config
     from opsdctl.plan.gate import AUTO_REPEAT_REASON
     from opsdctl.plan.planner import StoreFacts
+    from opsdctl.plan.reeval import Target
     from opsdctl.store.engine import open_store
 
     _our_evaluator(ws)
@@ -87,13 +88,13 @@ def test_the_worker_facts_offer_and_queue_re_evals_of_our_evaluators_checkpoints
     ws.run("worker", "--drain")
     cfg = load_config(ws.root / "opsdctl.toml")
     facts = StoreFacts(cfg, open_store(cfg.db))
-    assert facts.reeval_targets(facts.runs()) == {"token-clip": 2}  # the latest of two with one eval each
+    assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 2, 1)}  # the latest of two
     info = facts.queue_reeval(2, "advise: re-evaluate")
     assert info.eval_only and info.auto and info.variant == "token-clip"
     assert ws.sql("select eval_draw, trained_by, reason from chain where id = ?", info.chain_id) == [
         (1, 2, f"{AUTO_REPEAT_REASON}advise: re-evaluate")]
     assert facts.queue_reeval(3, "advise") is None  # the baseline's: a user's script
     ws.run("worker", "--drain")
-    assert facts.reeval_targets(facts.runs()) == {"token-clip": 1}  # now the one with fewer evals
+    assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 1)}  # now the one with fewer
     (tc,) = [e for e in ws.cli_json("compare")["variants"] if e["name"] == "token-clip"]
     assert tc["n"] == 2 and tc["chain_ids"] == [1, 2]
