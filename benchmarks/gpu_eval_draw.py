@@ -63,7 +63,7 @@ def main() -> int:
             print(f"{name}: FAILED exit {proc.returncode}\n{tail}", flush=True)
             break
         recs = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-        samples[name] = {(r["id"], r["sample"]): (r["seed"], r["text"]) for r in recs}
+        samples[name] = {(r["id"], r["sample"]): (r["seed"], r["text"], r["n_tokens"], r["finish_reason"]) for r in recs}
         settings = json.loads((out / "settings.json").read_text())
         result["runs"][name] = {"draw": draw, "wall_seconds": wall, "items": len(recs), "seed": settings.get("seed"),
                                 "settings_draw": settings.get("draw"), "final": [x for x in tail.splitlines()
@@ -71,10 +71,14 @@ def main() -> int:
         print(f"{name}: {len(recs)} samples in {wall} s, seed {settings.get('seed')}", flush=True)
     if len(samples) == 3:
         a, b, c = samples["draw0"], samples["draw1"], samples["draw0-again"]
+        same_text = [key for key in a if a[key][1] == b[key][1]]
         result["checks"] = {
             "same_items": set(a) == set(b) == set(c),
             "draw1_seeds_all_differ": all(a[key][0] != b[key][0] for key in a),
-            "draw1_texts_differ": sum(a[key][1] != b[key][1] for key in a),
+            "draw1_texts_differ": len(a) - len(same_text),
+            # a text both draws sampled alike: how long it was and why it ended (an early stop of the
+            # random model's own, or the same tokens under other seeds)
+            "draw1_same_texts": [{"n_tokens": a[key][2], "finish_reason": a[key][3]} for key in same_text],
             "draw0_again_identical": sum(a[key] == c[key] for key in a),
             "items": len(a),
         }
