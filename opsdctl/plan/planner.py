@@ -127,6 +127,7 @@ class PlannerGate:
         self._probe_warned = False
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
         self.reevals: dict = {}  # label -> reeval.Target: the training a re-eval of it evaluates again
+        self._basis: Optional[ChainInfo] = None  # the chain whose durations price advise's actions
         self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
         self._noted: Optional[str] = None
 
@@ -162,7 +163,10 @@ class PlannerGate:
         s = self.settings
         self.refresh(report=s.policy != policy.FIFO)
         usable = self.usable()
+        basis = self._cost_basis(queued)
         ests = [self.chain_estimate(c) for c in queued]
+        if not ests and basis is not None:  # nothing queued: what auto-repeat would add costs a chain like the last
+            ests = [self.estimator.chain(basis.profile, basis.hparams)]
         chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
         chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
         known = [e.name for e in self.compare.full] if self.compare is not None else []
@@ -176,7 +180,7 @@ class PlannerGate:
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice = None
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:
-            costs = (advise.costs_of(self.estimator, queued[0].profile, queued[0].hparams) if queued else
+            costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else
                      advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,
                                         list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))),
@@ -233,6 +237,19 @@ class PlannerGate:
                 p.order.insert(at - len(p.skips), info.chain_id)
         self._save_plan(p)
         return ordered
+
+    def _cost_basis(self, queued: Sequence[ChainInfo]) -> Optional[ChainInfo]:
+        """The chain whose learned durations price the ranking's actions: the first queued training,
+        else the last one seen (or, for a fresh gate, the store's latest training): with nothing
+        queued, `advise` must price a repeat as admission will, or auto-repeat would queue chains
+        that admission then skips."""
+        first = next((c for c in queued if not c.eval_only), None)
+        if first is not None:
+            self._basis = first
+        elif self._basis is None:
+            latest = getattr(self.facts, "latest_training", None)
+            self._basis = latest() if latest is not None else None
+        return self._basis
 
     def _auto_next(self, p: policy.Plan) -> AutoNext:
         if p.extra_reeval:
@@ -451,6 +468,14 @@ class StoreFacts:
             s.add(chain)
             s.flush()
             return chain_info(chain, v)
+
+    def latest_training(self) -> Optional[ChainInfo]:
+        """The store's latest chain with a train stage (what a repeat would cost like)."""
+        row = self.reader.value("SELECT max(id) FROM chain WHERE eval_only = :no", no=False)
+        if row is None:
+            return None
+        chain = self.reader.get_chain(int(row))
+        return chain_info(chain, self.reader.variant(chain.variant_id))
 
     def reeval_targets(self, runs: list) -> dict:
         from opsdctl.plan import reeval

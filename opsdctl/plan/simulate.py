@@ -314,6 +314,9 @@ class _Facts:
     def reeval_targets(self, runs):
         return self.s.reeval_targets(runs)
 
+    def latest_training(self):
+        return next((self.s.info(c) for c in reversed(self.s.chains) if not c.eval_only), None)
+
     def queue_reeval(self, train_id, why):
         return self.s.queue_reeval(train_id, why)
 

@@ -94,6 +94,7 @@ def test_the_worker_facts_offer_and_queue_re_evals_of_our_evaluators_checkpoints
     assert ws.sql("select eval_draw, trained_by, reason from chain where id = ?", info.chain_id) == [
         (1, 2, f"{AUTO_REPEAT_REASON}advise: re-evaluate")]
     assert facts.queue_reeval(3, "advise") is None  # the baseline's: a user's script
+    assert facts.latest_training().chain_id == 3  # what a repeat is priced like when nothing is queued
     ws.run("worker", "--drain")
     assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 1)}  # now the one with fewer
     (tc,) = [e for e in ws.cli_json("compare")["variants"] if e["name"] == "token-clip"]

@@ -82,3 +82,13 @@ def test_when_the_users_last_chains_do_not_fit_the_loop_asks_again_and_runs_the_
     assert last.state == "succeeded" and any(c.chain_id < last.chain_id for c in skipped)  # queued after their skips
     assert res.run_order[-1] == last.chain_id and res.idle_while_fits_s == 0.0
     assert (res.budget_s - res.last_end_s) / 60 < 10
+
+
+def test_auto_repeat_prices_what_it_adds_as_admission_does_so_it_never_queues_a_chain_that_is_skipped():
+    """With nothing queued, advise priced a repeat at the configured default (46 min) while admission
+    used the learned high (47 min): auto-repeat queued three repeats that admission skipped and the
+    session drained with 46 min left. Priced like the last training, the re-eval that fits runs
+    (seed 2 of the second scenario, found by running the benchmark)."""
+    res = simulate_session("adaptive, x1 queue", 2, effects=(0.0, 1.0, 3.0, -2.0))
+    assert not [c for c in res.chains if c.auto and c.state == "skipped"]
+    assert res.idle_while_fits_s == 0.0 and (res.budget_s - res.last_end_s) / 60 < 30
