@@ -45,7 +45,7 @@ import numpy as np
 
 from opsdctl.config import Reference
 from opsdctl.plan.durations import Sample, cost_key
-from opsdctl.plan.gate import AUTO_REPEAT_REASON, ChainInfo, Grant, Stop
+from opsdctl.plan.gate import ChainInfo, Grant, Stop
 from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
 from opsdctl.plan.submission import pick_leader
