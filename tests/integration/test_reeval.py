@@ -12,13 +12,18 @@ from conftest import FAKE_EVAL, default_config
 PY = sys.executable
 
 
-def _our_evaluator(ws) -> None:
-    """`python -m eval` in the workspace runs the emulator, which honours OPSD_EVAL_DRAW as ours does."""
+def our_evaluator_shim(ws) -> str:
+    """`python -m eval` in the workspace runs the emulator, which honours OPSD_EVAL_DRAW as ours
+    does; returns that eval command."""
     shim = ws.root / "eval"
     shim.mkdir()
     (shim / "__main__.py").write_text(
         f"import runpy, sys\nsys.argv[0] = {str(FAKE_EVAL)!r}\nrunpy.run_path({str(FAKE_EVAL)!r}, run_name='__main__')\n")
-    ws.write_config(default_config(eval=f"{PY} -m eval {{checkpoint}} --output-dir {{stage_dir}}"))
+    return f"{PY} -m eval {{checkpoint}} --output-dir {{stage_dir}}"
+
+
+def _our_evaluator(ws) -> None:
+    ws.write_config(default_config(eval=our_evaluator_shim(ws)))
 
 
 def test_reeval_draws_fresh_samples_and_compare_pools_them_as_one_run(ws):

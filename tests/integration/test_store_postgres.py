@@ -358,3 +358,25 @@ def test_the_dashboard_reads_a_postgresql_store(ws, pg_url):
         assert make_url(pg_url).render_as_string(hide_password=True) in page and secret() not in page
     finally:
         stop_process(proc)
+
+
+def test_reeval_on_postgres(ws, pg_url):
+    """`requeue --reeval` and what auto-repeat reads for it (plan.reeval's queries, the planner's
+    latest training) on PostgreSQL; compare pools the two evals as one run."""
+    from opsdctl.plan.planner import StoreFacts
+    from opsdctl.plan.reeval import Target
+    from tests.integration.test_reeval import our_evaluator_shim
+
+    pg_workspace(ws, pg_url, eval=our_evaluator_shim(ws))
+    ws.cli("queue", "token-clip")
+    ws.run("worker", "--drain")
+    cfg = load_config(ws.root / "opsdctl.toml")
+    facts = StoreFacts(cfg, open_store(cfg.db))
+    assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 1)}
+    assert facts.latest_training().chain_id == 1
+    assert ws.cli_json("requeue", "1", "--reeval")["eval_draw"] == 1
+    ws.run("worker", "--drain")
+    assert pg_count(pg_url, "select id, eval_draw, trained_by from chain order by id") == [(1, 0, None), (2, 1, 1)]
+    (tc,) = [e for e in ws.cli_json("compare")["variants"] if e["name"] == "token-clip"]
+    assert tc["n"] == 1 and tc["chain_ids"] == [1]
+    assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 2)}
