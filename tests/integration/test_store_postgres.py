@@ -360,7 +360,7 @@ def test_the_dashboard_reads_a_postgresql_store(ws, pg_url):
         stop_process(proc)
 
 
-def test_reeval_on_postgres(ws, pg_url):
+def test_reeval_on_postgres(ws, pg_url, request):
     """`requeue --reeval` and what auto-repeat reads for it (plan.reeval's queries, the planner's
     latest training) on PostgreSQL; compare pools the two evals as one run."""
     from opsdctl.plan.planner import StoreFacts
@@ -371,7 +371,9 @@ def test_reeval_on_postgres(ws, pg_url):
     ws.cli("queue", "token-clip")
     ws.run("worker", "--drain")
     cfg = load_config(ws.root / "opsdctl.toml")
-    facts = StoreFacts(cfg, open_store(cfg.db))
+    store = open_store(cfg.db)
+    facts = StoreFacts(cfg, store)
+    request.addfinalizer(lambda: (facts.reader.close(), store.engine.dispose()))  # before the database is dropped
     assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 1)}
     assert facts.latest_training().chain_id == 1
     assert ws.cli_json("requeue", "1", "--reeval")["eval_draw"] == 1
