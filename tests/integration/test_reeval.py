@@ -37,6 +37,8 @@ def test_reeval_draws_fresh_samples_and_compare_pools_them_as_one_run(ws):
     new = ws.cli_json("requeue", "1", "--reeval")
     assert new["eval_only"] and new["eval_draw"] == 1 and new["seed"] == 5 and new["partial"] is None
     assert "fresh samples (draw 2" in ws.cli("requeue", "1", "--reeval").stdout  # queued behind it
+    assert [ws.chains()[i]["eval_draw"] for i in (1, 2, 3)] == [0, 1, 2]
+    assert "(re-eval, draw 1)" in ws.cli("status").stdout
     ws.run("worker", "--drain")
     chains = ws.chains()
     assert [chains[i]["state"] for i in (2, 3)] == ["succeeded", "succeeded"]

@@ -121,6 +121,7 @@ def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
         "eval_only": bool(chain.eval_only),
         "checkpoint": chain.checkpoint,
         "trained_by": chain.trained_by,
+        "eval_draw": int(chain.eval_draw or 0),  # a re-eval's fresh samples: 1, 2, ... (0: a first eval)
         "score_source": score.source if score else None,
     }
     if chain.started_at is not None:
@@ -304,7 +305,9 @@ def _score(c: dict) -> str:
 def _variant_cell(c: dict) -> str:
     """The variant, with what the chain evaluates when it is not a full train -> eval chain."""
     text = escape(c["variant"])
-    if c.get("eval_only"):
+    if c.get("eval_draw"):
+        text += f" [dim](re-eval, draw {c['eval_draw']})[/dim]"
+    elif c.get("eval_only"):
         text += " [dim](eval only)[/dim]"
     ev = c.get("eval")
     if ev:
