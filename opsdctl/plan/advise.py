@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence
 
 from opsdctl.plan import admission
-from opsdctl.plan.reeval import Target  # noqa: F401  (the re-eval targets' type, in annotations)
 from opsdctl.stats.belief import Belief
 from opsdctl.stats.screen import SCREEN
+
+if TYPE_CHECKING:
+    from opsdctl.plan.reeval import Target
 
 # points: numerically nothing. Minutes left unused at the deadline buy nothing, so `stop` ranks
 # first only when nothing that fits can change what is submitted.

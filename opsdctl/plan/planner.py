@@ -126,6 +126,7 @@ class PlannerGate:
         self._last_saved: Optional[str] = None
         self._probe_warned = False
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
+        self.runs: list = []  # the scored runs of the last refresh (compare's records)
         self.reevals: dict = {}  # label -> reeval.Target: the training a re-eval of it evaluates again
         self._basis: Optional[ChainInfo] = None  # the chain whose durations price advise's actions
         self.idle_note: Optional[str] = None  # why nothing more is planned with budget left
@@ -139,12 +140,11 @@ class PlannerGate:
         if report:
             from opsdctl.stats.compare import build_report
 
-            runs = self.facts.runs()
-            self.compare = build_report(runs, baseline=self.facts.baseline_label(), reference=self.settings.reference)
-            targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
-            self.reevals = targets(runs) if targets is not None else {}
+            self.runs = self.facts.runs()
+            self.compare = build_report(self.runs, baseline=self.facts.baseline_label(),
+                                        reference=self.settings.reference)
         else:
-            self.compare, self.reevals = None, {}
+            self.compare, self.runs = None, []
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
     def chain_estimate(self, chain: ChainInfo):
@@ -178,8 +178,10 @@ class PlannerGate:
         candidates = getattr(self.facts, "candidates", None)
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
-        advice = None
+        advice, self.reevals = None, {}
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:
+            targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
+            self.reevals = targets(self.runs) if targets is not None else {}
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else
                      advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,

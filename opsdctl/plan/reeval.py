@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from opsdctl.config import BUILTIN_EVALUATOR
 from opsdctl.errors import UserError
@@ -53,33 +53,37 @@ def eval_command_of(spec: Optional[Mapping], cfg) -> str:
     return ((spec or {}).get("eval") or {}).get("command") or cfg.stages["eval"].command
 
 
-def ok_trainings(reader, cfg) -> dict[int, bool]:
-    """train chain id -> whether its checkpoint may be re-evaluated (`refusal` says no)."""
-    return {cid: refusal(cid, eval_command_of(spec, cfg), checkpoint) is None
-            for cid, spec, checkpoint in reader.tuples(_TRAININGS)}
+def ok_training(reader, cfg) -> Callable[[int], bool]:
+    """train chain id -> whether its checkpoint may be re-evaluated (`refusal` says no): one query
+    for every succeeded training, the checkpoint's directory looked at only when asked."""
+    rows = {cid: (spec, checkpoint) for cid, spec, checkpoint in reader.tuples(_TRAININGS)}
+
+    def ok(train_id: int) -> bool:
+        spec, checkpoint = rows.get(train_id, (None, None))
+        return train_id in rows and refusal(train_id, eval_command_of(spec, cfg), checkpoint) is None
+
+    return ok
 
 
 def targets(reader, cfg, runs: Sequence) -> dict[str, Target]:
     """`pick` over the store: what `advise` and the adaptive worker may re-evaluate now."""
-    return pick(runs, ok_trainings(reader, cfg))
+    return pick(runs, ok_training(reader, cfg))
 
 
-def pick(runs: Sequence, ok: Mapping[int, bool]) -> dict[str, Target]:
+def pick(runs: Sequence, ok: Callable[[int], bool]) -> dict[str, Target]:
     """Per candidate (RunRecord.key), the training to re-evaluate: among full runs whose training
-    `ok` allows, the one with the fewest evals, the latest on a tie. Pure: `runs` are compare's
+    `ok` allows, the one with the fewest evals, the latest on a tie. Pure but for `ok`, asked in
+    that order until it allows one (a store's check looks at the disk). `runs` are compare's
     records (one per evaluation, with train_id and draw)."""
     evals: dict[tuple[str, int], set] = {}
     for r in runs:
         if not r.partial and r.train_id is not None:
             evals.setdefault((r.key, r.train_id), set()).add(r.draw)
     out: dict[str, Target] = {}
-    for (label, train_id), draws in evals.items():
-        if not ok.get(train_id, False):
-            continue
-        t = Target(label, train_id, len(draws))
-        best = out.get(label)
-        if best is None or (t.evals, -t.train_id) < (best.evals, -best.train_id):
-            out[label] = t
+    for label, train_id, n in sorted(((label, t, len(d)) for (label, t), d in evals.items()),
+                                     key=lambda x: (x[0], x[2], -x[1])):
+        if label not in out and ok(train_id):
+            out[label] = Target(label, train_id, n)
     return out
 
 

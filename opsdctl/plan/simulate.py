@@ -268,8 +268,8 @@ class Session:
         """Every scored training may be evaluated again (the simulated evaluator is ours)."""
         from opsdctl.plan import reeval
 
-        trained = {c.chain_id: True for c in self.chains if not c.eval_only and c.u is not None}
-        return reeval.pick(runs, trained)
+        trained = {c.chain_id for c in self.chains if not c.eval_only and c.u is not None}
+        return reeval.pick(runs, trained.__contains__)
 
     def queue_reeval(self, train_id: int, why: str):
         t = self.chains[train_id - 1]

@@ -14,10 +14,10 @@ def run(chain_id, key, train_id=None, draw=0, partial=False):
 def test_the_training_with_the_fewest_evals_is_taken_the_latest_on_a_tie():
     runs = [run(1, "a"), run(2, "a"), run(3, "a", train_id=1, draw=1), run(4, "b"), run(5, "b"),
             run(6, "c", partial=True)]
-    got = reeval.pick(runs, {1: True, 2: True, 4: True, 5: True, 6: True})
+    got = reeval.pick(runs, {1, 2, 4, 5, 6}.__contains__)
     assert got == {"a": reeval.Target("a", 2, 1), "b": reeval.Target("b", 5, 1)}  # c: a screening look only
-    assert reeval.pick(runs, {1: True, 4: True}) == {"a": reeval.Target("a", 1, 2), "b": reeval.Target("b", 4, 1)}
-    assert reeval.pick(runs, {}) == {}
+    assert reeval.pick(runs, {1, 4}.__contains__) == {"a": reeval.Target("a", 1, 2), "b": reeval.Target("b", 4, 1)}
+    assert reeval.pick(runs, set().__contains__) == {}
 
 
 def test_only_our_evaluator_on_a_checkpoint_still_there(tmp_path):
