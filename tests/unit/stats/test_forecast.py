@@ -280,20 +280,27 @@ def test_the_sigma_nodes_integrate_a_student_t(dof):
     assert fc.sigma_nodes(fc.NoiseParts(1.5, 0.7)) == (fc.SigmaNode(fc.NoiseParts(1.5, 0.7), 1.0, 0.0),)
 
 
-def test_the_sigma_nodes_match_importance_sampling_of_the_model():
-    # sigma^2 drawn from the estimate's own posterior (s^2 on 4 dof), then weighed by the arms'
-    # means: three far-apart candidates say the noise is larger than its estimate. The family's
-    # hyperparameters fixed, so the only quadrature is L's and sigma's
+@pytest.mark.parametrize("eta", [1.0, fc.SIGMA_BY_ARMS, 0.0])
+def test_the_sigma_nodes_match_a_simulation_of_the_tempered_model(eta):
+    # sigma^2 from the estimate's own posterior (s^2 on 6 dof), its nodes weighed by the arms' means
+    # to the power eta (1: the full posterior, 0: the cut); given sigma, the level and the effects
+    # importance-weighted by the arms' means. Simulated directly: 300 strata of equal prior mass in
+    # sigma^2, each with its own draws; a stratum's mass is its mean weight (the arms' evidence at
+    # that sigma) to the power eta, and inside it the weights are normalised. Three far-apart
+    # candidates say the noise is larger than its estimate. The family's hyperparameters fixed, so
+    # the only quadrature is L's and sigma's
     fam = fc.FamilyPrior(null_strength=0.0, side_strength=0.0, scale_log_sd=0.0)
     s2, nu = 2.2, 6.0
     noise = fc.NoiseParts(s2, 0.0, dof=nu)
     ref = fc.PublishedRef(54.22, math.sqrt(s2), 5, 1.0)
     runs = ([58.5], [50.0], [55.0, 51.5])
     cands = [arm(f"c{i}", ys) for i, ys in enumerate(runs)]
-    post = fc.posterior(fc.ArmRuns("b"), cands, noise, ref, fam)
+    post = fc.posterior(fc.ArmRuns("b"), cands, noise, ref, fam, sigma_by_arms=eta)
     rng = np.random.default_rng(23)
-    n = 1_000_000
-    var = nu * s2 / rng.chisquare(nu, n)
+    strata, per = 300, 2_000
+    q = (np.arange(strata) + rng.random(strata)) / strata  # one chi^2 quantile per stratum
+    var = np.repeat(nu * s2 / stats.chi2.ppf(q, nu), per)
+    n = var.size
     pi, rho, k = _draw_hyper(rng, fam, n)
     b = ref.mean + np.sqrt(var / ref.n) * rng.standard_normal(n)
     d = ref.offset_sd * rng.standard_normal(n)
@@ -302,16 +309,40 @@ def test_the_sigma_nodes_match_importance_sampling_of_the_model():
     for c, ys in enumerate(runs):
         # the arm's mean (its scatter is in the estimate already)
         logw += -0.5 * np.log(var / len(ys)) - 0.5 * (np.mean(ys) - b - d - theta[c]) ** 2 / (var / len(ys))
-    w = np.exp(logw - logw.max())
-    w /= w.sum()
-    # the what-ifs' noise: 1 / E[1 / sigma^2], s^2 itself under the estimate's own posterior
+    w = np.exp(logw - logw.max()).reshape(strata, per)
+    evidence = w.mean(axis=1)
+    mass = evidence**eta / np.sum(evidence**eta)
+    w = (w / w.sum(axis=1, keepdims=True) * mass[:, None]).ravel()
+    # the what-ifs' noise: 1 / E[1 / sigma^2] under the nodes' masses (s^2 itself under the estimate's own)
     assert post.noise.run_var == pytest.approx(1.0 / (w @ (1.0 / var)), rel=0.03)
-    assert post.noise.run_var > 1.1 * s2  # the arms' scatter raised it
+    if eta == 0.0:
+        assert post.noise.run_var == pytest.approx(s2, rel=1e-9)
+    else:
+        assert post.noise.run_var > (1.0 + 0.1 * eta) * s2  # the arms' scatter raised it
     f = post.forecasts()
     for c in range(len(runs)):
         assert abs(post.mean[c + 1] - w @ (b + theta[c])) < 0.03
         p_above = w @ stats.norm.sf((ref.mean - b - theta[c]) / np.sqrt(var / 5))
         assert abs(f[c + 1].p_above_reference - p_above) < 0.01
+
+
+def test_the_cut_keeps_the_sigma_nodes_at_their_prior_weights():
+    # sigma_by_arms=0: whatever the arms' means, each noise node's mass is its estimate's weight
+    fam = fc.FamilyPrior(null_strength=0.0, side_strength=0.0, scale_log_sd=0.0)
+    ref = fc.PublishedRef(54.22, 1.48, 5)
+    est = fc.NoiseParts(1.2, 1.0, dof=3.0)
+    for ys in ((54.0, 54.2, 54.4, 54.6), (63.0, 44.0, 62.0, 45.0)):
+        post = fc.posterior(arm("b", [54.0, 55.0]), [arm(f"c{i}", [y]) for i, y in enumerate(ys)], est, ref, fam,
+                            sigma_by_arms=0.0)
+        by_var, prior = {}, {}  # mass by the official runs' variance (nodes on the eval part's floor share one)
+        for wt, ov in zip(post.mixture.weight, post.mixture.official_var):
+            by_var[round(float(ov), 9)] = by_var.get(round(float(ov), 9), 0.0) + wt
+        for nd in fc.sigma_nodes(est):
+            key = round(nd.noise.run_var / fc.OFFICIAL_RUNS, 9)
+            prior[key] = prior.get(key, 0.0) + math.exp(nd.log_weight)
+        assert by_var.keys() == prior.keys()
+        assert all(by_var[key] == pytest.approx(m, abs=1e-6) for key, m in prior.items())
+        assert post.noise.run_var == pytest.approx(est.run_var, rel=1e-9)
 
 
 def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
