@@ -12,18 +12,22 @@ three families of effects, each with the session's true sd and with the publishe
   one normal   half null, the rest N(-1.2, 2.8^2): the mix's non-null half as one normal (the
                forecast's slab until it took two sides, at its prior centre)
 
-And one more: the mix with the sd not known but integrated, as the forecast does it: sigma^2 under
-the published sd's scaled inverse chi^2 on 4 dof and the session's within-arm scatter, weighed by
-how well it explains every arm's mean under the mix (the level still known).
+And one more: the mix with the sd not known but integrated: sigma^2 under the published sd's scaled
+inverse chi^2 on 4 dof and the session's within-arm scatter, weighed (fully: here the family is the
+true one) by how well it explains every arm's mean under the mix (the level still known).
 
 And the forecast itself built again from each session's inputs (what compare was given: the runs,
 the noise estimate, the published reference), level estimated as compare does, under what the
 session cannot know: the true sd (its run variance at the world's sigma, no dof), the family's
-hyperparameters fixed at the mix (null share, sides' share, scale: none learned), and both.
+hyperparameters fixed at the mix (null share, sides' share, scale: none learned), and both; and under
+a choice the model makes: the power at which the arms' means weigh sigma's nodes (forecast's
+SIGMA_BY_ARMS, 1/4) set to 1 (the full posterior) and to 0 (the cut), beside the same forecast
+with nothing changed.
 
 Reports the worst decile gap of each, and of the forecast's own p_above_reference (what compare
 printed in those sessions), over all arms and each sd apart, next to the sampling floor (what
-exactly right probabilities would show on the same arms). Writes
+exactly right probabilities would show on the same arms); and for each forecast the regret of the
+submission export-recipe --leader's rule picks from it, on the same sessions. Writes
 benchmarks/results/calibration_shapes.{json,md} (or --out DIR).
 """
 
@@ -72,12 +76,16 @@ def arms_of(rows: list[dict]) -> list[dict]:
              "forecast": a.get("p_above"), "baseline": a["name"] == "baseline"} for r in rows for a in r["arms"]]
 
 
-def _judged(scored: list[dict]) -> dict:
-    """Worst decile gap and sampling floor over all arms and each sd apart."""
-    by = {"all": scored, **{f"sd {s:g}": [x for x in scored if x["sigma"] == s] for s in decision.SIGMAS}}
+def _judged(scored: list[dict], regrets: list[tuple[float, float]] = ()) -> dict:
+    """Worst decile gap and sampling floor over all arms and each sd apart, and the mean regret of
+    the sessions' picks, `regrets` as (the session's sd, its regret) (None without)."""
+    by = {"all": (scored, list(regrets))}
+    for sd in decision.SIGMAS:
+        by[f"sd {sd:g}"] = ([x for x in scored if x["sigma"] == sd], [r for r in regrets if r[0] == sd])
     return {k: {"worst_gap": decision._worst_gap(decision._deciles(xs)),
-                "floor_median": decision.calibration_floor([x["p_above"] for x in xs])["median"]}
-            for k, xs in by.items()}
+                "floor_median": decision.calibration_floor([x["p_above"] for x in xs])["median"],
+                "regret": round(float(np.mean([r for _, r in rs])), 4) if rs else None}
+            for k, (xs, rs) in by.items()}
 
 
 def p_above(arm: dict, slab, sd: float) -> float:
@@ -112,22 +120,30 @@ def sigma_integrated(row: dict, slab=decision.MIX_SLAB) -> list[dict]:
                   for a in row["arms"] if a["name"] == "baseline" or not a["runs"]]
 
 
-AGAIN = {  # the forecast built again: (the true sd known, the family's hyperparameters fixed)
-    "the forecast again, the true sd known": (True, False),
-    "the forecast again, the family's hyperparameters fixed at the mix": (False, True),
-    "the forecast again, both": (True, True),
+AGAIN = {  # the forecast built again: (the true sd known, the family's hyperparameters fixed, the arms' power on sigma)
+    "the forecast again, nothing changed": (False, False, None),
+    "the forecast again, the arms' means weigh sigma fully (power 1)": (False, False, 1.0),
+    "the forecast again, the arms' means do not weigh sigma (power 0, the cut)": (False, False, 0.0),
+    "the forecast again, the true sd known": (True, False, None),
+    "the forecast again, the family's hyperparameters fixed at the mix": (False, True, None),
+    "the forecast again, both": (True, True, None),
 }
 
 
-def forecast_again(row: dict, true_sd: bool, fixed_family: bool) -> list[dict]:
+def forecast_again(row: dict, true_sd: bool, fixed_family: bool, power: float | None = None) -> tuple[list[dict], tuple | None]:
     """Every arm of one session with p_above_reference from the forecast built again from the
-    session's inputs (decision.py's rows), the true sd and/or the fixed family swapped in."""
+    session's inputs (decision.py's rows), the true sd and/or the fixed family swapped in, or
+    the arms' evidence on sigma's nodes taken at another `power` (forecast.posterior's sigma_by_arms;
+    None: its default).
+    With them the session's (sd, regret): what export-recipe --leader's rule (the highest forecast
+    mean; the baseline unless a candidate's beats it) picks from this forecast, against the best arm
+    tried."""
     from dataclasses import replace
 
     from opsdctl.stats import forecast
 
     if not row.get("inputs"):
-        return []
+        return [], None
     inp = decision.inputs_of(row["inputs"])
     noise, ref, family = inp.noise, inp.reference, inp.family
     if true_sd:  # compare's published mean carries the run variance in use: the true one here
@@ -135,14 +151,28 @@ def forecast_again(row: dict, true_sd: bool, fixed_family: bool) -> list[dict]:
         ref = None if ref is None else replace(ref, sd=row["sigma"])
     if fixed_family:
         family = replace(family, null_strength=0.0, side_strength=0.0, scale_log_sd=0.0)
-    post = forecast.posterior(inp.baseline, inp.candidates, noise, ref, family)
-    p = {n: f.p_above_reference for n, f in zip(post.names, post.forecasts(draws=2_000))}
-    return [{"p_above": p[a["name"]], "above": a["above"], "sigma": row["sigma"]} for a in row["arms"] if a["name"] in p]
+    kw = {} if power is None else {"sigma_by_arms": power}
+    post = forecast.posterior(inp.baseline, inp.candidates, noise, ref, family, **kw)
+    fc = dict(zip(post.names, post.forecasts(draws=2_000)))
+    arms = [{"p_above": fc[a["name"]].p_above_reference, "above": a["above"], "sigma": row["sigma"]}
+            for a in row["arms"] if a["name"] in fc]
+    return arms, (row["sigma"], _pick_regret(row, {n: (f.mean, f.p_best) for n, f in fc.items()}))
 
 
-def _again(job: tuple) -> list[dict]:
-    row, true_sd, fixed_family = job
-    return forecast_again(row, true_sd, fixed_family)
+def _pick_regret(row: dict, forecasts: dict) -> float:
+    """The leader rule (opsdctl.plan.submission.pick_leader: the highest forecast mean, a tie to the
+    higher p_best) on `forecasts` (arm -> (mean, p_best)), scored by the arms' true effects against
+    the best arm tried."""
+    effect = {a["name"]: a["effect"] for a in row["arms"]}
+    base = row["arms"][0]["name"]  # the forecast's arm 0 is the baseline
+    best = max((n for n in forecasts if n != base), key=lambda n: forecasts[n], default=None)
+    pick = best if best is not None and forecasts[best][0] > forecasts[base][0] else base
+    return max(effect.values()) - effect[pick]
+
+
+def _again(job: tuple) -> tuple[list[dict], tuple | None]:
+    row, true_sd, fixed_family, power = job
+    return forecast_again(row, true_sd, fixed_family, power)
 
 
 def study(rows: list[dict], processes: int = 2) -> dict:
@@ -150,7 +180,8 @@ def study(rows: list[dict], processes: int = 2) -> dict:
     out = {"sessions": len(rows), "arms": len(arms), "families": {}}
     # what compare printed: the forecast's own p_above_reference (level and sd estimated)
     out["families"]["the forecast (compare's p_above_reference)"] = _judged(
-        [{"p_above": a["forecast"], "above": a["above"], "sigma": a["sigma"]} for a in arms if a["forecast"] is not None])
+        [{"p_above": a["forecast"], "above": a["above"], "sigma": a["sigma"]} for a in arms if a["forecast"] is not None],
+        [(r["sigma"], r["regret"]["forecast"]) for r in rows])
     for fam, slab in FAMILIES.items():
         for sd_mode in ("true sd", "published sd"):
             out["families"][f"{fam}, {sd_mode}"] = _judged(
@@ -166,9 +197,9 @@ def study(rows: list[dict], processes: int = 2) -> dict:
         from multiprocessing import Pool
 
         with Pool(max(1, processes)) as pool:
-            for name, (true_sd, fixed) in AGAIN.items():
-                arms_again = pool.map(_again, [(r, true_sd, fixed) for r in rows], chunksize=8)
-                out["families"][name] = _judged([x for xs in arms_again for x in xs])
+            for name, flags in AGAIN.items():
+                again = pool.map(_again, [(r, *flags) for r in rows], chunksize=8)
+                out["families"][name] = _judged([x for xs, _ in again for x in xs], [g for _, g in again if g is not None])
     return out
 
 
@@ -178,12 +209,13 @@ def markdown(doc: dict, command: str) -> str:
              f"{doc['arms']} arms)", "", f"Command: `{command}`. Exact posteriors knowing the local baseline level (the forecast's "
              "rows estimate it, as compare does); "
              "worst decile gap (deciles with >= 20 arms) / the sampling floor (median worst gap of exactly right "
-             "probabilities on the same arms).", "",
-             "| family, sd | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+             "probabilities on the same arms). Regret: the mean over sessions of the best arm tried minus the arm "
+             "export-recipe --leader's rule picks from that forecast (true effects; the rows that are no forecast have none).", "",
+             "| family, sd | " + " | ".join(keys) + " | regret of the pick |", "|---" * (len(keys) + 2) + "|"]
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     for name, by in doc["families"].items():
         lines.append(f"| {name} | " + " | ".join(f"{fmt(by[k]['worst_gap'])} / {fmt(by[k]['floor_median'])}"
-                                                  for k in keys) + " |")
+                                                  for k in keys) + f" | {fmt(by['all'].get('regret'))} |")
     return "\n".join(lines) + "\n"
 
 

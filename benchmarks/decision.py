@@ -2,6 +2,7 @@
 
     python benchmarks/decision.py                    # the committed figures: 1,000 sessions
     python benchmarks/decision.py --sessions 5 --out /tmp/d
+    python benchmarks/decision.py --seed 0 1         # 2,000 sessions pooled: decision_seeds_0_1.*
 
 Every session runs opsdctl/plan/simulate.py's `simulate_session` (the worker's own loop, gate and
 adaptive policy with --auto-repeat, so `opsdctl advise`'s ranking picks the chains) with six ideas
@@ -178,7 +179,7 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
                          "high80": f.high80, "p_above": f.p_above_reference,
                          "p_above_bayes": _bayes(runs[name], true_base + offset, sigma)[1] if name in runs else 0.5,
                          "official": official, "above": official > BASE_MEAN})
-    return {"i": i, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
+    return {"i": i, "seed": seed, "sigma": sigma, "offset": offset, "level": true_base + offset, "effects": list(effects),
             "chains": res.succeeded, "tried": len(tried) - 1, "picks": picks,
             **scored(picks, true, max(true[n] for n in tried), effects), "arms": arms,
             "inputs": None if post is None else inputs_json(post.inputs)}
@@ -352,35 +353,43 @@ def _session_of(args: tuple[int, int, bool]) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="simulated sessions (the six conditions take turns)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, nargs="+", default=[0],
+                    help="one seed, or several: their sessions pooled (writes decision_seeds_A_B.*: the pooled "
+                         "calibration is the finer measure)")
     ap.add_argument("--processes", type=int, default=2)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     ap.add_argument("--rows", type=Path, default=None, help="also write every session's row here (JSON lines)")
     ap.add_argument("--right-prior", action="store_true",
                     help="diagnostic: the published sd is each session's true sd (writes decision_right_prior.*)")
     args = ap.parse_args(argv)
+    args.seed = list(dict.fromkeys(args.seed))
     t0 = time.time()
     rows = []
     with Pool(args.processes) as pool:
-        for row in pool.imap_unordered(_session_of, [(i, args.seed, args.right_prior) for i in range(args.sessions)], chunksize=4):
+        jobs = [(i, seed, args.right_prior) for seed in args.seed for i in range(args.sessions)]
+        for row in pool.imap_unordered(_session_of, jobs, chunksize=4):
             rows.append(row)
-            if len(rows) % 50 == 0 or len(rows) == args.sessions:
-                print(f"decision: {len(rows)}/{args.sessions} sessions, {time.time() - t0:.0f} s", file=sys.stderr,
+            if len(rows) % 50 == 0 or len(rows) == len(jobs):
+                print(f"decision: {len(rows)}/{len(jobs)} sessions, {time.time() - t0:.0f} s", file=sys.stderr,
                       flush=True)
-    rows.sort(key=lambda r: r["i"])
+    rows.sort(key=lambda r: (r["seed"], r["i"]))
     if args.rows is not None:
         args.rows.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    seeds = args.seed
     doc = {"command": "python benchmarks/decision.py" + ("" if args.sessions == 1000 else f" --sessions {args.sessions}")
+           + ("" if seeds == [0] else " --seed " + " ".join(map(str, seeds)))
            + (" --right-prior" if args.right_prior else ""), "right_prior": args.right_prior,
-           "seconds": round(time.time() - t0, 1), "processes": args.processes, "seed": args.seed,
-           "summary": summarize(rows)}
+           "seconds": round(time.time() - t0, 1), "processes": args.processes,
+           "seed": seeds[0] if len(seeds) == 1 else seeds, "summary": summarize(rows)}
     today = args.out / "decision_today.json"  # the replaced pipeline on the same sessions, when measured
-    if not args.right_prior and today.exists():
+    if not args.right_prior and len(seeds) == 1 and today.exists():
         t = json.loads(today.read_text())
-        if t.get("sessions") == args.sessions and t.get("seed", 0) == args.seed and "regret_queued_mean" in t["rules"]["P(beat)"]:
+        if t.get("sessions") == args.sessions and t.get("seed", 0) == seeds[0] and "regret_queued_mean" in t["rules"]["P(beat)"]:
             doc["today"] = t
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "decision_right_prior" if args.right_prior else "decision"
+    if len(seeds) > 1:  # pooled seeds: beside the one-seed figures, not over them
+        stem += "_seeds_" + "_".join(map(str, seeds))
     (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(doc))
     print(markdown(doc))

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -72,6 +73,20 @@ def test_the_right_prior_diagnostic_writes_its_own_files(tmp_path):
     assert "the right prior" in (tmp_path / "decision_right_prior.md").read_text()
 
 
+def test_several_seeds_pool_their_sessions_in_their_own_files(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "2", "--processes", "1",
+                          "--seed", "0", "1", "--out", str(tmp_path), "--rows", str(tmp_path / "rows.jsonl")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decision_seeds_0_1.json", "decision_seeds_0_1.md", "rows.jsonl"]
+    doc = json.loads((tmp_path / "decision_seeds_0_1.json").read_text())
+    assert doc["seed"] == [0, 1] and doc["summary"]["sessions"] == 4 and doc["command"].endswith("--seed 0 1")
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [(r["seed"], r["i"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert rows[0]["effects"] != rows[2]["effects"]  # the second seed draws other sessions
+    assert "4 simulated 6-hour sessions" in (tmp_path / "decision_seeds_0_1.md").read_text()
+
+
 def test_the_rows_feed_the_calibration_study(tmp_path):
     rows = tmp_path / "rows.jsonl"
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "decision.py"), "--sessions", "3", "--processes", "1",
@@ -85,9 +100,13 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
         import calibration_shapes
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    again = calibration_shapes.forecast_again(first, False, False)
+    again, (sd, regret) = calibration_shapes.forecast_again(first, False, False)
     assert [round(x["p_above"], 9) for x in again] == [round(a["p_above"], 9) for a in first["arms"]]
-    assert calibration_shapes.forecast_again(first, True, True) != again
+    # and picks what the session submitted (the leader rule on the same forecast)
+    assert sd == first["sigma"] and regret == pytest.approx(first["regret"]["forecast"])
+    assert calibration_shapes.forecast_again(first, True, True)[0] != again
+    cut, _ = calibration_shapes.forecast_again(first, False, False, power=0.0)
+    assert len(cut) == len(again)
     doc = json.loads((tmp_path / "decision.json").read_text())["summary"]
     assert {"median", "p90", "p_over_goal", "redraws"} <= set(doc["calibration_floor"])
     assert len(doc["calibration_bayes"]) == 10
@@ -95,8 +114,13 @@ def test_the_rows_feed_the_calibration_study(tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     shapes = json.loads((tmp_path / "calibration_shapes.json").read_text())
-    assert shapes["sessions"] == 3 and len(shapes["families"]) == 11
+    assert shapes["sessions"] == 3 and len(shapes["families"]) == 14
     assert set(shapes["families"]["one normal, published sd"]) == {"all", "sd 1.48", "sd 2.5"}
+    fam = shapes["families"]
+    assert fam["one normal, published sd"]["all"]["regret"] is None  # an exact posterior picks nothing
+    # the forecast built again unchanged picks what the sessions submitted
+    assert fam["the forecast again, nothing changed"]["all"]["regret"] == pytest.approx(
+        fam["the forecast (compare's p_above_reference)"]["all"]["regret"])
     # rows from before the inputs were kept: the rebuilt rows are left out, and it says so
     old = tmp_path / "old_rows.jsonl"
     old.write_text("".join(json.dumps({k: v for k, v in json.loads(line).items() if k != "inputs"}) + "\n"
