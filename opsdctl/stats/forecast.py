@@ -633,13 +633,12 @@ def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoisePart
         lw, per = _nodes(level, st.y0, st.level_prior, st.obs, fit_hyper, family)
         lw = lw + node.log_weight + math.log(level[1] - level[0])  # the trapezoid's step: nodes compare
         parts.append((node, level, st, lw, per))
-    top = max(float(p[3].max()) for p in parts)
     if sigma_by_arms != 1.0:  # each node's evidence from the arms, log Z, raised to eta: times Z^(eta - 1)
         log_z = np.array([float(np.logaddexp.reduce(p[3].ravel())) - p[0].log_weight for p in parts])
         shift = (sigma_by_arms - 1.0) * log_z
         shift -= shift.max()
         parts = [(nd, lv, st, lw + d, per) for (nd, lv, st, lw, per), d in zip(parts, shift)]
-        top = max(float(p[3].max()) for p in parts)
+    top = max(float(p[3].max()) for p in parts)
     cols = {k: [] for k in ("w", "bm", "bv", "lv", "slab", "smean", "svar", "ov")}
     wh = np.zeros(fit_hyper.pi.size)
     mass = []  # each noise node's posterior mass
