@@ -156,17 +156,17 @@ def forecast_again(row: dict, true_sd: bool, fixed_family: bool, power: float | 
     fc = dict(zip(post.names, post.forecasts(draws=2_000)))
     arms = [{"p_above": fc[a["name"]].p_above_reference, "above": a["above"], "sigma": row["sigma"]}
             for a in row["arms"] if a["name"] in fc]
-    return arms, (row["sigma"], _pick_regret(row, {n: (f.mean, f.p_best) for n, f in fc.items()}))
+    return arms, (row["sigma"], _pick_regret(row, fc))
 
 
 def _pick_regret(row: dict, forecasts: dict) -> float:
-    """The leader rule (opsdctl.plan.submission.pick_leader: the highest forecast mean, a tie to the
-    higher p_best) on `forecasts` (arm -> (mean, p_best)), scored by the arms' true effects against
-    the best arm tried."""
+    """The leader rule (opsdctl.plan.submission.leading, what pick_leader applies) on `forecasts`
+    (arm -> its forecast), scored by the arms' true effects against the best arm tried."""
+    from opsdctl.plan.submission import leading
+
     effect = {a["name"]: a["effect"] for a in row["arms"]}
     base = row["arms"][0]["name"]  # the forecast's arm 0 is the baseline
-    best = max((n for n in forecasts if n != base), key=lambda n: forecasts[n], default=None)
-    pick = best if best is not None and forecasts[best][0] > forecasts[base][0] else base
+    pick = leading([n for n in forecasts if n != base], forecasts.__getitem__, forecasts[base].mean) or base
     return max(effect.values()) - effect[pick]
 
 

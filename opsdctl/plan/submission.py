@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, TypeVar
 
 from opsdctl.stats.report import NO_FORECAST, Entry, Forecast, Report
 
 RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
 RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,17 @@ def pick_leader(report: Report, exportable: Callable[[str], bool] = lambda label
     False for what has no recipe (the base model, a checkpoint trained outside opsdctl)."""
     base = report.baseline
     full = [e for e in report.full if e.variants and exportable(e.variants[0]) and e.forecast.mean is not None]
-    b_mean = base.forecast.mean
-    if full:
-        e = max(full, key=lambda e: (e.forecast.mean, e.forecast.p_best or 0.0))
-        if b_mean is None or e.forecast.mean > b_mean:
-            return Leader(e.name, e.variants[0], e.verdict, e, RULE_CANDIDATE, int(base.n or 0), e.forecast)
+    e = leading(full, lambda e: e.forecast, base.forecast.mean)
+    if e is not None:
+        return Leader(e.name, e.variants[0], e.verdict, e, RULE_CANDIDATE, int(base.n or 0), e.forecast)
     return Leader(base.name or "baseline", None, None, None, RULE_BASELINE, int(base.n or 0), base.forecast)
+
+
+def leading(candidates: Sequence[T], forecast_of: Callable[[T], object], baseline_mean: Optional[float]) -> Optional[T]:
+    """The rule itself: of `candidates` (each with a forecast: `.mean`, `.p_best`), the highest
+    forecast mean, a tie to the higher p_best, if it is above the baseline's mean (or there is none
+    to beat); None: the baseline."""
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda c: (forecast_of(c).mean, forecast_of(c).p_best or 0.0))
+    return best if baseline_mean is None or forecast_of(best).mean > baseline_mean else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opsdctl.plan.budget import BudgetView
 from opsdctl.daemon.auto_export import _evidence, due
-from opsdctl.plan.submission import Leader, pick_leader
+from opsdctl.plan.submission import Leader, leading, pick_leader
 from tests.support.report_doc import report as typed
 
 
@@ -43,6 +43,18 @@ def test_leader_rule_is_the_highest_forecast():
     assert pick_leader(_report()).variant is None  # nothing scored yet
     # no forecast (no noise estimate): nothing can be bet on, the baseline
     assert pick_leader(_report(_entry("a", "undecided", None, fc=None))).variant is None
+
+
+def test_the_rule_alone_on_bare_forecasts():
+    # what pick_leader and the decision benchmark's rebuilt forecasts both apply
+    from types import SimpleNamespace as F
+
+    fc = {"a": F(mean=52.0, p_best=0.30), "b": F(mean=52.0, p_best=0.31), "c": F(mean=51.0, p_best=0.5)}
+    assert leading(list(fc), fc.__getitem__, 50.0) == "b"  # a tie on the mean goes to the higher p_best
+    assert leading(list(fc), fc.__getitem__, 52.0) is None  # equal to the baseline's is not above it
+    assert leading(list(fc), fc.__getitem__, None) == "b"  # nothing to beat
+    assert leading([], fc.__getitem__, 40.0) is None
+    assert leading(["a"], lambda n: F(mean=53.0, p_best=None), 50.0) == "a"  # no p_best: 0 for the tie
 
 
 def test_when_it_is_due():
