@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # the published rows (--policy picks others, e.g. "adaptive + futility"; `opsdctl simulate` runs all)
 PUBLISHED = ("fifo-by-hand x1", "fifo-by-hand x2", "oracle x2", "planner fifo", "adaptive", "adaptive, x1 queue",
-             "adaptive, auto-repeat first")
+             "adaptive, auto-repeat first", "verdicts, auto-repeat first")
 
 
 NOTES = """\

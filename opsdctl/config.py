@@ -335,6 +335,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                  "(off: your queue first)"),
         "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
                                  "(off: the `advise` ranking may leave an idea untried when a repeat is worth more)"),
+        "objective": Key(_choice("submission", "verdicts"), "submission", "adaptive: spend the budget on the submission's "
+                         "expected official score (`advise`'s ranking), or on verdicts (fewer ideas, more runs each)"),
         "train_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "train duration before any history [default: the profile's]"),
         "eval_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "eval duration before any history [default: the profile's]"),
     },
@@ -750,6 +752,8 @@ auto_repeat = false               # adaptive: the worker may queue extra repeats
 # auto_repeat_max = 6             # cap the chains auto-repeat queues per worker run [default: no cap]
 try_every_variant = false         # adaptive: first runs of every queued variant before any repeat (off: an idea
                                   #   may stay untried when its runs would settle more on the leaders)
+objective = "submission"          # adaptive: bet on the submission (`advise`'s ranking), or "verdicts": hold the
+                                  #   ideas tried to what the session can settle (with auto_repeat_first = true)
 # train_minutes = 19              # durations before any history [default: the profile's]
 # eval_minutes = 27
 

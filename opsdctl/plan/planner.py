@@ -44,6 +44,9 @@ RELEASE_POLL_S = 0.25
 PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
 
 
+_SUBMISSION = policy.SUBMISSION  # (the field `policy` below hides the module in the class body)
+
+
 @dataclass(frozen=True)
 class PlannerSettings:
     policy: str = policy.FIFO
@@ -52,6 +55,7 @@ class PlannerSettings:
     auto_repeat_max: Optional[int] = None  # a cap only when the user sets one
     auto_repeat_first: bool = False  # opt-in: auto-repeat chains may run before the user's queued ones
     try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no `advise` ranking
+    objective: str = _SUBMISSION  # adaptive: what the budget is spent on (policy.OBJECTIVES)
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
@@ -179,7 +183,7 @@ class PlannerGate:
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice, self.reevals = None, {}
-        if s.policy == policy.ADAPTIVE and not s.try_every_variant:
+        if s.policy == policy.ADAPTIVE and not s.try_every_variant and s.objective == policy.SUBMISSION:
             targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
             self.reevals = targets(self.runs) if targets is not None else {}
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else
@@ -192,7 +196,7 @@ class PlannerGate:
             return policy.plan(items, self.compare, policy.PlanInputs(
                 policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
                 dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
-                voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals)))
+                voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals), objective=s.objective))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -266,7 +270,7 @@ class PlannerGate:
         s = self.settings
         doc = {"policy": s.policy, "futility": s.futility, "auto_repeat": s.auto_repeat,
                "auto_repeat_max": s.auto_repeat_max, "auto_repeat_first": s.auto_repeat_first,
-               "try_every_variant": s.try_every_variant, "auto_queued": self.extra_queued,
+               "try_every_variant": s.try_every_variant, "objective": s.objective, "auto_queued": self.extra_queued,
                "idle": self.idle_note, **p.to_json()}
         text = json.dumps(doc, sort_keys=True)
         if text != self._last_saved:
@@ -525,6 +529,7 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         auto_repeat_max=None if pl.get("auto_repeat_max") is None else int(pl["auto_repeat_max"]),
         auto_repeat_first=bool(pl.get("auto_repeat_first")),
         try_every_variant=bool(pl.get("try_every_variant")),
+        objective=pl.get("objective") or policy.SUBMISSION,
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),
@@ -539,12 +544,13 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
 
 def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional[bool] = None,
                    auto_repeat: Optional[bool] = None, auto_repeat_first: Optional[bool] = None,
-                   try_every_variant: Optional[bool] = None):
-    """The config with `worker --policy/--futility/--auto-repeat/--auto-repeat-first/--try-every-variant`
-    applied to [planner]."""
+                   try_every_variant: Optional[bool] = None, objective: Optional[str] = None):
+    """The config with `worker --policy/--futility/--auto-repeat/--auto-repeat-first/--try-every-variant/
+    --objective` applied to [planner]."""
     sec = dict(cfg.section("planner"))
     for key, value in (("policy", policy_name), ("futility", futility), ("auto_repeat", auto_repeat),
-                       ("auto_repeat_first", auto_repeat_first), ("try_every_variant", try_every_variant)):
+                       ("auto_repeat_first", auto_repeat_first), ("try_every_variant", try_every_variant),
+                       ("objective", objective)):
         if value is not None:
             sec[key] = value
     return replace(cfg, sections={**cfg.sections, "planner": sec})

@@ -51,6 +51,13 @@ estimate (no ranking) or when a baseline run is missing altogether; [planner] tr
 Plan.full_eval names the variant whose evaluation futility must not stop: the ranked repeat, whose
 full score is the observation it was ranked for.
 
+Objective (worker --objective, [planner] objective): `submission` (the default) is the above;
+`verdicts` turns the ranking off (the tiers decide, as with try_every_variant) and holds the arms
+tried to what the session's runs can settle (new_arms_allowed: a first run beyond that waits, in
+tier 4, with its reason), and --auto-repeat's chain goes before queued chains that settle nothing
+(Plan.extra_first; before the user's own only with auto_repeat_first). It buys verdicts at the
+submission's expense: fewer ideas are tried.
+
 "Fits in the time left": r more chains fit when (r - 1) x median + high <= usable seconds (the
 chains before the last take their median; the last must still pass admission with its high
 quantile). `runs_needed` assumes the observed delta and s hold (inference.rule_runs_needed).
@@ -68,6 +75,15 @@ from opsdctl.stats.report import Entry, Report
 
 FIFO, ADAPTIVE = "fifo", "adaptive"
 POLICIES = (FIFO, ADAPTIVE)
+# What the adaptive policy spends the budget on: the submission's expected official score
+# (`opsdctl advise`'s ranking), or verdicts (the tiers, with new ideas held to the arms the time
+# left can settle).
+SUBMISSION, VERDICTS = "submission", "verdicts"
+OBJECTIVES = (SUBMISSION, VERDICTS)
+# objective verdicts: at most one arm (the baseline counts) per four chains of the session. Chosen
+# a priori (two arms in a ~8-chain session: the most runs on one comparison); 1/2 and 3/8 measured
+# no better, and tying the cap to the arms that still look settle-able measured worse (docs/planner.md).
+ARMS_PER_CHAIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,7 @@ class PlanInputs:
     voi: bool = True
     advice: Optional[Sequence[Advice]] = None
     reevals: Sequence[str] = ()  # variants with a checkpoint --auto-repeat may re-evaluate (opsdctl.plan.reeval)
+    objective: str = SUBMISSION
 
 
 @dataclass
@@ -161,6 +178,33 @@ class _Cost:
             return True
         return (chains - 1) * self.median + self.high <= self.usable
 
+    def most(self) -> Optional[int]:
+        """The most chains that fit (None: no budget, no bound)."""
+        if self.usable is None or self.high is None:
+            return None
+        if self.high > self.usable:
+            return 0
+        return 1 + int((self.usable - self.high) // self.median) if self.median > 0 else None
+
+
+def new_arms_allowed(report: Optional[Report], cost: _Cost) -> Optional[int]:
+    """Objective verdicts: how many more variants may get a first run now (None: no bound).
+
+    A verdict needs repeat dof (none before inference.MIN_LOCAL_DOF) and runs enough on both sides
+    of one comparison, and every arm tried takes runs from both: with R runs in a session and A
+    arms there are R - A dof, and a verdict's power goes with the runs of its two arms. So the
+    arms tried (the baseline counts as one, whether or not it has run) are held to
+    ARMS_PER_CHAIN of the session's runs, those done plus the chains that still fit, and never
+    below two: a session of ~8 chains tries one idea beside the baseline, and goes on to another
+    only once the chains left would pay for it."""
+    more = cost.most()
+    if more is None:
+        return None
+    tried = [e for e in report.full if e.n] if report is not None else []
+    base_runs = report.baseline.n_local if report is not None else 0
+    cap = max(2, int((sum(e.n for e in tried) + base_runs + more) * ARMS_PER_CHAIN))
+    return max(0, cap - 1 - len(tried))
+
 
 def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInputs = PlanInputs()) -> Plan:
     """Order (and skip) the queued chains (PlanInputs says what else it weighs)."""
@@ -169,6 +213,10 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     baseline, auto_repeat, known_variants, voi, advice = (inputs.baseline, inputs.auto_repeat, inputs.known_variants,
                                                           inputs.voi, inputs.advice)
     cost = _Cost(inputs.chain_s, inputs.chain_median_s, inputs.usable_s)
+    verdicts = inputs.objective == VERDICTS
+    if verdicts:
+        voi = False  # the tiers decide: they rank by what settles, advise by the submission
+    new_arms = new_arms_allowed(report, cost) if verdicts else None
     dropped = dict(inputs.dropped or {})
     entries = {e.name: e for e in report.full} if report is not None else {}
     base = report.baseline if report is not None else None
@@ -199,6 +247,10 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
         j = taken.get(q.variant, 0)
         taken[q.variant] = j + 1
         tier, key, why = _classify(q, j, e, ctx)
+        if tier is Tier.FIRST_RUN and new_arms is not None:
+            if new_arms <= 0:
+                tier, why = Tier.REST, "first run held back: the runs left go to the arms tried (objective verdicts)"
+            new_arms -= 1
         slots.append(((-q.priority, _TIER_RANK[tier], key, pos), Slot(q.chain_id, q.variant, tier, why)))
     pick = None
     if advice is not None and voi and not any(t[1].tier is Tier.NO_BASELINE for t in slots):
@@ -226,6 +278,8 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     if auto_repeat and not any(s.tier in _BEFORE_EXTRA for s in ordered):
         out.extra, out.extra_why = _pick_extra(entries, baseline, base_for, report, cost, dropped,
                                                set(known_variants), noise_known)
+        # objective verdicts: a run that can settle one goes before queued chains that settle nothing
+        out.extra_first = verdicts and out.extra is not None
     return out
 
 

@@ -87,6 +87,9 @@ POLICIES = {
     "adaptive, auto-repeat first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, auto_repeat_first=True)),
     "adaptive + futility": ("planner", 2, dict(policy="adaptive", auto_repeat=True, futility=True)),
     "adaptive, every variant first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, try_every_variant=True)),
+    "verdicts": ("planner", 2, dict(policy="adaptive", auto_repeat=True, objective="verdicts")),
+    "verdicts, auto-repeat first": ("planner", 2, dict(policy="adaptive", auto_repeat=True, objective="verdicts",
+                                                       auto_repeat_first=True)),
 }
 
 
@@ -728,6 +731,10 @@ LEGEND = {
     "adaptive + futility": "the x2 queue, `--policy adaptive --auto-repeat --futility`",
     "adaptive, every variant first": "the x2 queue, `--policy adaptive --auto-repeat --try-every-variant`: the "
                                      "first run of every queued variant before any repeat (the tiers alone)",
+    "verdicts": "the x2 queue, `--policy adaptive --auto-repeat --objective verdicts`: the tiers, the ideas tried "
+                "held to what the session's runs can settle; the user's chains first",
+    "verdicts, auto-repeat first": "the x2 queue, `--policy adaptive --auto-repeat --auto-repeat-first --objective "
+                                   "verdicts`: the same, and its repeats run before the user's untried ideas",
 }
 
 GOALS = {"ratio": 1.5, "wrong_per_session": 0.005, "busy": 0.99, "idle_min": 0.0}

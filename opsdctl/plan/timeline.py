@@ -151,6 +151,7 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
         "auto_repeat": settings.auto_repeat,
         "auto_repeat_max": settings.auto_repeat_max,
         "auto_repeat_first": settings.auto_repeat_first,
+        "objective": settings.objective,
         "auto_repeat_next": auto,
         "idle": gate.idle_note,
         "plan_at": (plan or {}).get("at"),
@@ -163,4 +164,5 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
 
 
 # the worker's planner settings that its flags may change, saved with its plan (PlannerGate._save_plan)
-WORKER_SETTINGS = ("policy", "futility", "auto_repeat", "auto_repeat_max", "auto_repeat_first", "try_every_variant")
+WORKER_SETTINGS = ("policy", "futility", "auto_repeat", "auto_repeat_max", "auto_repeat_first", "try_every_variant",
+                   "objective")

@@ -44,3 +44,41 @@ def test_try_every_variant_reaches_the_plan_from_config_and_flag(ws):
     assert ws.run("worker", "--drain", "--policy", "adaptive", "--try-every-variant").returncode == 0
     started = [r[0] for r in ws.sql("select chain_id from stage where name = 'train' order by id")]
     assert started == [1, 3, 2]
+
+
+def test_objective_verdicts_from_config_and_flag_holds_a_new_idea_back(ws):
+    """[planner] objective = "verdicts" (or --objective verdicts): token-clip has run once and the
+    time left holds three chains, so the session pays for the baseline and one idea: cosine's first
+    run waits behind token-clip's repeat, in status's order (the tiers alone put it first); a bad
+    value is one line, exit 2."""
+    from opsdctl.config import load_config
+    from opsdctl.plan.planner import settings_from_config, with_overrides
+
+    cfg = load_config(ws.root / "opsdctl.toml")
+    assert settings_from_config(cfg, (), False).objective == "submission"
+    assert settings_from_config(with_overrides(cfg, objective="verdicts"), (), False).objective == "verdicts"
+    ws.cli("queue", "token-clip")
+    assert ws.run("worker", "--drain").returncode == 0
+    ws.cli("queue", "cosine")  # chain 2
+    ws.cli("queue", "token-clip")  # chain 3
+    high = max(e["high_s"] for e in ws.status()["planner"]["timeline"])
+    (ws.root / "left.txt").write_text(str(3.5 * high))
+    text = (ws.root / "opsdctl.toml").read_text().replace("[budget]\n", '[budget]\nremaining_file = "left.txt"\n').replace(
+        "[worker]", '[planner]\npolicy = "adaptive"\ntry_every_variant = true\nobjective = "verdicts"\n\n[worker]')
+    (ws.root / "opsdctl.toml").write_text(text)
+
+    def order():
+        st = ws.status()["planner"]
+        return st["objective"], [e["chain_id"] for e in st["timeline"] if e["state"] == "queued"]
+
+    assert order() == ("verdicts", [3, 2])
+    assert "objective verdicts" in ws.cli("status").stdout
+    (ws.root / "opsdctl.toml").write_text(text.replace('objective = "verdicts"\n', ""))
+    assert order() == ("submission", [2, 3])  # the tiers alone: a new idea's first run first
+    (ws.root / "opsdctl.toml").write_text(text.replace('objective = "verdicts"', 'objective = "certify"'))
+    out = ws.cli("status", check=False)
+    assert out.returncode == 2 and "objective" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    (ws.root / "opsdctl.toml").write_text(text)
+    bad = ws.run("worker", "--drain", "--objective", "certify", check=False)
+    assert bad.returncode == 2 and "--objective certify: must be submission or verdicts" in bad.stderr
+    assert ws.sql("select count(*) from stage where chain_id > 1")[0][0] == 0  # refused before anything ran

@@ -382,6 +382,7 @@ def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> No
     by_id = {c["chain_id"]: c for c in queued}
     entries = [e for e in planner.get("timeline", []) if e["state"] == "queued" and e["chain_id"] in by_id]
     title = (f"queued ({len(queued)}, {planner.get('order', 'queue order')}; policy {planner.get('policy')}"
+             + (", objective verdicts" if planner.get("objective") == "verdicts" else "")
              + (", futility on" if planner.get("futility") else "") + ")")
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
     for col in ("chain", "variant", "seed", "starts", "ends", "p50/high", "fits"):

@@ -26,6 +26,10 @@ def command(
     try_every_variant: Optional[bool] = typer.Option(None, "--try-every-variant/--value-of-information",
                                                      help="adaptive: first runs of every queued variant before any "
                                                           "repeat, or (default) let `opsdctl advise`'s ranking pick."),
+    objective: Optional[str] = typer.Option(None, "--objective", metavar="submission|verdicts",
+                                            help="adaptive: spend the budget on the submission's expected official "
+                                                 "score (default), or on verdicts (fewer ideas, more runs each; "
+                                                 "pair it with --auto-repeat-first)."),
 ) -> None:
     """Run queued chains, one at a time, on the configured GPUs (one worker per store).
 
@@ -45,12 +49,17 @@ def command(
         from opsdctl.errors import UserError
 
         raise UserError(f"--policy {policy}: must be fifo or adaptive")
-    flags = (policy, futility, auto_repeat, auto_repeat_first, try_every_variant)
+    if objective is not None and objective not in ("submission", "verdicts"):
+        from opsdctl.errors import UserError
+
+        raise UserError(f"--objective {objective}: must be submission or verdicts")
+    flags = (policy, futility, auto_repeat, auto_repeat_first, try_every_variant, objective)
     if any(f is not None for f in flags):
         from opsdctl.plan.planner import with_overrides
 
         cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
-                             auto_repeat_first=auto_repeat_first, try_every_variant=try_every_variant)
+                             auto_repeat_first=auto_repeat_first, try_every_variant=try_every_variant,
+                             objective=objective)
     store = app.store(cfg)
     con = console()
 

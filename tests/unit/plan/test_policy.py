@@ -142,3 +142,40 @@ def by_name_worse(rep, name):
     return next(e.worse_at for e in rep.entries if e.name == name)
 
 
+
+
+def test_objective_verdicts_holds_new_ideas_to_the_arms_the_session_can_settle():
+    # a tried once beside one local baseline run; 6 more chains fit: 8 runs in the session, and
+    # one arm per four runs is the baseline and a alone, so b and c wait behind a's repeats
+    rep = typed({"baseline": {"name": "baseline", "source": "runs+reference", "n": 6, "n_local": 1, "mean": 54.22},
+                 "noise": {"s": 1.48, "nu": 4.0, "tau2": 1.0},
+                 "variants": [cand("a", 1, 0.4, 0.58)]})
+    queue = q((1, "b"), (2, "a"), (3, "c"), (4, "baseline"))
+    inputs = dict(baseline="baseline", usable_s=6 * CHAIN, chain_s=CHAIN)
+    bet = plan(queue, rep, PlanInputs(**inputs, voi=False))
+    assert bet.order[:2] == [1, 3]  # the tiers alone: every new idea's first run first
+    v = plan(queue, rep, PlanInputs(**inputs, objective="verdicts"))
+    held = {s.chain_id: s for s in v.slots}
+    assert held[1].tier == held[3].tier == "4" and "held back" in held[1].why
+    assert v.order.index(2) < v.order.index(1) and v.order.index(2) < v.order.index(3)
+    # with 14 chains left, the session's runs (16) pay for four arms: b and c may run
+    v = plan(queue, rep, PlanInputs(**{**inputs, "usable_s": 14 * CHAIN}, objective="verdicts"))
+    assert {s.chain_id: s.tier for s in v.slots}[1] == "1" and {s.chain_id: s.tier for s in v.slots}[3] == "1"
+    # no budget: no bound
+    v = plan(queue, rep, PlanInputs(**{**inputs, "usable_s": None}, objective="verdicts"))
+    assert v.order[:2] == [1, 3]
+
+
+def test_objective_verdicts_ignores_the_ranking_and_puts_its_own_repeat_first():
+    from opsdctl.plan.advise import Action, Advice
+
+    rep = report(cand("a", 2, 3.0, 0.97, need=2), cand("b", 1, 0.2, 0.55))
+    advice = [Advice(Action.NEW, "c", 46.0, True, 0.5)]  # the bet would try c
+    queue = q((1, "c"), (2, "b"))
+    v = plan(queue, rep, PlanInputs(baseline="baseline", usable_s=4 * CHAIN, chain_s=CHAIN, advice=advice,
+                                    objective="verdicts", auto_repeat=True, known_variants=["a", "b"]))
+    assert all(s.tier != "v" for s in v.slots)
+    assert v.extra == "a" and v.extra_first  # a's repeats can settle it: before chains that cannot
+    bet = plan(queue, rep, PlanInputs(baseline="baseline", usable_s=4 * CHAIN, chain_s=CHAIN, advice=advice,
+                                      auto_repeat=True, known_variants=["a", "b"]))
+    assert bet.slots[0].tier == "v" and bet.slots[0].variant == "c"

@@ -72,3 +72,19 @@ def test_the_configs_published_reference_is_what_compare_reads():
     wrong = simulate.simulate_session("adaptive", seed=1, hours=2.0)
     right = simulate.simulate_session("adaptive", seed=1, hours=2.0, reference=Reference(simulate.BASE_MEAN, 2.5, 5))
     assert wrong.report.noise.s0 == pytest.approx(1.48) and right.report.noise.s0 == pytest.approx(2.5)
+
+
+def test_objective_verdicts_spends_the_session_on_few_ideas_through_the_loop():
+    """`--objective verdicts --auto-repeat-first` in the real loop: the ideas tried are held to what
+    ~8 chains can settle, and its own repeat of the idea that can settle runs before a user's chain
+    queued earlier; the bet's ranking on the same session tries every idea once."""
+    effects = (0.0, 0.0, 1.0, 2.0, 3.0, -2.0)
+    v = simulate.simulate_session("verdicts, auto-repeat first", seed=5, effects=effects)
+    bet = simulate.simulate_session("adaptive", seed=5, effects=effects)
+    tried = lambda r: {c.variant for c in r.chains if c.chain_id in r.run_order} - {simulate.BASELINE}  # noqa: E731
+    assert len(tried(bet)) == len(effects) and len(tried(v)) <= 3
+    by_id = {c.chain_id: c for c in v.chains}
+    order = [by_id[i] for i in v.run_order]
+    auto = next(i for i, c in enumerate(order) if c.auto)
+    assert any(not c.auto and c.chain_id < order[auto].chain_id for c in order[auto + 1:])
+    assert v.correct == 1 and v.wrong == 0
