@@ -183,7 +183,7 @@ class PlannerGate:
         labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice, self.reevals = None, {}
-        if s.policy == policy.ADAPTIVE and not s.try_every_variant and s.objective == policy.SUBMISSION:
+        if s.policy == policy.ADAPTIVE and not s.try_every_variant:  # objective verdicts: for what settles nothing
             targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
             self.reevals = targets(self.runs) if targets is not None else {}
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else

@@ -55,8 +55,9 @@ Objective (worker --objective, [planner] objective): `submission` (the default) 
 `verdicts` turns the ranking off (the tiers decide, as with try_every_variant) and holds the arms
 tried to what the session's runs can settle (new_arms_allowed: a first run beyond that waits, in
 tier 4, with its reason), and --auto-repeat's chain goes before queued chains that settle nothing
-(Plan.extra_first; before the user's own only with auto_repeat_first). It buys verdicts at the
-submission's expense: fewer ideas are tried.
+(Plan.extra_first; before the user's own only with auto_repeat_first); when nothing is left to
+settle, --auto-repeat takes the ranking's pick (after the queued chains), so no budget is left
+idle that the bet could use. It buys verdicts at the submission's expense: fewer ideas are tried.
 
 "Fits in the time left": r more chains fit when (r - 1) x median + high <= usable seconds (the
 chains before the last take their median; the last must still pass admission with its high
@@ -280,6 +281,12 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
                                                set(known_variants), noise_known)
         # objective verdicts: a run that can settle one goes before queued chains that settle nothing
         out.extra_first = verdicts and out.extra is not None
+        if verdicts and out.extra is None and advice is not None:
+            # nothing left to settle: the bet's ranking spends what is left (a re-eval in the last half hour)
+            bet = _advice_pick(advice, set(), dropped, auto_repeat, set(known_variants), set(inputs.reevals))
+            if bet is not None and bet[0] is not None:
+                out.extra, out.extra_why, out.extra_reeval = bet[0], f"{bet[1]} (nothing left to settle)", bet[3]
+                out.full_eval = [bet[0]] if bet[2] else []
     return out
 
 

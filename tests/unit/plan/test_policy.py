@@ -179,3 +179,17 @@ def test_objective_verdicts_ignores_the_ranking_and_puts_its_own_repeat_first():
     bet = plan(queue, rep, PlanInputs(baseline="baseline", usable_s=4 * CHAIN, chain_s=CHAIN, advice=advice,
                                       auto_repeat=True, known_variants=["a", "b"]))
     assert bet.slots[0].tier == "v" and bet.slots[0].variant == "c"
+
+
+def test_objective_verdicts_leaves_no_budget_idle_when_nothing_is_left_to_settle():
+    from opsdctl.plan.advise import Action, Advice
+
+    rep = report(cand("a", 2, 0.3, 0.6), cand("b", 2, -0.4, 0.4))  # nothing within reach of a verdict
+    advice = [Advice(Action.REEVAL, "a", 26.0, True, 0.05), Advice(Action.STOP, None, 0.0, True, 0.0)]
+    inputs = dict(baseline="baseline", usable_s=30 * MIN, chain_s=CHAIN, objective="verdicts", auto_repeat=True,
+                  known_variants=["a", "b"], reevals=("a",))
+    p = plan([], rep, PlanInputs(**inputs, advice=advice))
+    assert (p.extra, p.extra_reeval, p.extra_first) == ("a", True, False)  # after any queued chain
+    assert p.extra_why.endswith("(nothing left to settle)")
+    stop = plan([], rep, PlanInputs(**inputs, advice=advice[1:]))
+    assert stop.extra is None  # the ranking's stop still stops
