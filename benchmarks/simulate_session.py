@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 # the published rows (--policy picks others, e.g. "adaptive + futility"; `opsdctl simulate` runs all)
 PUBLISHED = ("fifo-by-hand x1", "fifo-by-hand x2", "oracle x2", "planner fifo", "adaptive", "adaptive, x1 queue",
-             "adaptive, auto-repeat first", "verdicts, auto-repeat first")
+             "adaptive, auto-repeat first")
 
 
 NOTES = """\
@@ -40,7 +40,11 @@ submission gains the most of the planner rows. Verdicts (`better`/`worse`, the c
 guarantee) need local baseline runs and several runs of one idea, so a policy that spreads the
 budget over every idea settles almost none: in correct verdicts the adaptive rows fall below the
 FIFO queue that runs three ideas twice each. Correct verdicts and the bet cannot both be maximised
-with 8 chains; opsdctl optimises the bet and keeps the verdicts honest (no wrong verdict).
+with 8 chains; by default opsdctl optimises the bet and keeps the verdicts honest. The opt-in
+`--objective verdicts` with `--auto-repeat-first` (the `verdicts, auto-repeat first` row) spends
+the session on verdicts instead: one idea beside the baseline until the chains left pay for
+another, and its repeats before your untried ideas; it gives up part of the bet for them
+(docs/planner.md, with 1,000-session figures).
 
 The user's queue comes first: with --auto-repeat the worker queues its own chains only after the
 chains the user queued (before them only with --auto-repeat-first), and while the user's chains
