@@ -81,9 +81,10 @@ POLICIES = (FIFO, ADAPTIVE)
 # left can settle).
 SUBMISSION, VERDICTS = "submission", "verdicts"
 OBJECTIVES = (SUBMISSION, VERDICTS)
-# objective verdicts: at most one arm (the baseline counts) per four chains of the session. Chosen
-# a priori (two arms in a ~8-chain session: the most runs on one comparison); 1/2 and 3/8 measured
-# no better, and tying the cap to the arms that still look settle-able measured worse (docs/planner.md).
+# objective verdicts: at most one arm (the baseline counts) per four runs of the session (done, plus
+# the chains that still fit). Chosen a priori (two arms in a ~8-chain session: the most runs on one
+# comparison); 1/2 and 3/8 measured no better, and counting only the arms that still look
+# settle-able measured worse (docs/planner.md).
 ARMS_PER_CHAIN = 0.25
 
 
