@@ -101,6 +101,11 @@ def _number(lo: Optional[float] = None, positive: bool = False, hi: float = 1e9,
     return check
 
 
+# [planner]'s choices; opsdctl.plan.policy names them, `worker --policy/--objective` checks against them
+PLANNER_POLICIES = ("fifo", "adaptive")
+PLANNER_OBJECTIVES = ("submission", "verdicts")
+
+
 def _choice(*options: str) -> Callable:
     def check(value, where):
         if value not in options:
@@ -326,7 +331,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "sample_seconds": Key(_number(lo=0, hi=3600), 1.0, "how often the worker samples a stage's GPU memory and utilisation (NVML; 0 = off)"),
     },
     "planner": {
-        "policy": Key(_choice("fifo", "adaptive"), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
+        "policy": Key(_choice(*PLANNER_POLICIES), "fifo", "fifo: queue order; adaptive: settle the most questions first"),
         "futility": Key(_bool, False, "stop an evaluation at a look (k = 4, 8 of 12) when it cannot beat the baseline"),
         "auto_repeat": Key(_bool, False, "adaptive: let the worker queue the repeat `advise` ranks first itself"),
         "auto_repeat_max": Key(_int(lo=0, hi=10_000), None, "at most this many auto-repeat chains per worker run "
@@ -335,7 +340,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                  "(off: your queue first)"),
         "try_every_variant": Key(_bool, False, "adaptive: give every queued variant its first run before any repeat "
                                  "(off: the `advise` ranking may leave an idea untried when a repeat is worth more)"),
-        "objective": Key(_choice("submission", "verdicts"), "submission", "adaptive: spend the budget on the submission's "
+        "objective": Key(_choice(*PLANNER_OBJECTIVES), "submission", "adaptive: spend the budget on the submission's "
                          "expected official score (`advise`'s ranking), or on verdicts (fewer ideas, more runs each)"),
         "train_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "train duration before any history [default: the profile's]"),
         "eval_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "eval duration before any history [default: the profile's]"),

@@ -26,6 +26,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from opsdctl.plan import admission, advise, policy
 from opsdctl.plan.durations import Estimator, Sample
 from opsdctl.plan.futility import FutilityContext, judge_look
+from opsdctl.plan.policy import SUBMISSION
 from opsdctl.plan.gate import (
     AUTO_REPEAT_REASON,
     ChainInfo,
@@ -44,9 +45,6 @@ RELEASE_POLL_S = 0.25
 PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
 
 
-_SUBMISSION = policy.SUBMISSION  # (the field `policy` below hides the module in the class body)
-
-
 @dataclass(frozen=True)
 class PlannerSettings:
     policy: str = policy.FIFO
@@ -55,7 +53,7 @@ class PlannerSettings:
     auto_repeat_max: Optional[int] = None  # a cap only when the user sets one
     auto_repeat_first: bool = False  # opt-in: auto-repeat chains may run before the user's queued ones
     try_every_variant: bool = False  # adaptive: the tiers alone (first runs of every variant first), no `advise` ranking
-    objective: str = _SUBMISSION  # adaptive: what the budget is spent on (policy.OBJECTIVES)
+    objective: str = SUBMISSION  # adaptive: what the budget is spent on (policy.OBJECTIVES)
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
@@ -529,7 +527,7 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         auto_repeat_max=None if pl.get("auto_repeat_max") is None else int(pl["auto_repeat_max"]),
         auto_repeat_first=bool(pl.get("auto_repeat_first")),
         try_every_variant=bool(pl.get("try_every_variant")),
-        objective=pl.get("objective") or policy.SUBMISSION,
+        objective=pl.get("objective") or SUBMISSION,
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),

@@ -70,17 +70,18 @@ import enum
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from opsdctl.config import PLANNER_OBJECTIVES, PLANNER_POLICIES
 from opsdctl.plan.advise import Action, Advice
 from opsdctl.stats import inference
 from opsdctl.stats.report import Entry, Report
 
-FIFO, ADAPTIVE = "fifo", "adaptive"
-POLICIES = (FIFO, ADAPTIVE)
+POLICIES = PLANNER_POLICIES
+FIFO, ADAPTIVE = POLICIES
 # What the adaptive policy spends the budget on: the submission's expected official score
 # (`opsdctl advise`'s ranking), or verdicts (the tiers, with new ideas held to the arms the time
 # left can settle).
-SUBMISSION, VERDICTS = "submission", "verdicts"
-OBJECTIVES = (SUBMISSION, VERDICTS)
+OBJECTIVES = PLANNER_OBJECTIVES
+SUBMISSION, VERDICTS = OBJECTIVES
 # objective verdicts: at most one arm (the baseline counts) per four runs of the session (done, plus
 # the chains that still fit). Chosen a priori (two arms in a ~8-chain session: the most runs on one
 # comparison); 1/2 and 3/8 measured no better, and counting only the arms that still look

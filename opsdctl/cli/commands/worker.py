@@ -45,14 +45,12 @@ def command(
 
     app = App.of(ctx)
     cfg = app.config()
-    if policy is not None and policy not in ("fifo", "adaptive"):
-        from opsdctl.errors import UserError
+    from opsdctl.config import PLANNER_OBJECTIVES, PLANNER_POLICIES
+    from opsdctl.errors import UserError
 
-        raise UserError(f"--policy {policy}: must be fifo or adaptive")
-    if objective is not None and objective not in ("submission", "verdicts"):
-        from opsdctl.errors import UserError
-
-        raise UserError(f"--objective {objective}: must be submission or verdicts")
+    for flag, value, allowed in (("--policy", policy, PLANNER_POLICIES), ("--objective", objective, PLANNER_OBJECTIVES)):
+        if value is not None and value not in allowed:
+            raise UserError(f"{flag} {value}: must be {' or '.join(allowed)}")
     flags = (policy, futility, auto_repeat, auto_repeat_first, try_every_variant, objective)
     if any(f is not None for f in flags):
         from opsdctl.plan.planner import with_overrides
