@@ -40,7 +40,7 @@ JSON (points; variances in points^2):
             local_runs_would_buy [{runs, se_mean}]
   noise:    s, nu, nu_local, s_local, tau2, v_eval, s0, nu0 (as used), prior_check {chi2, p,
             level, kept, checked}, eval_dominates, runs_with_counts, runs_without_counts, note, advice
-  bonferroni: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
+  alpha_spending: m, alpha, family, better_at/worse_at (at looks j_min..j_flat), looks {j_min, j_flat,
             growth, c};  screen: {problems, k, se, resolves} (a 15x4 screen against the baseline's
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);

@@ -244,7 +244,7 @@ class Looks(_Json):
 @dataclass(frozen=True)
 class ErrorSpending(_Json):
     """How the verdicts spend their error: alpha over the m candidates of the family (Bonferroni)
-    and over the looks. Printed as `bonferroni` (its key since before the looks)."""
+    and over the looks. Printed as `alpha_spending`."""
 
     m: int
     alpha: float
@@ -293,7 +293,7 @@ class Report(_Json):
 
     baseline: Baseline
     noise: Noise
-    spending: ErrorSpending = field(metadata={"key": "bonferroni"})
+    spending: ErrorSpending = field(metadata={"key": "alpha_spending"})
     screen: Optional[Screen]
     forecast_model: Optional[ForecastModel]
     budget: Budget

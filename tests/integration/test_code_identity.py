@@ -56,14 +56,14 @@ def test_two_code_states_are_two_candidates_unless_pooled(ws):
     assert set(entries) == {"token-clip", edited}
     assert entries["token-clip"]["chain_ids"] == [3, 4] and entries[edited]["chain_ids"] == [5, 6]
     assert entries[edited]["code"] == b[:6] and entries[edited]["variants"] == ["token-clip"]
-    assert report["baseline"]["n"] == 2 and report["bonferroni"]["m"] == 2
+    assert report["baseline"]["n"] == 2 and report["alpha_spending"]["m"] == 2
     assert any("token-clip ran on 2 code states" in n and "--pool-code merges them" in n for n in report["notes"])
     text = ws.cli("compare").stdout
     assert edited in text and "--pool-code" in text
 
     pooled = ws.cli_json("compare", "--pool-code")
     entries = _entries(pooled)
-    assert set(entries) == {"token-clip"} and entries["token-clip"]["n"] == 4 and pooled["bonferroni"]["m"] == 1
+    assert set(entries) == {"token-clip"} and entries["token-clip"]["n"] == 4 and pooled["alpha_spending"]["m"] == 1
     assert pooled["pool_code"] is True
     assert any(n.startswith("--pool-code: token-clip's runs on 2 code trees") for n in pooled["notes"])
 
@@ -116,7 +116,7 @@ def test_same_knobs_under_another_name_is_flagged_and_not_another_candidate(ws):
     report = ws.cli_json("compare")
     entries = _entries(report)
     assert set(entries) == {"token-clip"} and report["baseline"]["n"] == 3  # left-pad's run is a baseline run
-    assert report["bonferroni"]["m"] == 1
+    assert report["alpha_spending"]["m"] == 1
     assert any("left-pad: same knobs as baseline on the same code; counted as baseline" in n for n in report["notes"])
     # once the collator really changes, left-pad is a candidate of its own
     (ws.root / "opsd_trainer.py").write_text("PAD = 'left'\n")
@@ -125,7 +125,7 @@ def test_same_knobs_under_another_name_is_flagged_and_not_another_candidate(ws):
     report = ws.cli_json("compare")
     entries = _entries(report)
     assert set(entries) == {"token-clip", "left-pad"} and report["baseline"]["n"] == 3
-    assert entries["left-pad"]["chain_ids"] == [6] and report["bonferroni"]["m"] == 2
+    assert entries["left-pad"]["chain_ids"] == [6] and report["alpha_spending"]["m"] == 2
 
 
 @pytest.mark.skipif(not hasattr(Chain, "commands_hash"), reason="chains do not record their stage commands yet")

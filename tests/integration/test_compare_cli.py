@@ -87,14 +87,14 @@ def test_compare_one_variant_corrects_over_the_whole_store(scored):
     # `compare cosine` still counts token-clip in the family and the noise
     alone = scored.cli_json("compare", "cosine")
     every = scored.cli_json("compare")
-    assert alone["bonferroni"]["m"] == every["bonferroni"]["m"] == 2
-    assert alone["bonferroni"]["family"] == ["cosine", "token-clip"]
+    assert alone["alpha_spending"]["m"] == every["alpha_spending"]["m"] == 2
+    assert alone["alpha_spending"]["family"] == ["cosine", "token-clip"]
     assert alone["noise"]["nu"] == every["noise"]["nu"] and alone["noise"]["s"] == every["noise"]["s"]
     # a declared family narrows it (the shown ones always count)
     fam = scored.cli_json("compare", "cosine", "--family", "cosine")
-    assert fam["bonferroni"]["m"] == 1 and fam["bonferroni"]["family"] == ["cosine"]
+    assert fam["alpha_spending"]["m"] == 1 and fam["alpha_spending"]["family"] == ["cosine"]
     since = scored.cli_json("compare", "--family", "since:2999-01-01")
-    assert since["bonferroni"]["family"] == ["cosine", "token-clip"]  # nothing queued since: the shown ones
+    assert since["alpha_spending"]["family"] == ["cosine", "token-clip"]  # nothing queued since: the shown ones
     bad = scored.cli("compare", "--family", "since:yesterday", check=False)
     assert bad.returncode == 2 and "since:yesterday" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     unknown = scored.cli("compare", "--family", "cosine,nope", check=False)
@@ -105,7 +105,7 @@ def test_compare_family_from_the_config(scored):
     cfg = scored.root / "opsdctl.toml"
     cfg.write_text(cfg.read_text() + '\n[compare]\nfamily = ["token-clip"]\n')
     doc = scored.cli_json("compare", "cosine")
-    assert doc["bonferroni"]["family"] == ["cosine", "token-clip"] and doc["bonferroni"]["m"] == 2
+    assert doc["alpha_spending"]["family"] == ["cosine", "token-clip"] and doc["alpha_spending"]["m"] == 2
     cfg.write_text(cfg.read_text().replace('family = ["token-clip"]', 'family = "sometimes"'))
     bad = scored.cli("compare", check=False)
     assert bad.returncode == 2 and "[compare] family" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

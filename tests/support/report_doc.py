@@ -59,5 +59,5 @@ def entry(doc: dict):
 
 def report(doc: dict) -> rp.Report:
     """A typed report from a partial document (missing parts blank)."""
-    full = {"baseline": {}, "noise": {}, "bonferroni": {"looks": {}}, "budget": {}, "variants": [], **doc}
+    full = {"baseline": {}, "noise": {}, "alpha_spending": {"looks": {}}, "budget": {}, "variants": [], **doc}
     return make(rp.Report, full)

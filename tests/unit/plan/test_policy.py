@@ -24,7 +24,7 @@ def report(*entries, base_source="reference", base_n=5, s=1.48, nu=6, m=None):
     m = m if m is not None else len(entries)
     return typed({"baseline": {"name": "baseline", "source": base_source, "n": base_n, "mean": 54.22},
                   "noise": {"s": s, "nu": nu, "tau2": 1.0},
-                  "bonferroni": {"m": m, "alpha": 0.05, "better_at": 1 - 0.05 / max(m, 1),
+                  "alpha_spending": {"m": m, "alpha": 0.05, "better_at": 1 - 0.05 / max(m, 1),
                                  "worse_at": 0.05 / max(m, 1)},
                   "variants": list(entries)})
 

@@ -104,7 +104,7 @@ def test_store_baseline_combined_with_the_reference_by_hand():
     assert tc["ci_low"] == pytest.approx(delta - half) and tc["ci_high"] == pytest.approx(delta + half)
     assert tc["sd"] == pytest.approx(math.sqrt(2 * 0.75**2)) and by_name(r, "cosine")["sd"] is None
     # no verdict yet: 3 local repeat dof cannot check the prior (4 needed)
-    assert r["bonferroni"]["m"] == 3 and tc["look"] == 5 and tc["verdict"] == "undecided"
+    assert r["alpha_spending"]["m"] == 3 and tc["look"] == 5 and tc["verdict"] == "undecided"
     assert tc["better_at"] is None and "repeat dof" in tc["note"]
     # sorted by P(beat), highest first
     ps = [e["p_beat"] for e in r["variants"]]
@@ -122,7 +122,7 @@ def test_verdict_level_is_the_looks_by_hand():
     assert tc["look"] == 6 and tc["better_at"] == pytest.approx(1 - level, rel=1e-12)
     want = "better" if tc["p_beat"] >= 1 - level else "worse" if tc["p_beat"] <= level else "undecided"
     assert tc["verdict"] == want
-    assert r["bonferroni"]["better_at"] == pytest.approx(1 - _nominal(4, 3), rel=1e-12)
+    assert r["alpha_spending"]["better_at"] == pytest.approx(1 - _nominal(4, 3), rel=1e-12)
 
 
 def test_reference_stands_in_without_baseline_runs_with_its_offset():
@@ -337,14 +337,14 @@ def test_noise_and_family_are_the_whole_store_whatever_is_shown():
     # variant and the verdicts correct over every candidate tried (m = 3, not 1)
     r = build_report(RUNS, baseline="baseline", reference=REF, variants=["cosine", "ghost"])
     full = build_report(RUNS, baseline="baseline", reference=REF)
-    assert r["bonferroni"]["m"] == 3 and r["bonferroni"]["family"] == ["cosine", "left-pad", "token-clip"]
+    assert r["alpha_spending"]["m"] == 3 and r["alpha_spending"]["family"] == ["cosine", "left-pad", "token-clip"]
     assert r["noise"] == full["noise"]  # token-clip's scatter counts although it is not shown
     assert [e["name"] for e in r["variants"]] == ["cosine", "ghost"]
     assert by_name(r, "ghost")["n"] == 0 and by_name(r, "ghost")["note"] == "no runs"
     assert "no runs" in render(r)
     # a declared family: the shown candidates always count
     r = build_report(RUNS, baseline="baseline", reference=REF, variants=["cosine"], family=["left-pad"])
-    assert r["bonferroni"]["family"] == ["cosine", "left-pad"] and r["bonferroni"]["m"] == 2
+    assert r["alpha_spending"]["family"] == ["cosine", "left-pad"] and r["alpha_spending"]["m"] == 2
 
 
 def test_one_candidate_per_key_in_the_family():
@@ -354,11 +354,11 @@ def test_one_candidate_per_key_in_the_family():
         ("baseline", 54.0, "baseline"), ("baseline", 55.0, "baseline"), ("a", 56.0, "a"), ("a-again", 56.5, "a"),
         ("b", 53.0, "b"), ("baseline-copy", 54.5, "baseline"), ("a", 57.0, "a @3f2a1c")])]
     r = build_report(runs, baseline="baseline", reference=REF)
-    assert r["bonferroni"]["m"] == 3 and r["bonferroni"]["family"] == ["a", "a @3f2a1c", "b"]
+    assert r["alpha_spending"]["m"] == 3 and r["alpha_spending"]["family"] == ["a", "a @3f2a1c", "b"]
     assert by_name(r, "a")["variants"] == ["a", "a-again"] and r["baseline"]["n"] == 3
     # a declared family by variant name takes every candidate of that variant
     r = build_report(runs, baseline="baseline", reference=REF, variants=["b"], family=["a"])
-    assert r["bonferroni"]["family"] == ["a", "a @3f2a1c", "b"]
+    assert r["alpha_spending"]["family"] == ["a", "a @3f2a1c", "b"]
 
 
 def test_partial_runs_alone_never_settle_anything():
@@ -381,7 +381,7 @@ def test_partial_runs_alone_never_settle_anything():
 def test_no_baseline_at_all():
     r = build_report(RUNS, baseline="nope", reference=None)
     dumps(r)
-    assert r["baseline"]["source"] is None and r["bonferroni"]["m"] == 0
+    assert r["baseline"]["source"] is None and r["alpha_spending"]["m"] == 0
     assert all(e["delta"] is None and e["verdict"] is None for e in r["variants"])
     assert "No baseline" in render(r)
 

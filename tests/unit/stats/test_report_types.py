@@ -39,7 +39,7 @@ def test_report_parts_are_typed(all_cases):
     rep = build_report(*all_cases["session"][:1], **all_cases["session"][1])
     assert isinstance(rep.baseline, rp.Baseline) and isinstance(rep.noise, rp.Noise)
     assert {type(e) for e in rep.entries} == {rp.Entry, rp.PartialEntry}
-    assert rep.spending.m == rep.to_json()["bonferroni"]["m"]  # the attribute says what the key holds
+    assert rep.spending.m == rep.to_json()["alpha_spending"]["m"]  # the attribute says what the key holds
     assert rep.posterior is not None and set(rep.posterior.names) >= {e.name for e in rep.full if e.name != "ckpt"}
     assert "posterior" not in rep.to_json()
     with pytest.raises(AttributeError):
