@@ -299,10 +299,11 @@ def _noise(rs: _Runs, reference: Reference | None, notes: list[str]) -> tuple[rp
     check = inference.prior_check(ss_local, nu_local, s0, nu0)
     s2, nu = inference.pooled_with_weight(ss_local, nu_local, s0, nu0, check.weight)
     if s0 is not None and check.weight < 1.0:
+        limit = inference.full_weight_scatter(check.nu_local, s0, nu0)
         notes.append(
-            f"prior down-weighted: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than "
-            f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
-            f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
+            f"prior down-weighted: the published sd {s0:.2f} keeps its full weight while the local scatter "
+            f"on {check.nu_local} dof is at most {limit:.2f} (F test p >= {inference.PRIOR_FULL_AT:g}); "
+            f"s = {check.s_local:.2f} gives p = {check.p:.3f}, so it keeps {check.weight:.0%} of its {nu0} dof")
     pooled_runs = [r for v in rs.full.values() for r in v]
     # one full eval's sampling variance: a pooled re-eval's V_r is scaled back to the protocol's k
     v_runs = [rs.v_of[id(r)] * r.k / (rs.full_k or r.k) for r in pooled_runs if id(r) in rs.v_of]

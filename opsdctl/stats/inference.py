@@ -217,6 +217,16 @@ def prior_check(ss_local: float, nu_local: int, s0: float | None, nu0: int) -> P
     return PriorCheck(s_local, nu_local, float(s0), nu0, chi2, float(fdtrc(nu_local, nu0, chi2 / nu_local)), w)
 
 
+def full_weight_scatter(nu_local: int, s0: float, nu0: int) -> float:
+    """The local scatter s on nu_local dof up to which the prior (s0, nu0) keeps its full weight:
+    the s at which prior_check's p equals PRIOR_FULL_AT, s0 * sqrt(F^-1(1 - PRIOR_FULL_AT)) of
+    F(nu_local, nu0). At PRIOR_FULL_AT = 0.5 it is the median scatter s0 predicts, which is below s0
+    on few dof: a local s a little under the published sd already costs the prior some weight."""
+    from scipy.special import fdtri
+
+    return float(s0) * math.sqrt(float(fdtri(nu_local, nu0, 1.0 - PRIOR_FULL_AT)))
+
+
 def pooled_with_weight(ss_local, nu_local: int, s0: float | None, nu0: int, weight):
     """(s^2, nu) pooling the local scatter with weight * nu0 dof of the prior:
     s^2 = (w nu0 s0^2 + SS) / (w nu0 + nu_local); (None, 0) when nu == 0.

@@ -167,6 +167,24 @@ def test_published_mean_fades_when_the_local_baseline_differs():
     assert "widened from 1 to fit the difference seen" in " ".join(render(r, width=250).split())
 
 
+def test_the_down_weighting_note_states_the_rule_it_applies():
+    """3 baseline runs at sd 1.40 against the published 1.48 (5 runs, 4 dof): the local scatter is
+    smaller, yet the prior keeps 95% of its dof, because full weight needs the F test's p >= 0.5,
+    which on 2 dof means s <= 1.35 (the median scatter 1.48 predicts). The note gives that reason
+    and never calls 1.40 larger than 1.48."""
+    runs = [rec("baseline", i + 1, 54.22 + d) for i, d in enumerate((-1.40, 0.0, 1.40))]
+    r = build_report(runs, baseline="baseline", reference=REF)
+    assert r["noise"]["s_local"] == pytest.approx(1.40, rel=1e-12)
+    p = ss.f.sf(1.40**2 / 1.48**2, 2, 4)
+    limit = 1.48 * math.sqrt(ss.f.ppf(0.5, 2, 4))
+    assert r["noise"]["prior_check"]["weight"] == pytest.approx(p / 0.5, rel=1e-9) and f"{p / 0.5:.0%}" == "95%"
+    (note,) = [n for n in r["notes"] if n.startswith("prior down-weighted")]
+    assert f"{limit:.2f}" == "1.35"
+    assert (f"the published sd 1.48 keeps its full weight while the local scatter on 2 dof is at most 1.35 "
+            f"(F test p >= 0.5); s = 1.40 gives p = {p:.3f}, so it keeps 95% of its 4 dof") in note
+    assert "larger" not in note
+
+
 def test_prior_is_down_weighted_when_the_local_scatter_is_too_large():
     ys = {"baseline": (50.0, 55.0, 58.0), "a": (52.0, 59.0, 55.0)}
     runs = [rec(v, 10 * i + j, y) for i, (v, yy) in enumerate(ys.items()) for j, y in enumerate(yy)]

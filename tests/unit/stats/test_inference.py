@@ -101,6 +101,17 @@ def test_pooled_variance_no_prior_single_runs_has_no_estimate():
     assert pooled([[50.0], [53.0], []]) == (None, 0)
 
 
+def test_full_weight_scatter_is_where_the_check_reaches_its_full_weight_level():
+    for nu_local, nu0 in ((1, 4), (2, 4), (6, 4), (30, 9)):
+        s = stats.full_weight_scatter(nu_local, 1.48, nu0)
+        assert s == pytest.approx(1.48 * math.sqrt(ss.f.ppf(1 - stats.PRIOR_FULL_AT, nu_local, nu0)), rel=1e-10)
+        at = stats.prior_check(nu_local * s**2, nu_local, 1.48, nu0)
+        assert at.p == pytest.approx(stats.PRIOR_FULL_AT, rel=1e-9)
+        assert stats.prior_check(nu_local * (0.999 * s) ** 2, nu_local, 1.48, nu0).weight == 1.0
+        assert stats.prior_check(nu_local * (1.001 * s) ** 2, nu_local, 1.48, nu0).weight < 1.0
+    assert stats.full_weight_scatter(2, 1.48, 4) < 1.40 < 1.48  # the reported case: below s0, not full weight
+
+
 def test_prior_from_reference():
     assert stats.prior_from_reference(1.48, 5) == (1.48, 4)
     assert stats.prior_from_reference(1.48, 5, use=False) == (None, 0)
