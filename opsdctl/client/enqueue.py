@@ -347,22 +347,61 @@ def _diff_keys(old: Variant, recipe: Recipe) -> str:
 
 
 def requeue_chain(store: Store, chain_id: int, priority: Optional[int] = None,
-                  runs_dir: Optional[Path] = None, current: Optional[Config] = None) -> QueuedChain:
+                  runs_dir: Optional[Path] = None, current: Optional[Config] = None,
+                  recipes_dir: Optional[Path] = None) -> QueuedChain:
     """A fresh queued copy of a finished chain (same variant, seed, repeat and code snapshot);
-    `runs_dir` given: under the snapshot lock, so a concurrent `gc` cannot take its code away.
-    `current` given (`--current-commands`): the stage settings opsdctl.toml holds now, not the
-    ones frozen with the old chain."""
+    `runs_dir` given: under the snapshot lock, so a concurrent `gc` cannot take its code away, and
+    refused when that snapshot is gone (the copy would fail), naming the `queue` line that takes a
+    fresh one. `current` given (`--current-commands`): the stage settings opsdctl.toml holds now,
+    not the ones frozen with the old chain."""
     if runs_dir is not None:
         with snapshot_lock(runs_dir):
-            return requeue_chain(store, chain_id, priority, current=current)
+            return _requeue(store, chain_id, priority, current, runs_dir, recipes_dir)
+    return _requeue(store, chain_id, priority, current, None, recipes_dir)
+
+
+def _requeue(store: Store, chain_id: int, priority: Optional[int], current: Optional[Config],
+             runs_dir: Optional[Path], recipes_dir: Optional[Path]) -> QueuedChain:
     with store.write() as session:
         old = get_chain(session, chain_id)
         if old.state in (State.QUEUED.value, State.RUNNING.value):
             raise UserError(f"chain {chain_id} is {old.state}; only a finished chain can be re-queued")
+        code = session.get(CodeSnapshot, old.snapshot_id) if old.snapshot_id is not None and runs_dir else None
+        why = snap.gone(code.kind, code.key, code.source_dir, runs_dir) if code is not None else None
+        if why is not None:
+            again = queue_again(session.get(Variant, old.variant_id), old.seed, recipes_dir)
+            raise UserError(f"chain {chain_id}: {why}, and a re-queue runs the same snapshot; queue it again from "
+                            f"the code as it is now: `{again}`")
         new = copy_chain(session, old, priority)
         if current is not None:
             take_current_commands(new, old, current)
         return QueuedChain.of(new, session.get(Variant, new.variant_id))
+
+
+def queue_again(variant: Variant, seed: int, recipes_dir: Optional[Path]) -> str:
+    """The `opsdctl queue` line that queues `variant` again at `seed`, with a fresh code snapshot:
+    by name when that finds its recipe file, else by the file it was queued from."""
+    import shlex
+
+    source = Path(variant.source) if variant.source else None
+    if source is not None and source.suffix == ".env":
+        what = f"--env {shlex.quote(str(source))} --name {shlex.quote(variant.name)}"
+    elif source is None or _finds(variant.name, source, recipes_dir):
+        what = shlex.quote(variant.name)
+    else:
+        what = shlex.quote(str(source))
+    return f"opsdctl queue {what} --seed {seed} --same-seed"  # --same-seed: exactly that seed, whatever the repeat
+
+
+def _finds(name: str, source: Path, recipes_dir: Optional[Path]) -> bool:
+    from opsdctl.recipes.load import find_recipe
+
+    if recipes_dir is None:
+        return False
+    try:
+        return find_recipe(name, recipes_dir) == source.resolve()
+    except UserError:
+        return False
 
 
 def take_current_commands(new: Chain, old: Chain, cfg: Config) -> None:

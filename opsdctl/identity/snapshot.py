@@ -39,6 +39,9 @@ REF_PREFIX = "refs/opsdctl/snapshots/"
 SKIP_DIRS = {".git", "__pycache__", ".venv", "venv", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", "node_modules"}
 MAX_COPY_BYTES = 2 << 30  # refuse to copy more than 2 GiB of code outside git
 DIFFSTAT_MAX_CHARS = 20000
+# What to do about a snapshot that is gone: a re-queued chain keeps its original's snapshot.
+QUEUE_AGAIN = ("`opsdctl requeue` would reuse it, so queue the variant again (`opsdctl queue NAME`), "
+               "which snapshots the code as it is now")
 _GIT_ENV = {
     "GIT_AUTHOR_NAME": "opsdctl",
     "GIT_AUTHOR_EMAIL": "opsdctl@localhost",
@@ -296,10 +299,10 @@ def repair(kind: str, key: str, source_dir: str, runs_dir: Path, view: Optional[
     root = code_path(runs_dir, key)
 
     def rebuild() -> Path:
-        top = _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
+        top = _repository(source_dir)
         if top is None:
             raise UserError(f"code snapshot {key[:12]} was changed after it was queued and {source_dir} is no "
-                            "longer a git repository to rebuild it from: queue the chain again")
+                            f"longer a git repository to rebuild it from: {QUEUE_AGAIN}")
         content_store.remove_tree(_aside(root))
         return materialize_git(top, key, runs_dir)
 
@@ -324,18 +327,34 @@ def repair(kind: str, key: str, source_dir: str, runs_dir: Path, view: Optional[
         return snapshot_check.ensure_intact(root, view, rebuild if kind == "git" else None, drop)
 
 
+def gone(kind: str, key: str, source_dir: str, runs_dir: Path) -> Optional[str]:
+    """Why the snapshot can no longer be put where its stages run (None: it is there, or git can
+    rebuild it): a copy taken outside git that was dropped or deleted, or a git tree whose
+    repository is gone."""
+    if kind == "live" or code_path(runs_dir, key).is_dir():
+        return None
+    root = code_path(runs_dir, key)
+    if kind != "git":
+        return f"code snapshot {root} is gone and cannot be rebuilt (it was a copy, not a git tree)"
+    if _repository(source_dir) is None:
+        return f"code snapshot {root} is gone and {source_dir} is no longer a git repository"
+    return None
+
+
+def _repository(source_dir: str) -> Optional[Path]:
+    return _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
+
+
 def ensure_materialized(kind: str, key: str, source_dir: str, runs_dir: Path, prefix: str = "") -> Path:
     """The stage's code dir, re-created from git when someone deleted the copy."""
     if kind == "live":
         return Path(source_dir)
     root = code_path(runs_dir, key)
     if not root.is_dir():
-        if kind != "git":
-            raise UserError(f"code snapshot {root} is gone and cannot be rebuilt (it was a copy, not a git tree)")
-        top = _git_toplevel(Path(source_dir)) if Path(source_dir).is_dir() else None
-        if top is None:
-            raise UserError(f"code snapshot {root} is gone and {source_dir} is no longer a git repository")
-        materialize_git(top, key, runs_dir)
+        why = gone(kind, key, source_dir, runs_dir)
+        if why is not None:
+            raise UserError(f"{why}: {QUEUE_AGAIN}")
+        materialize_git(_repository(source_dir), key, runs_dir)
     return root / prefix if prefix else root
 
 

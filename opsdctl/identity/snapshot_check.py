@@ -138,7 +138,8 @@ def ensure_intact(root: Path, view: Optional[Path], rebuild: Optional[Callable[[
         if rebuild is None:
             drop(bad)
             raise UserError(f"code snapshot {root.name[:12]} was changed after it was queued ({shown}); a copy taken "
-                            "outside git cannot be rebuilt, so it was dropped: queue the chain again")
+                            "outside git cannot be rebuilt, so it was dropped: queue the variant again (`opsdctl queue "
+                            "NAME`; `opsdctl requeue` would reuse the dropped copy)")
         root = rebuild()
         entries = load(root)
         words.append(f"code snapshot {root.name[:12]} was changed after it was queued ({shown}): rebuilt from git")

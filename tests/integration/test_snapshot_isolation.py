@@ -72,9 +72,19 @@ def test_a_stage_that_alters_a_shared_copy_fails_in_one_line_and_the_next_queue_
     ws.run("worker", "--drain")
     assert ws.state(1) == ws.state(2) == "failed"  # neither runs the altered code
     reasons = {c["chain_id"]: c["reason"] for c in ws.status()["chains"]}
-    assert "changed after it was queued" in reasons[1] and "queue the chain again" in reasons[1]
+    assert "changed after it was queued" in reasons[1] and "queue the variant again (`opsdctl queue NAME`" in reasons[1]
     assert ws.sql("select count(*) from stage where chain_id = 2") == [(0,)]  # chain 2 never started
-    ws.cli("queue", "baseline")  # the same code: a clean copy, not the altered file objects
+    assert "is gone and cannot be rebuilt" in reasons[2] and "queue the variant again" in reasons[2]
+    # a re-queue would run the dropped snapshot again: refused, with the line that queues it afresh
+    seed = ws.sql("select seed from chain where id = 1")[0][0]
+    r = ws.cli("requeue", "1", check=False)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is gone and cannot be rebuilt" in r.stderr and f"`opsdctl queue baseline --seed {seed} --same-seed`" in r.stderr
+    assert ws.sql("select count(*) from chain") == [(2,)]  # nothing queued
+    # what it says works: chain 3 at that seed, on a fresh copy of the same code (not the altered file objects)
+    ws.cli(*f"queue baseline --seed {seed} --same-seed".split())
+    key = ws.sql("select s.key from chain c join code_snapshot s on s.id = c.snapshot_id where c.id = 3")[0][0]
+    assert ws.sql("select seed from chain where id = 3") == [(seed,)] and (ws.runs / "code" / key).is_dir()
     (ws.root / "tamper.py").write_text("")
     ws.write_config(default_config(train=TRAIN.replace("tamper.py", "-c pass"), snapshot=True))
     ws.cli("queue", "baseline")

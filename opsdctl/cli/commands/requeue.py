@@ -60,7 +60,8 @@ def command(
             raise UserError("requeue: --partial and --full choose the evaluation of --eval-only; add --eval-only")
         from opsdctl.client.enqueue import requeue_chain
 
-        new = requeue_chain(app.store(cfg), chain_id, priority, runs_dir=cfg.runs_dir, current=current)
+        new = requeue_chain(app.store(cfg), chain_id, priority, runs_dir=cfg.runs_dir, current=current,
+                            recipes_dir=cfg.recipes_dir)
     if as_json:
         print_json(new.to_json())
         return
