@@ -35,7 +35,7 @@ from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
 from opsdctl.plan.submission import Leader, pick_leader
 from opsdctl.recipes import knobs
-from opsdctl.stats.report import Baseline, Entry, Forecast, Report
+from opsdctl.stats.report import Baseline, Entry, Forecast, PartialEntry, Report
 from opsdctl.store.open_read import open_reader
 
 # (the export and the store's write functions are imported where used: `status` reads
@@ -85,23 +85,16 @@ def _evidence(report: Report, leader: Leader) -> list[str]:
     if sp.m:
         lines.append(f"verdicts: Bonferroni over m = {sp.m}, better at P(beat) >= {sp.better_at:.4g}"
                      + (f"; noise s = {nz.s:.2f} points per run" if nz.s is not None else ""))
-    lines += _code_lines(e, b)
     return lines
 
 
-def _code_lines(e: Entry, b: Baseline) -> list[str]:
-    """Where the leader's method lives: the live code dir, the baseline's code tree, or its own
-    (then recipe.env alone does not reproduce it: say how to get the code back)."""
-    code, chain = e.code, (e.chain_ids or [None])[-1]
-    if code == "live":
-        return ["code: the live code dir (snapshot_code = false); recipe.env carries only hyper-parameters"]
-    if not code:
-        return []
-    if b.code and b.code == code:
-        return [f"code: tree @{code}, the baseline's own: recipe.env is the whole change"]
-    was = f" (the baseline ran on @{b.code})" if b.code else ""
-    return [f"code: the method lives in code: trained with code tree @{code}{was}; recipe.env carries only "
-            f"hyper-parameters, so submit that code with it: `opsdctl code {chain} --to DIR` writes it out"]
+def trained_code(e: Entry | PartialEntry, b: Baseline):
+    """Where a candidate's method lives, as its export header says it (a
+    opsdctl.recipes.export.TrainedCode): its code tree beside the baseline's, and its latest chain
+    for `opsdctl code`."""
+    from opsdctl.recipes.export import TrainedCode
+
+    return TrainedCode(e.code, e.chain_ids[-1] if e.chain_ids else None, b.code)
 
 
 def render_file(store, report: Report, leader: Leader, when: str, why: str,
@@ -120,7 +113,8 @@ def render_file(store, report: Report, leader: Leader, when: str, why: str,
     if ref is None:
         body = knobs.format_recipe_env({}, ["the released recipe: no key differs from it"])
     else:
-        exp = export_recipe(store, ref, force=True)
+        exp = export_recipe(store, ref, force=True,
+                            trained=None if leader.entry is None else trained_code(leader.entry, report.baseline))
         body = exp.recipe_env
         if exp.warning():
             head.append("warning: " + exp.warning())

@@ -8,6 +8,11 @@ empty recipe.env is the baseline), and the header lists the keys left out for eq
 re-training ignores unknown keys): they are listed in a warning, and `--method-defaults PATH`
 writes them as a `[method]` TOML that our trainer reads as its defaults
 (`python -m trainer --recipe-env X --method-defaults Y`).
+
+A candidate's method may also live in its code (an edited trainer or collator): then recipe.env
+trains it only together with that code snapshot, and the header says so once, with the command
+that restores the code (`opsdctl code CHAIN --to DIR`), in place of "trains the baseline" when no
+key differs. The caller says which code it was (`TrainedCode`, from the compare report).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import textwrap
 from dataclasses import dataclass, field
+from typing import Optional
 
 from opsdctl.errors import UserError
 from opsdctl.recipes import knobs
@@ -44,6 +50,38 @@ class Export:
         )
 
 
+@dataclass(frozen=True)
+class TrainedCode:
+    """The code tree a candidate was trained with, beside the baseline's (short ids as compare
+    prints them, "live" for the live code dir, None when unknown), and the chain whose snapshot
+    `opsdctl code` restores."""
+
+    code: Optional[str]
+    chain: Optional[int]
+    baseline_code: Optional[str]
+
+    @property
+    def own(self) -> bool:
+        """Its code differs from the baseline's: recipe.env alone does not reproduce it."""
+        return bool(self.code) and self.code != "live" and self.code != self.baseline_code
+
+
+def code_lines(trained: Optional[TrainedCode]) -> list[str]:
+    """The header's word on the code, once: where the method lives and, when in its own code tree,
+    that recipe.env trains the candidate only with that snapshot and how to restore it."""
+    if trained is None or not trained.code:
+        return []
+    if trained.code == "live":
+        return ["code: the live code dir (snapshot_code = false); recipe.env carries only hyper-parameters"]
+    if not trained.own:
+        return [f"code: tree @{trained.code}, the baseline's own: recipe.env is the whole change"]
+    was = f" (the baseline ran on @{trained.baseline_code})" if trained.baseline_code else ""
+    restore = (f"`opsdctl code {trained.chain} --to DIR` restores it" if trained.chain is not None
+               else "`opsdctl code CHAIN --to DIR` restores it from one of its chains")
+    return [f"code: the method lives in code: this recipe.env trains the candidate only with its code snapshot, "
+            f"tree @{trained.code}{was}; submit that code with it: {restore}"]
+
+
 def changed_hparams(hparams: dict) -> dict:
     """The keys whose value differs from the released recipe (knobs.HPARAMS defaults), in order."""
     released = knobs.default_hparams()
@@ -58,7 +96,8 @@ def left_out_lines(keys: list[str], width: int = 96) -> list[str]:
     return textwrap.wrap(text, width=width, subsequent_indent="  ", break_on_hyphens=False)
 
 
-def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False) -> Export:
+def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = False,
+                  trained: Optional[TrainedCode] = None) -> Export:
     with open_reader(store).snapshot() as reader:  # on the Store's engine: nothing to close
         variant = reader.find_variant(ref)
         if variant.kind != "recipe":
@@ -83,6 +122,8 @@ def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = 
     left_out = [k for k in knobs.HPARAMS if k in variant.hparams and k not in body]
     if all_keys:
         header.append(f"every whitelisted key written (--all-keys); {len(changed)} differ from the released recipe")
+    elif not changed and trained is not None and trained.own:
+        header.append("no key differs from the released recipe: the candidate differs from the baseline in its code")
     elif not changed:
         header.append("no key differs from the released recipe: this empty recipe.env trains the baseline")
     else:
@@ -90,6 +131,7 @@ def export_recipe(store: Store, ref: str, force: bool = False, all_keys: bool = 
         header.append(f"only what differs from the released recipe ({n} key{'' if n == 1 else 's'}; "
                       "--all-keys writes every one)")
     header += left_out_lines(left_out)
+    header += code_lines(trained)
     text = knobs.format_recipe_env(body, header)
     defaults = knobs.default_method()
     off = {k: v for k, v in variant.method.items() if defaults.get(k, object()) != v}

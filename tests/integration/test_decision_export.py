@@ -34,12 +34,43 @@ def test_export_leader_names_its_forecast_and_its_code(ws, tmp_path):
     f = hot["forecast"]
     assert f"forecast of the official 5-run mean: hot {f['mean']:.2f}, 80% interval [{f['low80']:.2f}, " \
            f"{f['high80']:.2f}]" in head
-    assert "the method lives in code" in head and f"@{hot['code']}" in head
+    assert head.count("the method lives in code") == 1 and f"@{hot['code']}" in head
     chain = hot["chain_ids"][-1]
-    assert f"`opsdctl code {chain} --to DIR`" in head
+    assert head.count(f"`opsdctl code {chain} --to DIR`") == 1
     # and that way back works: the edited code comes out
     ws.cli("code", str(chain), "--to", str(tmp_path / "code"))
     assert (tmp_path / "code" / "version.py").read_text() == 'VERSION = "edited trainer"\n'
+
+
+def test_export_of_a_candidate_whose_method_lives_only_in_code(ws, tmp_path):
+    """The released knobs on edited code: `export-recipe NAME` says once that the (empty) recipe.env
+    trains the candidate only with its code snapshot, and how to restore it; never "trains the baseline"."""
+    (ws.root / "version.py").write_text('VERSION = "released"\n')
+    (ws.root / ".gitignore").write_text("runs/\nruns.db*\n")
+    ws.write_config(default_config(train=TRAIN, snapshot=True))
+    ws.recipe("edited", 'extends = "baseline"\n')  # no knob of its own
+    git(ws.root, "init", "-q")
+    git(ws.root, "add", "-A")
+    git(ws.root, "commit", "-q", "-m", "start")
+    ws.cli("queue", "baseline")
+    (ws.root / "version.py").write_text('VERSION = "edited trainer"\n')  # the whole method
+    ws.cli("queue", "edited")
+    ws.cli("worker", "--drain")
+
+    doc = ws.cli_json("compare")
+    edited = next(e for e in doc["variants"] if e["name"] == "edited")
+    assert edited["code"] != doc["baseline"]["code"]
+    text = ws.cli("export-recipe", "edited").stdout
+    assert knobs.parse_recipe_env(text, "recipe.env") == {}
+    head = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    assert "trains the baseline" not in head
+    assert head.count("this recipe.env trains the candidate only with its code snapshot") == 1
+    chain = edited["chain_ids"][-1]
+    assert head.count(f"`opsdctl code {chain} --to DIR` restores it") == 1 and f"@{edited['code']}" in head
+    ws.cli("code", str(chain), "--to", str(tmp_path / "code"))
+    assert (tmp_path / "code" / "version.py").read_text() == 'VERSION = "edited trainer"\n'
+    # the baseline itself, on its own code: its empty recipe.env is the baseline
+    assert "this empty recipe.env trains the baseline" in ws.cli("export-recipe", "baseline").stdout
 
 
 def test_export_leader_argument_errors(ws):

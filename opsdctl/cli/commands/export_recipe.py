@@ -49,7 +49,8 @@ def command(
             console(stderr=True).print(f"wrote {escape(str(output))} ({escape(label)})")
         if method_defaults is None:
             return
-    exp = export_recipe(store, variant, force=force or leader, all_keys=all_keys)
+    trained = None if leader else _trained_code(cfg, store, variant)
+    exp = export_recipe(store, variant, force=force or leader, all_keys=all_keys, trained=trained)
     warning = exp.warning()
     if warning and method_defaults is None:
         warn(warning)
@@ -82,6 +83,26 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = render_file(store, report, lead, when, "the leader by the forecast", source="opsdctl export-recipe --leader")
     return text, lead.name, lead.variant
+
+
+def _trained_code(cfg, store, ref: str):
+    """The code the named variant's latest scored runs were trained with, beside the baseline's, as
+    compare reports them (None when it has no scored run, or is not a recipe)."""
+    from opsdctl.daemon.auto_export import trained_code
+    from opsdctl.errors import UserError
+    from opsdctl.plan.report import store_report
+    from opsdctl.store.open_read import open_reader
+
+    reader = open_reader(store)
+    try:
+        label = reader.find_variant(ref).label
+    except UserError:
+        return None  # export_recipe says what is wrong with the name
+    report = store_report(cfg, reader)
+    mine = [e for e in report.full + report.partials if label in e.variants and e.chain_ids]
+    if not mine:
+        return None
+    return trained_code(max(mine, key=lambda e: max(e.chain_ids)), report.baseline)
 
 
 def _refuse_directories(*options) -> None:
