@@ -765,8 +765,8 @@ objective = "submission"          # adaptive: bet on the submission (`advise`'s 
 # Stage command templates. Placeholders are substituted shell-quoted, so write them bare (never
 # inside '...', "...", a here-document or an eval: refused):
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
-# {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
-# for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
+# {{checkpoint}} {{num_problems}} {{k}} (eval) {{grad_accum}} (train) {{gpus}} {{num_gpus}} {{python}} {{profile}}.
+# Write {{{{ and }}}} for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
 # Each stage runs in its own process group with cwd = the code snapshot, its output in
 # runs/<chain_id>/<stage>.log, and OPSD_<KNOB> variables for every recipe knob.
 [stages.train]

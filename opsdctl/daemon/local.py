@@ -321,6 +321,7 @@ class LocalExecutor:
             values["checkpoint"] = checkpoint
         if stage == "eval":
             values.update(eval_request.placeholders(chain))
+        values.update(stages.layout_values(self._settings.command(stage), chain.profile, len(gpus)))  # {grad_accum}
         command = stages.render(self._settings.command(stage), values)
         token = uuid.uuid4().hex
         env = stages.stage_env(

@@ -52,6 +52,11 @@ class Profile:
     repeat_seed: int = 0
     repeat_same_seed: bool = False
 
+    @property
+    def global_batch(self) -> int:
+        """Rows per optimizer step (a budget knob): per-device batch x accumulation x processes."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.num_processes
+
     def to_dict(self) -> dict:
         return asdict(self)
 
