@@ -226,17 +226,20 @@ def child_main(args) -> int:
     from opsdkit.startup_clock import since_process_start
 
     started = psutil.Process().create_time()
-    t_imports = None
-    hook = _LogLines()
-    logging.getLogger("vllm").addHandler(hook)
     import torch
 
-    from eval.backends import make_backend
+    from eval.backends import backend_env, make_backend
     from eval.benchmark import rows_to_problems
     from opsdkit.tiny import make_benchmark
 
-    t_imports = since_process_start()
     smoke = args.smoke
+    hook = _LogLines()
+    if not smoke:  # vLLM configures its logger when imported: listen after that, before the engine starts
+        os.environ.update(backend_env("vllm", {}))
+        import vllm  # noqa: F401
+
+        logging.getLogger("vllm").addHandler(hook)
+    t_imports = since_process_start()
     problems = rows_to_problems(make_benchmark(SMOKE["problems"] if smoke else PROBLEMS, seed=7), "bench")
     law = SMOKE["law"] if smoke else eval_model.REAL_LAW
     backend_name = "hf" if smoke else "vllm"
