@@ -384,6 +384,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "budget_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 30.0,
                               "budget.nearly_spent fires once when this little usable time is left"),
     },
+    "host": {
+        "ram_gib_per_chain": Key(_number(lo=0, hi=1e6), None, "host RAM one chain's processes take, GiB; the worker "
+                                 "refuses more chains at once than the host holds (0 = no check) [default: the profile's]"),
+        "cpus_per_chain": Key(_number(lo=0, hi=1e6), None, "CPU cores one chain keeps busy (0 = no check) "
+                              "[default: the profile's]"),
+    },
     "queue": {
         "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),
         "same_seed": Key(_bool, None, "every repeat at that seed, as the scorer re-trains [default: the profile's]"),
@@ -796,6 +802,10 @@ variant = "baseline"              # the variant every other one is compared with
 [compare]
 family = "all"                    # verdicts correct over every candidate tried in the store; or
                                   #   "since:2025-06-01" (queued since then), or ["a", "b", ...]
+
+[host]                            # what one chain's processes take from this machine: the worker refuses to
+# ram_gib_per_chain = 16          #   run more chains at once than its RAM and CPUs hold (0 = no check)
+# cpus_per_chain = 2              #   [default: the profile's, measured in docs/benchmarks.md]
 
 [queue]                           # how repeats are seeded; `queue --seed S`, --same-seed, --seed-per-repeat override
 {seeding}
