@@ -102,13 +102,15 @@ def host_resources() -> HostResources:
 
 
 def needs_of(cfg) -> HostNeeds:
-    """[host]'s needs, else the profile's (the tiny profile's chains are not checked)."""
+    """[host]'s needs, else the profile's; the profile's are those of its GPU workloads, so a worker
+    without GPUs (`[gpus] devices = []`) checks only what [host] sets (the tiny profile: nothing)."""
     from opsdctl.recipes.profiles import get_profile
 
     section, prof = cfg.section("host"), get_profile(cfg.profile)
+    gpus = cfg.devices == "all" or bool(cfg.devices)
     ram, cpus = section.get("ram_gib_per_chain"), section.get("cpus_per_chain")
-    return HostNeeds(prof.host_ram_gib_per_chain if ram is None else float(ram),
-                     prof.host_cpus_per_chain if cpus is None else float(cpus))
+    return HostNeeds(float(ram) if ram is not None else prof.host_ram_gib_per_chain if gpus else 0.0,
+                     float(cpus) if cpus is not None else prof.host_cpus_per_chain if gpus else 0.0)
 
 
 def check_host(cfg, chains: int, have: HostResources | None = None) -> HostVerdict:

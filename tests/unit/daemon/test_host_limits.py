@@ -29,8 +29,8 @@ def test_chains_at_once_against_ram_and_cpus():
     assert hl.host_fits(1000, hl.HostNeeds(0, 0), hl.HostResources(1, 1)).fits
 
 
-def cfg_of(tmp_path, profile="qwen3-1.7b", host=None):
-    raw = {"profile": profile, **({"host": host} if host is not None else {})}
+def cfg_of(tmp_path, profile="qwen3-1.7b", host=None, devices=(0, 1, 2, 3)):
+    raw = {"profile": profile, "gpus": {"devices": list(devices)}, **({"host": host} if host is not None else {})}
     return config_from_dict(raw, tmp_path, tmp_path / "opsdctl.toml")
 
 
@@ -38,6 +38,9 @@ def test_needs_come_from_the_profile_unless_host_says(tmp_path):
     assert hl.needs_of(cfg_of(tmp_path)) == hl.HostNeeds(16.0, 2.0)
     assert hl.needs_of(cfg_of(tmp_path, "tiny")) == hl.HostNeeds(0.0, 0.0)  # tiny CPU chains: not checked
     assert hl.needs_of(cfg_of(tmp_path, host={"ram_gib_per_chain": 40, "cpus_per_chain": 0})) == hl.HostNeeds(40.0, 0.0)
+    # the profile's needs are its GPU workloads': a worker without GPUs checks only what [host] says
+    assert hl.needs_of(cfg_of(tmp_path, devices=())) == hl.HostNeeds(0.0, 0.0)
+    assert hl.needs_of(cfg_of(tmp_path, devices=(), host={"cpus_per_chain": 1})) == hl.HostNeeds(0.0, 1.0)
     for bad in ({"ram_gib_per_chain": -1}, {"cpus_per_chain": float("nan")}, {"ram_gb": 3}):
         with pytest.raises(UserError):
             cfg_of(tmp_path, host=bad)
