@@ -4,13 +4,14 @@ when each chain gets 1, 2 or 4 GPUs. Measured on one GPU, in calls of a few minu
 On the GPU machine (vLLM installed; every command writes its JSON part to --out-dir and keeps a
 copy under --work, so later commands find earlier parts; --work must survive between calls):
 
-    python benchmarks/gpu_throughput.py train --layout 4x2-share --out-dir $OUT   # ~3-5 min (the first: cold start)
+    python benchmarks/gpu_throughput.py train --layout 4x2-share --out-dir $OUT   # 3-5 min (the first engine start compiles)
     python benchmarks/gpu_throughput.py train --layout 1x4x8 --out-dir $OUT       # ~4 min
-    python benchmarks/gpu_throughput.py train --layout 2proc --out-dir $OUT       # ~4 min (optional)
-    python benchmarks/gpu_throughput.py eval-calibrate --out-dir $OUT             # ~3-5 min
+    python benchmarks/gpu_throughput.py eval-calibrate --out-dir $OUT             # 3-5 min
     python benchmarks/gpu_throughput.py eval-validate --out-dir $OUT              # ~4 min
-    python benchmarks/gpu_throughput.py train --layout 4x4-share --out-dir $OUT   # ~3 min (optional: else interpolated)
+    python benchmarks/gpu_throughput.py train --layout 2proc --out-dir $OUT       # ~4 min, optional
+    python benchmarks/gpu_throughput.py train --layout 4x4-share --out-dir $OUT   # ~3 min, optional (else interpolated)
 
+Each needs vLLM importable (see ../shared/device/: `export PYTHONPATH=/tmp/site:$PYTHONPATH` first).
 Then anywhere (CPU), on the parts gathered in one folder:
 
     python benchmarks/gpu_throughput.py combine PARTS_DIR     # -> benchmarks/results/throughput_<gpu>.json
@@ -45,7 +46,7 @@ from throughput.train_run import LAYOUTS  # noqa: E402
 SCRIPT = Path(__file__).resolve()
 WORK = Path("/tmp/opsd-throughput")
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-CALL_LIMIT_S = 540  # a part stops its children after this long (the device's calls are 10 minutes)
+CALL_LIMIT_S = 480  # a part stops its children after this long, so it is written inside a 10-minute call
 
 
 def child_env(work: Path, smoke: bool) -> dict:
