@@ -11,7 +11,7 @@ copy under --work, so later commands find earlier parts; --work must survive bet
     python benchmarks/gpu_throughput.py train --layout 2proc --out-dir $OUT       # ~4 min, optional
     python benchmarks/gpu_throughput.py train --layout 4x4-share --out-dir $OUT   # ~3 min, optional (else interpolated)
 
-Each needs vLLM importable (see ../shared/device/: `export PYTHONPATH=/tmp/site:$PYTHONPATH` first).
+Each needs vLLM importable there (where it was installed beside the code, on PYTHONPATH).
 Then anywhere (CPU), on the parts gathered in one folder:
 
     python benchmarks/gpu_throughput.py combine PARTS_DIR     # -> benchmarks/results/throughput_<gpu>.json
