@@ -4,8 +4,10 @@ The control plane's wings are folders, and imports run one way. Walks every modu
 with `ast` (nothing is imported), builds the graph of imports between opsdctl modules (top-level
 and inside functions alike), and checks:
   - no circle among modules;
-  - no import from a lower wing to a higher one: cli -> client -> daemon -> identity -> contract
-    -> plan -> stats -> config -> recipes -> store -> foundations (errors, fsutil, templates).
+  - no import from a lower wing to a higher one: cli -> client -> daemon | sim -> identity ->
+    contract -> plan -> stats -> config -> recipes -> store -> foundations (errors, fsutil,
+    templates). The daemon and the simulator are siblings, the two hosts of the worker's loop:
+    neither imports the other.
     Clients (queue, cancel, wait) may use what the daemon knows of processes and frozen stage
     settings, never the reverse; the daemon runs stages in code identity's snapshots and reads
     them through the stage contract's parsers. `config` is the workspace's settings: it validates
@@ -30,7 +32,10 @@ from pathlib import Path
 
 from conftest import REPO as ROOT
 
-ORDER = ["cli", "client", "daemon", "identity", "contract", "plan", "stats", "config", "recipes", "store", "foundation"]
+# a tuple is siblings: one rank, and neither imports the other
+ORDER = ["cli", "client", ("daemon", "sim"), "identity", "contract", "plan", "stats", "config", "recipes", "store",
+         "foundation"]
+RANK = {w: i for i, ws in enumerate(ORDER) for w in (ws if isinstance(ws, tuple) else (ws,))}
 FOUNDATION = {"errors", "fsutil", "templates", "__init__"}
 
 
@@ -107,7 +112,7 @@ def wing(module: str) -> str:
 
 def test_every_opsdctl_module_is_in_a_wing():
     g = graph("opsdctl")
-    assert {wing(m) for m in g} <= set(ORDER), sorted({wing(m) for m in g} - set(ORDER))
+    assert {wing(m) for m in g} <= set(RANK), sorted({wing(m) for m in g} - set(RANK))
 
 
 def test_no_import_circle_in_the_control_plane():
@@ -116,10 +121,11 @@ def test_no_import_circle_in_the_control_plane():
 
 def test_imports_run_one_way_from_the_cli_inward():
     g = graph("opsdctl")
-    rank = {w: i for i, w in enumerate(ORDER)}
+    rank = RANK
     upward = sorted(f"{a} ({wing(a)}) imports {b} ({wing(b)})"
                     for a, deps in g.items() for b in deps
                     if rank[wing(b)] < rank[wing(a)] and wing(a) != "foundation" or
+                    rank[wing(b)] == rank[wing(a)] and wing(b) != wing(a) or
                     (wing(a) == "foundation" and wing(b) != "foundation"))
     assert not upward, "\n".join(upward)
 
@@ -166,7 +172,7 @@ def test_the_control_plane_never_imports_a_workload_library():
 
 TESTS = ROOT / "tests"
 # tests/unit/<wing>/: the control plane's wings (config.py is one) and the workload packages
-UNIT_WINGS = {"cli", "client", "daemon", "identity", "contract", "plan", "stats", "config", "recipes", "store", "trainer", "eval", "opsdkit"}
+UNIT_WINGS = {"cli", "client", "daemon", "sim", "identity", "contract", "plan", "stats", "config", "recipes", "store", "trainer", "eval", "opsdkit"}
 # what starts a process or needs a built model: integration tests, never unit ones
 NOT_IN_UNIT = {"subprocess", "Workspace", "opsdctl_argv", "Worker"}  # imported or called
 FIXTURES_NOT_IN_UNIT = {"ws", "tiny_assets", "untrained_tiny_model"}  # requested as a fixture
@@ -350,16 +356,18 @@ WINGS = {  # a module each wing must hold, as a witness that the split is the on
     "daemon": ("worker", "executors", "local", "ray_cluster", "procs", "subreaper", "salvage", "stages"),
     "identity": ("snapshot", "content_store", "code_view", "snapshot_check", "snapshot_lock", "gc"),
     "contract": ("results", "score_checks", "log_metrics", "effective_config", "stage_json", "score_row"),
+    "sim": ("world", "session", "seams", "replay", "results", "operating"),
 }
 
 
-def test_client_daemon_identity_contract_are_folders():
+def test_client_daemon_sim_identity_contract_are_folders():
     for wing_name, witnesses in WINGS.items():
         folder = ROOT / "opsdctl" / wing_name
         assert (folder / "__init__.py").is_file(), f"opsdctl/{wing_name}/ is not a package"
         missing = [m for m in witnesses if not (folder / f"{m}.py").is_file()]
         assert not missing, f"opsdctl/{wing_name}/ lacks {missing}"
     assert not (ROOT / "opsdctl" / "run").exists(), "opsdctl/run/ is split into client, daemon, identity, contract"
+    assert not (ROOT / "opsdctl" / "plan" / "simulate.py").exists(), "the simulator is opsdctl/sim/"
 
 
 # --- the command line: one command per module, no module-level state ------------------------
@@ -526,3 +534,4 @@ def test_the_signature_and_read_checkers_find_what_they_look_for():
     assert len(long_signatures(planted)) == 2
     assert orm_reads(planted) == ["line 4: store.read()", "line 5: self.store.read()", "line 8: Session(...)",
                                   "line 9: orm.Session(...)"]
+

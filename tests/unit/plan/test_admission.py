@@ -112,7 +112,7 @@ def test_train_rechecked_after_time_passes_and_exhausted_budget():
 def test_no_chain_ever_starts_that_cannot_finish(seed):
     """Random budgets and durations through the simulator's worker loop over the gate: every chain
     the planner starts ends before the deadline; FIFO by hand has cut chains."""
-    from opsdctl.plan.simulate import simulate_session
+    from opsdctl.sim.replay import simulate_session
 
     rng = np.random.default_rng(seed)
     for i in range(3):  # nine random budgets over the three seeds
