@@ -535,3 +535,60 @@ def test_the_signature_and_read_checkers_find_what_they_look_for():
     assert orm_reads(planted) == ["line 4: store.read()", "line 5: self.store.read()", "line 8: Session(...)",
                                   "line 9: orm.Session(...)"]
 
+
+# --- the store's SQL and writes live in store/ ----------------------------------------------
+
+SQL = re.compile(r"\b(?:SELECT\s.+?\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM)\b", re.S)
+ORM_PACKAGES = {"sqlalchemy", "sqlmodel"}
+
+
+def sql_texts(tree: ast.Module) -> list[str]:
+    """String literals (f-string parts included) that are SQL statements; docstrings are prose."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [f"line {n.lineno}: {n.value[:40]!r}" for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and SQL.search(n.value)]
+
+
+def store_writes(tree: ast.Module) -> list[str]:
+    """A write transaction (`<store>.write()`), an ORM session, or the ORM and the tables imported."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if name == "Session" or (name == "write" and not node.args and not node.keywords):
+                out.append(f"line {node.lineno}: {ast.unparse(node.func)}()")
+        elif isinstance(node, ast.Import):
+            out += [f"line {node.lineno}: import {a.name}" for a in node.names
+                    if a.name.split(".")[0] in ORM_PACKAGES or a.name == "opsdctl.store.models"]
+        elif isinstance(node, ast.ImportFrom) and node.module and (
+                node.module.split(".")[0] in ORM_PACKAGES or node.module == "opsdctl.store.models"):
+            out.append(f"line {node.lineno}: from {node.module} import ...")
+    return out
+
+
+def test_plan_holds_decisions_only_no_sql_and_no_store_writes():
+    """plan/ decides; the store's SQL texts (store/queries.py) and its writes (store/chain_rows.py,
+    store/engine.py) are store/'s, which plan/ calls."""
+    bad = {}
+    for path in sorted((ROOT / "opsdctl" / "plan").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        found = sql_texts(tree) + store_writes(tree)
+        if found:
+            bad[str(path.relative_to(ROOT))] = found
+    assert not bad, bad
+
+
+def test_the_sql_and_write_checkers_find_what_they_look_for():
+    planted = ast.parse('"""SELECT a FROM b in a docstring is prose."""\n'
+                        'Q = "SELECT chain.id FROM chain WHERE x"\n'
+                        'R = f"UPDATE chain SET state = {s}"\n'
+                        'T = "select what to run from the queue"\n'
+                        "from sqlalchemy import select\n"
+                        "import opsdctl.store.models\n"
+                        "with store.write() as s: pass\n"
+                        "f.write(text)\n")
+    assert [x.split(":")[0] for x in sql_texts(planted)] == ["line 2", "line 3"]
+    assert store_writes(planted) == ["line 5: from sqlalchemy import ...", "line 6: import opsdctl.store.models",
+                                     "line 7: store.write()"]
