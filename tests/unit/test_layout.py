@@ -592,3 +592,20 @@ def test_the_sql_and_write_checkers_find_what_they_look_for():
     assert [x.split(":")[0] for x in sql_texts(planted)] == ["line 2", "line 3"]
     assert store_writes(planted) == ["line 5: from sqlalchemy import ...", "line 6: import opsdctl.store.models",
                                      "line 7: store.write()"]
+
+
+def constructs(tree: ast.Module, name: str) -> list[str]:
+    """Calls of `name(...)` or `x.name(...)`."""
+    return [f"line {n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and (n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", None)) == name]
+
+
+def test_one_module_makes_a_chain_row():
+    """New, repeat, re-eval, eval-only and copy: store/chain_rows.py is the one place a `Chain` is
+    constructed, so what a queued chain must carry is filled by one rule per kind."""
+    home = ROOT / "opsdctl" / "store" / "chain_rows.py"
+    found = {str(p.relative_to(ROOT)): constructs(ast.parse(p.read_text()), "Chain")
+             for p in sorted((ROOT / "opsdctl").rglob("*.py")) if p != home}
+    assert not {k: v for k, v in found.items() if v}, "make chains through opsdctl.store.chain_rows"
+    assert constructs(ast.parse(home.read_text()), "Chain")
+    assert constructs(ast.parse("a = Chain(x=1)\nb = models.Chain()\nc = SimChain(1)\n"), "Chain") == ["line 1", "line 2"]
