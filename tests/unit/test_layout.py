@@ -568,6 +568,15 @@ def store_writes(tree: ast.Module) -> list[str]:
     return out
 
 
+def test_sql_text_lives_in_store_only():
+    """One place holds the SQL (store/queries.py, and the ORM functions of store/ built on it)."""
+    bad = {}
+    for path in sorted((ROOT / "opsdctl").rglob("*.py")):
+        if path.relative_to(ROOT).parts[1] != "store" and (found := sql_texts(ast.parse(path.read_text()))):
+            bad[str(path.relative_to(ROOT))] = found
+    assert not bad, bad
+
+
 def test_plan_holds_decisions_only_no_sql_and_no_store_writes():
     """plan/ decides; the store's SQL texts (store/queries.py) and its writes (store/chain_rows.py,
     store/engine.py) are store/'s, which plan/ calls."""
