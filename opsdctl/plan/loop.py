@@ -1,6 +1,6 @@
 """The worker loop, once: order the queue, admit against the budget, claim, hand to the executor,
 collect what ended, idle or drain. `opsdctl worker` runs it over the store and a real executor
-(opsdctl/daemon/worker.py); the simulator (opsdctl/plan/simulate.py) runs this very class over an
+(opsdctl/daemon/worker.py); the simulator (opsdctl/sim/) runs this very class over an
 in-memory queue, a fake clock and a fake executor, so its figures measure the code users run.
 
 What the loop is given:

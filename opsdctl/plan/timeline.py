@@ -111,7 +111,8 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
     from dataclasses import replace
 
     from opsdctl.plan.gate import chain_info
-    from opsdctl.plan.planner import PlannerGate, StoreFacts, load_plan, settings_from_config
+    from opsdctl.plan.planner import PlannerGate, settings_from_config
+    from opsdctl.plan.store_facts import StoreFacts, load_plan
     from opsdctl.store.states import State
     from opsdctl.store.values import utcnow
 
