@@ -119,3 +119,15 @@ def check_host(cfg, chains: int, have: HostResources | None = None) -> HostVerdi
     if not verdict.fits:
         raise UserError(f"{cfg.where}: [host]: {verdict.reason}")
     return verdict
+
+
+def chains_at_once(cfg) -> int:
+    """How many chains this worker runs at once: its GPU layout's (`gpus_per_chain`, each stage's
+    `gpus`); with Ray the chains run on the cluster's nodes, not on this host: 1."""
+    from opsdctl.daemon.executors import executor_kind
+    from opsdctl.daemon.gpu_probe import resolve_devices
+    from opsdctl.plan.slots import layout_of
+
+    if executor_kind(cfg) == "ray":
+        return 1
+    return layout_of(cfg, resolve_devices(cfg.devices)).max_chains

@@ -6,11 +6,11 @@ PlannerGate answers the worker's five questions with:
                auto_repeat_first), one extra chain it queues itself; status calls the same
                method with dry_run (nothing queued) to show the order the worker follows;
   admit     -> the policy's skips, then admission.admit_chain on the duration estimates;
-  grant     -> admission re-checks (the whole chain before train, the eval before eval), then
-               the GPU check (gpus.check_gpus: devices exist, >= min_free_mib free), waiting up
-               to gpu_wait_minutes and then skipping with the holders named;
+  grant     -> admission re-checks (the whole chain before train, the eval before eval) and the
+               stage's estimate; which GPUs, and whether NVML says they are free, is the worker's
+               (opsdctl.daemon.gpu_pool, opsdctl.daemon.gpu_gate), never the planner's;
   on_progress -> futility.judge_look on the eval's look records (opt-in) -> Stop(stopped-futile);
-  released  -> waits (bounded) until the stage's own pids hold no GPU memory.
+  released  -> nothing (the worker waits for a stage's GPU memory itself).
 It reads the world through `Facts` (opsdctl.plan.facts: the store for the worker, a simulated
 session for `opsdctl simulate`) and time through an injectable clock, so the simulator drives this very
 class, not a copy of its rules.
@@ -28,12 +28,12 @@ from opsdctl.plan.durations import Estimator
 from opsdctl.plan.facts import Facts, NoFacts
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.policy import SUBMISSION
-from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop, Wait
+from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop
+from opsdctl.plan.slots import Layout
 from opsdctl.plan.store_facts import StoreFacts
 from opsdctl.stats.report import Report
 from opsdctl.store.states import State
 
-RELEASE_POLL_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -48,11 +48,7 @@ class PlannerSettings:
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
-    devices: tuple = ()  # CUDA indices to grant; () = no GPUs
-    gated: bool = False  # check GPUs through a probe before each stage
-    min_free_mib: int = 0
-    gpu_wait_s: float = 30 * 60.0
-    release_wait_s: float = 3 * 60.0
+    layout: Layout = Layout()  # the worker's GPUs and slots (no GPUs: one chain at a time)
     poll_s: float = 2.0
 
     @property
@@ -77,7 +73,6 @@ class PlannerGate:
         settings: PlannerSettings,
         facts: Facts,
         budget_left: Optional[Callable[[], Optional[float]]] = None,
-        probe=None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         report: Callable[[str], None] = lambda msg: None,
@@ -85,7 +80,6 @@ class PlannerGate:
         self.settings = settings
         self.facts = facts
         self.budget_left = budget_left or (lambda: None)
-        self.probe = probe
         self.clock = clock
         self.sleep = sleep
         self.report = report
@@ -93,11 +87,9 @@ class PlannerGate:
         self.estimator = Estimator([], settings.defaults)
         self.compare: Optional[Report] = None  # the compare report of the last refresh (None: fifo)
         self.extra_queued = 0
-        self._waits: dict[tuple[int, str], float] = {}
         self._futility: dict[int, Optional[FutilityContext]] = {}
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
-        self._probe_warned = False
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
         self.runs: list = []  # the scored runs of the last refresh (compare's records)
         self.reevals: dict = {}  # label -> reeval.Target: the training a re-eval of it evaluates again
@@ -267,46 +259,10 @@ class PlannerGate:
                else admission.admit_eval(evaluate.high_s, usable))
         if not fit.ok:
             return Skip(fit.reason)
-        grant = self._gpu_grant(chain, stage)
-        if not isinstance(grant, Grant):
-            return grant
         if stage == "eval" and self.settings.futility and not chain.partial:  # a screening run is cheap already
             full = self.plan is not None and chain.variant in self.plan.full_eval  # the policy needs its full score
             self._futility[chain.chain_id] = None if full else self._futility_context()
-        return replace(grant, estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
-
-    def _gpu_grant(self, chain: ChainInfo, stage: str):
-        s = self.settings
-        if not s.devices:
-            return Grant(())
-        if not s.gated or self.probe is None:
-            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-        from opsdctl.plan.gpus import ProbeUnavailable, check_gpus
-
-        try:
-            inv = self.probe.inventory()
-        except ProbeUnavailable as exc:
-            if not self._probe_warned:
-                self._probe_warned = True
-                self.report(f"GPU check unavailable ({exc}); granting {list(s.devices)} without it")
-            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-        check = check_gpus(inv, s.devices, s.min_free_mib)
-        key = (chain.chain_id, stage)
-        if not check.ok:
-            first = self._waits.setdefault(key, self.clock())
-            waited = self.clock() - first
-            if waited >= s.gpu_wait_s:
-                self._waits.pop(key, None)
-                return Skip(f"GPUs not ready after {waited / 60:.1f} min ([gpus] gpu_wait_minutes): {check.reason}")
-            return Wait(max(0.05, min(s.poll_s, s.gpu_wait_s - waited)), check.reason)
-        if key in self._waits:
-            waited = self.clock() - self._waits.pop(key)
-            self.report(f"chain {chain.chain_id}: GPUs ready for {stage} after waiting {waited:.0f}s")
-        tokens = {g.index_cuda: g.visible_as for g in inv if g.index_cuda is not None}
-        visible = None
-        if all(tokens.get(d) for d in s.devices):  # an inherited CUDA_VISIBLE_DEVICES: keep its spelling
-            visible = ",".join(tokens[d] for d in s.devices)
-        return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),), visible=visible)
+        return Grant((), estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
 
     # --- futility -------------------------------------------------------------------------
 
@@ -334,37 +290,16 @@ class PlannerGate:
     # --- released -------------------------------------------------------------------------
 
     def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None:
-        s = self.settings
-        if not s.gated or self.probe is None or not pids:
-            return
-        from opsdctl.plan.gpus import ProbeUnavailable, own_holdings
-
-        start = self.clock()
-        while True:
-            try:
-                held = own_holdings(self.probe.inventory(), pids)
-            except ProbeUnavailable:
-                return
-            waited = self.clock() - start
-            if not held:
-                if waited >= 0.5:
-                    self.report(f"chain {chain.chain_id}: {stage}'s GPU memory released after {waited:.1f}s")
-                return
-            if waited >= s.release_wait_s:
-                what = ", ".join(f"pid {p.pid} {p.used_mib} MiB on GPU {i}" for i, p in held)
-                self.report(f"chain {chain.chain_id}: {stage}'s processes still hold GPU memory after "
-                            f"{waited:.0f}s ({what}); going on (the next stage's GPU check waits for free memory)")
-                return
-            self.sleep(RELEASE_POLL_S)
+        return None  # the worker waits for the stage's GPU memory itself (opsdctl.daemon.gpu_gate)
 
 
 # --- from the config ----------------------------------------------------------------------
 
 
-def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSettings:
+def settings_from_config(cfg, layout: Layout = Layout()) -> PlannerSettings:
     from opsdctl.plan.durations import default_seconds
 
-    pl, gp = cfg.section("planner"), cfg.section("gpus")
+    pl = cfg.section("planner")
     return PlannerSettings(
         policy=pl.get("policy") or policy.FIFO,
         futility=bool(pl.get("futility")),
@@ -376,11 +311,7 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),
-        devices=tuple(devices),
-        gated=gated,
-        min_free_mib=cfg.min_free_mib,
-        gpu_wait_s=float(gp.get("gpu_wait_minutes") or 30.0) * 60.0,
-        release_wait_s=float(gp.get("release_wait_minutes") or 3.0) * 60.0,
+        layout=layout,
         poll_s=min(cfg.poll_seconds, 5.0),
     )
 
@@ -400,24 +331,10 @@ def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional
 
 
 def make_planner_gate(cfg, budget_left=None, store=None, report: Callable[[str], None] = lambda m: None,
-                      probe=None) -> PlannerGate:
-    """The worker's gate: devices from [gpus], the probe from the environment (NVML unless
-    OPSDCTL_GPU_PROBE says fake), the store as facts."""
-    from opsdctl.plan.gate import resolve_devices
-    from opsdctl.plan.gpus import ProbeUnavailable, probe_from_env
-
-    devices = resolve_devices(cfg.devices)
-    gated = False
-    if devices:
-        probe = probe if probe is not None else probe_from_env()
-        try:
-            probe.inventory()
-            gated = True
-        except ProbeUnavailable as exc:
-            report(f"[gpus] devices = {list(devices)} but {exc}: no GPU gate; stages get "
-                   f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))} without any check")
-            probe = None
-    settings = settings_from_config(cfg, devices, gated)
+                      layout: Layout = Layout()) -> PlannerGate:
+    """The worker's gate over the worker's GPU layout (the daemon resolves the devices and hands
+    it over: the planner never probes a GPU), the store as facts."""
+    settings = settings_from_config(cfg, layout)
     facts = StoreFacts(cfg, store) if store is not None else NoFacts(cfg.baseline_variant)
-    return PlannerGate(settings, facts, budget_left, probe=probe, report=report)
+    return PlannerGate(settings, facts, budget_left, report=report)
 

@@ -117,7 +117,7 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
     from opsdctl.store.values import utcnow
 
     plan = load_plan(reader) if worker_running else None
-    settings = settings_from_config(cfg, (), False)
+    settings = settings_from_config(cfg)
     if plan:
         settings = replace(settings, **{k: plan[k] for k in WORKER_SETTINGS if k in plan})
     gate = PlannerGate(settings, StoreFacts(cfg, reader=reader), budget_left=lambda: usable_s)
