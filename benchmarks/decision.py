@@ -4,7 +4,7 @@
     python benchmarks/decision.py --sessions 5 --out /tmp/d
     python benchmarks/decision.py --seed 0 1         # 2,000 sessions pooled: decision_seeds_0_1.*
 
-Every session runs opsdctl/plan/simulate.py's `simulate_session` (the worker's own loop, gate and
+Every session runs opsdctl/sim/replay.py's `simulate_session` (the worker's own loop, gate and
 adaptive policy with --auto-repeat, so `opsdctl advise`'s ranking picks the chains) with six ideas
 drawn from a realistic mix: half null, a third harmful (U(-5, -1) points), the rest helpful
 (U(+1, +4)); the run-to-run sd is 1.48 or 2.5 points (the config's published sd stays 1.48, so 2.5
@@ -150,7 +150,8 @@ def one_session(i: int, seed: int = 0, hours: float = 6.0, right_prior: bool = F
     """One session; `right_prior`: the config's published sd is the world's (a diagnostic: what the
     wrong prior of the sd 2.5 conditions costs), else the published 1.48 whatever the world's."""
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import BASE_MEAN, BASELINE, REFERENCE, World, simulate_session
+    from opsdctl.sim.replay import simulate_session
+    from opsdctl.sim.world import BASE_MEAN, BASELINE, REFERENCE, World
     from opsdctl.stats.compare import Reference
 
     rng = np.random.default_rng([seed, i])

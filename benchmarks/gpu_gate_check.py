@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary workspace")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.gpus import FakeProbe, NvmlProbe, ProbeUnavailable
+    from opsdctl.daemon.gpu_probe import FakeProbe, NvmlProbe, ProbeUnavailable
 
     t_start = time.time()
     tmp = Path(tempfile.mkdtemp(prefix="gpu_gate_check_"))

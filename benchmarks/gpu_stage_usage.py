@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from opsdctl.plan.gpus import NvmlProbe  # noqa: E402
+from opsdctl.daemon.gpu_probe import NvmlProbe  # noqa: E402
 from opsdctl.daemon.gpu_sampler import GpuSampler  # noqa: E402
 
 STAGE_GIB = 10

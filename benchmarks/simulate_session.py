@@ -6,7 +6,7 @@
 
 The same as `opsdctl simulate`: every planner policy runs the worker's own loop and gate
 (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate) with a fake clock and a fake
-executor; see opsdctl/plan/simulate.py for the model and docs/planner.md for the figures. `--also` adds scenarios
+executor; see opsdctl/sim/ for the model and docs/planner.md for the figures. `--also` adds scenarios
 (other mixes of true effects); `--policy` measures the named policies (repeat it; default: the
 published rows). Prints the markdown tables and writes
 benchmarks/results/simulate.json and simulate.md (or --out DIR).
@@ -56,7 +56,7 @@ started in a session."""
 
 def _scenario(job: tuple) -> dict:
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import run_benchmark
+    from opsdctl.sim.results import run_benchmark
 
     sessions, seed, hours, effects, policies = job
     return run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=effects, policies=policies)
@@ -68,7 +68,9 @@ def _effects(text: str) -> tuple[float, ...]:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
-    from opsdctl.plan.simulate import DEFAULT_EFFECTS, POLICIES, write_results
+    from opsdctl.sim.replay import POLICIES
+    from opsdctl.sim.results import write_results
+    from opsdctl.sim.world import DEFAULT_EFFECTS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=1000, help="sessions per policy")
@@ -78,7 +80,7 @@ def main(argv=None) -> int:
                     help="true effects of the candidates, points")
     ap.add_argument("--also", action="append", default=[], metavar="E1,E2,...", help="another scenario")
     ap.add_argument("--policy", action="append", default=None, metavar="NAME",
-                    help="measure this policy (repeatable; names as in opsdctl.plan.simulate.POLICIES; "
+                    help="measure this policy (repeatable; names as in opsdctl.sim.replay.POLICIES; "
                          "default: the published rows)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = ap.parse_args(argv)

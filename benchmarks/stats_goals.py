@@ -6,7 +6,7 @@ A wrong prior (true sigma 2.5 against the published 1.48), a setup offset of +1 
 compare re-run after every run up to 6 runs per arm (whole sessions of looks: a session counts
 once if any of its looks says `better`), `compare BEST` after 6 null candidates, and
 power at +3 points with 3 runs per arm; the verdict rule is compare's own, vectorised
-(opsdctl.stats.operating; tests/unit/stats/test_operating.py checks it against build_report). Prints
+(opsdctl.sim.operating; tests/unit/sim/test_operating.py checks it against build_report). Prints
 the table and writes benchmarks/results/stats_goals.json and stats_goals.md.
 """
 
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(REPO))
     import numpy as np
 
-    from opsdctl.stats.operating import goals, goals_markdown, prior_weight_dips
+    from opsdctl.sim.operating import goals, goals_markdown, prior_weight_dips
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--studies", type=int, default=20000)

@@ -311,7 +311,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "extra_method_knobs": Key(_str_list, [], "method knobs your own train script reads (OPSD_<KNOB>)"),
         "executor": Key(_executor, "local", '"local", or "ray": run chains on a Ray cluster (docs/cluster.md)'),
         "ray_address": Key(_nonempty_str, None, 'with "ray": "auto", "ray://head:10001"...; unset starts a local Ray'),
-        "gpus_per_chain": Key(_int(lo=0, hi=1024), None, 'with "ray": GPUs each chain gets on one node [default: the devices count]'),
+        "gpus_per_chain": Key(_int(lo=0, hi=1024), None, "GPUs each chain gets: the local worker runs devices / gpus_per_chain "
+                              'chains at once on disjoint GPUs; with "ray", all on one node [default: the devices count]'),
     },
     "snapshot": {
         "exclude": Key(_globs, [], "globs kept out of every code snapshot, relative to code_dir, as in .gitignore "
@@ -353,12 +354,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "expect": Key(_expect, {}, "knob -> regex with one group: where the train log shows the value it used"),
         "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
         "metrics": Key(_metrics, {}, "name -> regex with one numeric group, read from the train log per step"),
+        "gpus": Key(_int(lo=1, hi=1024), None, "GPUs this stage gets (local executor) [default: gpus_per_chain]"),
     },
     "stages.eval": {
         "command": Key(_nonempty_str, None, "eval command template"),
         "prestart": Key(_bool, None, "start the eval while its train stage runs, to wait for the go on OPSD_GO_FD "
                         "(its imports off the idle GPU) [default: on for the built-in evaluator, off otherwise]"),
         "timeout_minutes": Key(_number(positive=True, hi=YEAR_MINUTES, unit=" (a year)"), None, "stop the stage after this long"),
+        "gpus": Key(_int(lo=1, hi=1024), None, "GPUs this stage gets (local executor) [default: gpus_per_chain]"),
     },
     "baseline": {
         "variant": Key(_nonempty_str, None, "the variant others are compared with"),
@@ -383,6 +386,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
                                "a hook running longer is stopped and logged"),
         "budget_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 30.0,
                               "budget.nearly_spent fires once when this little usable time is left"),
+    },
+    "host": {
+        "ram_gib_per_chain": Key(_number(lo=0, hi=1e6), None, "host RAM one chain's processes take, GiB; the worker "
+                                 "refuses more chains at once than the host holds (0 = no check) [default: the profile's]"),
+        "cpus_per_chain": Key(_number(lo=0, hi=1e6), None, "CPU cores one chain keeps busy (0 = no check) "
+                              "[default: the profile's]"),
     },
     "queue": {
         "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),
@@ -519,6 +528,45 @@ def find_config(explicit: Optional[str] = None) -> Path:
     return path.resolve()
 
 
+def check_gpu_layout(n_devices: int, per_chain: Optional[int], stage_gpus: dict, executor: str, where: str,
+                     shared_recipe: bool = False) -> int:
+    """The GPU layout rule, one place (config load, and the worker once `devices = "all"` is counted):
+    slots are disjoint groups of `gpus_per_chain` devices, so it must divide the devices count; a
+    stage's own `gpus = k` is an aligned block of k, so k must divide it too; chains at once need
+    their own recipe file (`shared_recipe`: recipe_env_path without snapshot_code). Returns how
+    many chains the local worker runs at once: devices / the smallest stage's GPUs (1 without GPUs)."""
+    if executor == "ray":
+        for stage in stage_gpus:
+            raise UserError(f'{where}: [stages.{stage}] gpus is for the local executor; with executor = "ray" '
+                            "every stage of a chain gets its gpus_per_chain GPUs on one node: remove it")
+        return 1
+    if n_devices == 0:
+        if per_chain:
+            raise UserError(f"{where}: gpus_per_chain = {per_chain} but [gpus] devices = []: list the GPUs to share "
+                            "out (devices = [0, 1, 2, 3]), or remove gpus_per_chain")
+        for stage, k in stage_gpus.items():
+            raise UserError(f"{where}: [stages.{stage}] gpus = {k} but [gpus] devices = []: list the GPUs, or "
+                            f"remove [stages.{stage}] gpus")
+        return 1
+    divisors = ", ".join(str(d) for d in range(1, n_devices + 1) if n_devices % d == 0)
+    if per_chain is not None and not 1 <= per_chain <= n_devices:
+        raise UserError(f"{where}: gpus_per_chain = {per_chain}: must be between 1 and the {n_devices} device(s) "
+                        f"of [gpus] devices ({divisors})")
+    if per_chain is not None and n_devices % per_chain:
+        raise UserError(f"{where}: gpus_per_chain = {per_chain} does not divide the {n_devices} devices of [gpus] "
+                        f"devices: chains run on disjoint groups of gpus_per_chain GPUs; pick one of {divisors}")
+    for stage, k in stage_gpus.items():
+        if k > n_devices or n_devices % k:
+            raise UserError(f"{where}: [stages.{stage}] gpus = {k} does not divide the {n_devices} device(s) of "
+                            f"[gpus] devices: a stage runs on an aligned block of its GPUs; pick one of {divisors}")
+    widths = [stage_gpus.get(stage, per_chain or n_devices) for stage in ("train", "eval")]
+    at_once = n_devices // min(widths)
+    if shared_recipe and at_once > 1:
+        raise UserError(f"{where}: [stages.train] recipe_env_path with {at_once} chains at once (gpus_per_chain, "
+                        "[stages.*] gpus) needs snapshot_code = true: they would share one recipe file in code_dir")
+    return at_once
+
+
 def load_config(path: Path) -> Config:
     path = Path(path)
     raw = read_toml_file(path.resolve())  # unreadable, not UTF-8, invalid or too deep: one line
@@ -571,10 +619,15 @@ def config_from_dict(raw: dict, base_dir: Path, path: Optional[Path] = None) -> 
         if knob not in knobs.HPARAMS and knob not in knobs.METHOD_KNOBS and knob not in extra:
             raise UserError(f"{where}: [stages.train.expect] {knob}: not a recipe knob{knobs_hint(knob, extra)}; "
                             "expect maps a knob to the log pattern that shows its value")
-    if (sections["stages.train"]["recipe_env_path"] and not base["snapshot_code"]
-            and base["executor"] == "ray"):
+    stage_gpus = {stage: sections[f"stages.{stage}"]["gpus"] for stage in ("train", "eval")
+                  if sections[f"stages.{stage}"]["gpus"] is not None}
+    shared_recipe = bool(sections["stages.train"]["recipe_env_path"]) and not base["snapshot_code"]
+    if shared_recipe and base["executor"] == "ray":
         raise UserError(f"{where}: [stages.train] recipe_env_path with executor = \"ray\" needs snapshot_code = true: "
                         "chains running at once would share one recipe file in code_dir")
+    if sections["gpus"]["devices"] != "all":  # "all" is counted when the worker starts (the same check)
+        check_gpu_layout(len(sections["gpus"]["devices"]), base["gpus_per_chain"], stage_gpus, base["executor"],
+                         where, shared_recipe)
 
     budget_raw = sections["budget"]
     chosen = [k for k in ("remaining_file", "deadline", "hours") if budget_raw[k] is not None]
@@ -732,7 +785,8 @@ snapshot_warn_mib = 100           # warn when a snapshot stores more new MiB tha
 extra_method_knobs = []           # method knobs your own train script reads, e.g. ["my_clip"]
 executor = "local"                # or "ray": chains on a Ray cluster, one per free node slot (docs/cluster.md)
 # ray_address = "auto"            # with "ray": "auto" (this machine is in the cluster), "ray://head:10001"
-# gpus_per_chain = 4              # with "ray": GPUs per chain, all on one node [default: the devices count]
+# gpus_per_chain = 1              # GPUs per chain: devices / gpus_per_chain chains run at once, each on its
+                                  #   own GPUs (with "ray": all on one node) [default: the devices count]
 
 [snapshot]
 exclude = []                      # globs kept out of every snapshot, as in .gitignore: ["*.ckpt", "outputs/"]
@@ -765,13 +819,14 @@ objective = "submission"          # adaptive: bet on the submission (`advise`'s 
 # Stage command templates. Placeholders are substituted shell-quoted, so write them bare (never
 # inside '...', "...", a here-document or an eval: refused):
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
-# {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
-# for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
+# {{checkpoint}} {{num_problems}} {{k}} (eval) {{grad_accum}} (train) {{gpus}} {{num_gpus}} {{python}} {{profile}}.
+# Write {{{{ and }}}} for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
 # Each stage runs in its own process group with cwd = the code snapshot, its output in
 # runs/<chain_id>/<stage>.log, and OPSD_<KNOB> variables for every recipe knob.
 [stages.train]
 command = "{cmds["train"]}"
 checkpoint = "{DEFAULT_CHECKPOINT}"   # must exist when the stage exits 0
+# gpus = 4                        # this stage's GPUs [default: gpus_per_chain]; {{num_gpus}} and {{gpus}} say them
 {recipe_env}
                                   #   (relative to the chain's code snapshot; what was there is put back after)
 # timeout_minutes = 40
@@ -784,6 +839,7 @@ checkpoint = "{DEFAULT_CHECKPOINT}"   # must exist when the stage exits 0
 [stages.eval]                     # score: <stage_dir>/result.json, else the log's last FINAL line
 command = "{cmds["eval"]}"
 # timeout_minutes = 60
+# gpus = 1                        # e.g. each evaluation on one GPU while a train stage takes four
 # prestart = true                 # start it while training runs; it imports, then waits for the go on
                                   #   OPSD_GO_FD [default: on for the built-in evaluator, off for your own]
 
@@ -796,6 +852,10 @@ variant = "baseline"              # the variant every other one is compared with
 [compare]
 family = "all"                    # verdicts correct over every candidate tried in the store; or
                                   #   "since:2025-06-01" (queued since then), or ["a", "b", ...]
+
+[host]                            # what one chain's processes take from this machine: the worker refuses to
+# ram_gib_per_chain = 16          #   run more chains at once than its RAM and CPUs hold (0 = no check)
+# cpus_per_chain = 2              #   [default: the profile's, measured in docs/benchmarks.md]
 
 [queue]                           # how repeats are seeded; `queue --seed S`, --same-seed, --seed-per-repeat override
 {seeding}

@@ -39,7 +39,7 @@ class NvmlPeak:
 
     def __init__(self, cuda_index: int, pid: Optional[int] = None, probe=None, every_s: float = SAMPLE_EVERY_S,
                  uuid: Optional[str] = None):
-        from opsdctl.plan.gpus import probe_from_env
+        from opsdctl.daemon.gpu_probe import probe_from_env
 
         self.cuda_index = cuda_index
         self.uuid = uuid.removeprefix("GPU-") if uuid else None  # CUDA's own id: right whatever the device order

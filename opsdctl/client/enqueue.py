@@ -6,7 +6,7 @@ before the store is written; the store write is one transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -20,9 +20,9 @@ from opsdctl.daemon import disk_reserve, frozen_stages
 from opsdctl.identity import snapshot as snap
 from opsdctl.daemon.env_errors import environment_problem
 from opsdctl.identity.snapshot_lock import snapshot_lock
+from opsdctl.store import chain_rows
 from opsdctl.store.engine import Store, get_chain, next_repeat, next_seq, variants_named
-from opsdctl.store.models import Chain, CodeSnapshot, Variant, utcnow, variant_label
-from opsdctl.store.chain_copy import copy_chain
+from opsdctl.store.models import Chain, CodeSnapshot, Variant, variant_label
 from opsdctl.store.open_read import open_reader
 from opsdctl.store.states import State
 
@@ -179,6 +179,7 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
     spec_hash = frozen_stages.commands_hash(spec)
     with store.write() as session:
         snapshot_row = _snapshot_row(session, frozen)
+        runs = chain_rows.Frozen(cfg.profile, snapshot_row.id, frozen.path, spec, spec_hash)
         seen: dict[str, Variant] = {}
         for recipe in recipes:
             variant = seen.get(recipe.hash) or _register_variant(session, recipe, force, notes)
@@ -189,24 +190,9 @@ def _record_queue(cfg: Config, store: Store, recipes: list[Recipe], frozen: snap
             seq = next_seq(session)
             for i in range(repeats):
                 repeat = first + i
-                chain = Chain(
-                    variant_id=variant.id,
-                    seed=seed if same_seed else seed + repeat,
-                    repeat=repeat,
-                    priority=priority,
-                    seq=seq + i,
-                    state=State.QUEUED.value,
-                    profile=cfg.profile,
-                    snapshot_id=snapshot_row.id,
-                    code_dir=frozen.path,
-                    stage_spec=spec,
-                    commands_hash=spec_hash,
-                    queued_at=utcnow(),
-                    eval_problems=setting.problems,
-                    eval_k=setting.k,
-                )
-                session.add(chain)
-                session.flush()
+                chain = chain_rows.training(session, variant.id, runs, seed=seed if same_seed else seed + repeat,
+                                            repeat=repeat, priority=priority, seq=seq + i,
+                                            eval_problems=setting.problems, eval_k=setting.k)
                 out.append(QueuedChain.of(chain, variant))
         if setting.partial:
             base = _baseline_partial(cfg, session, recipes, setting, snapshot_row=snapshot_row, code_dir=frozen.path,
@@ -235,14 +221,10 @@ def _baseline_partial(cfg: Config, session, recipes: list[Recipe], setting: part
         return None
     variant = versions[-1]
     last = next((c for c in reversed(chains) if c.variant_id == variant.id and not c.eval_only), None)
-    chain = Chain(variant_id=variant.id, seed=seed, repeat=next_repeat(session, variant.id), priority=0,
-                  seq=next_seq(session), state=State.QUEUED.value, profile=cfg.profile,
-                  snapshot_id=last.snapshot_id if last else snapshot_row.id,
-                  code_dir=last.code_dir if last else code_dir, stage_spec=last.stage_spec if last else spec,
-                  commands_hash=last.commands_hash if last else spec_hash, queued_at=utcnow(),
-                  eval_problems=setting.problems, eval_k=setting.k)
-    session.add(chain)
-    session.flush()
+    runs = (replace(chain_rows.Frozen.of(last), profile=cfg.profile) if last is not None
+            else chain_rows.Frozen(cfg.profile, snapshot_row.id, code_dir, spec, spec_hash))
+    chain = chain_rows.training(session, variant.id, runs, seed=seed, repeat=next_repeat(session, variant.id),
+                                priority=0, eval_problems=setting.problems, eval_k=setting.k)
     return QueuedChain.of(chain, variant)
 
 
@@ -372,7 +354,7 @@ def _requeue(store: Store, chain_id: int, priority: Optional[int], current: Opti
             again = queue_again(session.get(Variant, old.variant_id), old.seed, recipes_dir)
             raise UserError(f"chain {chain_id}: {why}, and a re-queue runs the same snapshot; queue it again from "
                             f"the code as it is now: `{again}`")
-        new = copy_chain(session, old, priority)
+        new = chain_rows.copy(session, old, priority)
         if current is not None:
             take_current_commands(new, old, current)
         return QueuedChain.of(new, session.get(Variant, new.variant_id))

@@ -34,8 +34,9 @@ from opsdctl.identity import snapshot as snap
 from opsdctl.client.enqueue import (QueuedChain, QueueResult, _snapshot_row, never_snapshotted, snapshot_globs,
                                  take_current_commands)
 from opsdctl.identity.snapshot_lock import snapshot_lock
-from opsdctl.store.engine import Store, get_chain, next_seq, stage_of, variants_named
-from opsdctl.store.models import Chain, Score, Stage, Variant, utcnow
+from opsdctl.store import chain_rows
+from opsdctl.store.engine import Store, get_chain, stage_of, variants_named
+from opsdctl.store.models import Chain, Score, Stage, Variant
 from opsdctl.store.states import State
 
 BASE = "base"
@@ -68,28 +69,13 @@ def queue_eval_only(cfg: Config, store_factory, target: str, *, name: Optional[s
             if trainer is not None:
                 _refuse_double_count(s, trainer, setting)  # again, inside the write: race-free
             row = _snapshot_row(s, frozen)
-            chain = Chain(
-                variant_id=variant.id,
-                seed=trainer.seed if trainer is not None else 0,
-                repeat=trainer.repeat if trainer is not None else 0,
-                priority=priority,
-                seq=next_seq(s),
-                state=State.QUEUED.value,
-                profile=cfg.profile,
-                snapshot_id=row.id,
-                code_dir=frozen.path,
-                stage_spec=spec,
-                commands_hash=frozen_stages.commands_hash(spec),
-                queued_at=utcnow(),
-                eval_problems=setting.problems,
-                eval_k=setting.k,
-                eval_only=True,
-                checkpoint=checkpoint,
-                trained_by=trainer.id if trainer is not None else None,
-                requeued_from=trainer.id if trainer is not None else None,  # a re-run of its eval
-            )
-            s.add(chain)
-            s.flush()
+            runs = chain_rows.Frozen(cfg.profile, row.id, frozen.path, spec, frozen_stages.commands_hash(spec))
+            trained_by = trainer.id if trainer is not None else None
+            chain = chain_rows.eval_only(s, variant.id, runs, checkpoint=checkpoint,
+                                         seed=trainer.seed if trainer is not None else 0,
+                                         repeat=trainer.repeat if trainer is not None else 0, priority=priority,
+                                         trained_by=trained_by, requeued_from=trained_by,  # a re-run of its eval
+                                         eval_problems=setting.problems, eval_k=setting.k)
             return QueueResult([QueuedChain.of(chain, variant)], notes, frozen)
 
 
@@ -113,17 +99,12 @@ def requeue_eval_only(store: Store, chain_id: int, *, partial_spec: Optional[str
                    else partial.of_chain(old))
         if trainer is not None:
             _refuse_double_count(s, trainer, setting)
-        new = Chain(
-            variant_id=old.variant_id, seed=old.seed, repeat=old.repeat,
-            priority=old.priority if priority is None else priority, seq=old.seq, state=State.QUEUED.value,
-            profile=old.profile, snapshot_id=old.snapshot_id, code_dir=old.code_dir, requeued_from=old.id,
-            stage_spec=old.stage_spec, commands_hash=old.commands_hash, queued_at=utcnow(), eval_problems=setting.problems, eval_k=setting.k, eval_only=True,
-            checkpoint=checkpoint, trained_by=trainer.id if trainer is not None else None,
-        )
+        new = chain_rows.eval_only(s, old.variant_id, chain_rows.Frozen.of(old), checkpoint=checkpoint, seed=old.seed,
+                                   repeat=old.repeat, priority=old.priority if priority is None else priority,
+                                   trained_by=trainer.id if trainer is not None else None, requeued_from=old.id,
+                                   seq=old.seq, eval_problems=setting.problems, eval_k=setting.k)
         if current is not None:
             take_current_commands(new, old, current)
-        s.add(new)
-        s.flush()
         return QueuedChain.of(new, s.get(Variant, new.variant_id))
 
 

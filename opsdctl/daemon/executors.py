@@ -1,20 +1,11 @@
-"""The worker's executor seam: how claimed chains are run, here or on a Ray cluster.
+"""The worker's executors: how claimed chains are run, here or on a Ray cluster.
 
-The worker loop (opsdctl/daemon/worker.py) drives an Executor:
-
-  has_room() -> bool              may another chain start now?
-  start(chain_id)                 run a claimed (`running`) chain
-  poll() -> [(chain_id, State)]   chains that ended since the last poll
-  busy() -> int                   chains started and not ended yet
-  stop_remote_stage               None, or stage row -> KillReport | None: recovery's way to stop
-                                  a dead worker's stage processes on another machine
-  close()                         the worker leaves: stop what still runs, give resources back
-
-`executor = "local"` (the default): SerialExecutor, one chain at a time on this machine;
-start() runs the chain to its end with LocalExecutor.run_chain before it returns, so the loop
-behaves exactly as a plain `run_chain` loop. `executor = "ray"`: opsdctl.daemon.ray_cluster,
-one chain per free node slot of a Ray cluster, each run on its node by the same LocalExecutor
-code. Ray is imported only there, only when configured.
+Both sit behind the worker loop's one Executor seam (opsdctl.plan.loop.Executor: has_room,
+start, poll, busy, close, stop_remote_stage). `executor = "local"` (the default):
+opsdctl.daemon.local.LocalExecutor, each chain in a thread of its own on this machine, as many at
+once as the GPU layout holds (gpus_per_chain; unset: one at a time). `executor = "ray"`:
+opsdctl.daemon.ray_cluster, one chain per free node slot of a Ray cluster, each run on its node
+by the same ChainRun code. Ray is imported only there, only when configured.
 """
 
 from __future__ import annotations
@@ -22,49 +13,27 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional
 
-from opsdctl.daemon.local import LocalExecutor, StopRequest
-from opsdctl.store.states import State
+from opsdctl.daemon.activity import ActivityBoard
+from opsdctl.daemon.local import LocalExecutor, make_context
+from opsdctl.daemon.run_context import StopRequest
 
 
 def executor_kind(cfg) -> str:
     return cfg.section("").get("executor") or "local"
 
 
-class SerialExecutor:
-    """The local executor behind the seam: one chain at a time, run to its end in start()."""
-
-    stop_remote_stage = None
-
-    def __init__(self, local: LocalExecutor):
-        self.local = local
-        self._ended: list[tuple[int, State]] = []
-
-    def has_room(self) -> bool:
-        return True
-
-    def busy(self) -> int:
-        return 0
-
-    def start(self, chain_id: int) -> None:
-        self._ended.append((chain_id, self.local.run_chain(chain_id)))
-
-    def poll(self) -> list[tuple[int, State]]:
-        out, self._ended = self._ended, []
-        return out
-
-    def close(self) -> None:
-        pass
-
-
 def make_executor(cfg, store, gate, stop: StopRequest, report: Callable[[str], None],
-                  worker_run_id: Optional[int] = None, budget_left: Optional[Callable[[], Optional[float]]] = None):
-    """The executor the config asks for. `gate` is the worker's; the Ray executor builds each
-    node's own gate there (GPU checks and per-stage budget checks run where the GPUs are)."""
+                  worker_run_id: Optional[int] = None, budget_left: Optional[Callable[[], Optional[float]]] = None,
+                  *, board: Optional[ActivityBoard] = None, layout=None):
+    """The executor the config asks for. `gate` is the worker's (behind run_context.SerialGate:
+    the loop and the chains' threads share it); the Ray executor builds each node's own gate
+    there (GPU checks and per-stage budget checks run where the GPUs are)."""
     if executor_kind(cfg) == "ray":
         from opsdctl.daemon.ray_cluster import RayExecutor
 
         return RayExecutor(cfg, store, stop, report, worker_run_id, budget_left)
-    return SerialExecutor(LocalExecutor(cfg, store, gate, stop, report, worker_run_id))
+    board = board if board is not None else ActivityBoard(store, worker_run_id)
+    return LocalExecutor(make_context(cfg, store, gate, stop, report, board, layout))
 
 
 def worker_gate_config(cfg):

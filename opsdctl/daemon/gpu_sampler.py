@@ -1,7 +1,7 @@
 """Peak GPU memory and mean utilisation of a stage, sampled by the worker with NVML, whatever the
 script (our trainer, a user's `train_capped.sh`, an evaluator).
 
-A background thread asks the probe (opsdctl.plan.gpus: NVML, or the FakeProbe stand-in on CPU
+A background thread asks the probe (opsdctl.daemon.gpu_probe: NVML, or the FakeProbe stand-in on CPU
 machines) every `[gpus] sample_seconds` and looks only at the stage's granted GPUs:
 
 - memory, attributed to the stage's own processes (its leader and their descendants) when
@@ -23,7 +23,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Sequence
 
-from opsdctl.plan.gpus import GpuInfo, GpuProbe, ProbeUnavailable, probe_from_env
+from opsdctl.daemon.gpu_probe import GpuInfo, GpuProbe, ProbeUnavailable, probe_from_env
 
 DEFAULT_INTERVAL_S = 1.0
 

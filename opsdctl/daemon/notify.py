@@ -33,7 +33,7 @@ from typing import Callable, Optional
 from opsdctl.config import Config
 from opsdctl.plan.budget import CLOCK_KEY, BudgetView, fmt_duration
 from opsdctl.daemon.progress_clock import STORE_LAG_S, stalled
-from opsdctl.store import credentials
+from opsdctl.store import credentials, queries
 from opsdctl.store.engine import Store, get_meta, running_stages, set_meta
 from opsdctl.store.models import Chain, Outbox, Variant, utcnow
 from opsdctl.store.outbox import EventKind, mark_sent, pending, record
@@ -142,11 +142,11 @@ class Notifier:
 
     def _look_verdicts(self) -> None:
         reader = open_reader(self.store)
-        scored = int(reader.value("SELECT count(*) FROM score") or 0)
+        scored = int(reader.value(queries.SCORE_COUNT) or 0)
         if scored == self._scored:
             return  # verdicts move only with new scores
         self._scored = scored  # set first: a report that fails is said once per new score, not every second
-        from opsdctl.plan.report import store_report
+        from opsdctl.plan.store_report import store_report
 
         report = store_report(self.cfg, reader)
         now = {e.name: {"verdict": e.verdict, "n": e.n} for e in report.full}

@@ -8,10 +8,11 @@ What runs where
   only claims a chain once such a slot is ready, so queued chains stay queued (and admission
   stays honest) while the cluster is full. The slot's node is recorded as chain.node_id.
 - A ChainRunner actor in that slot (named `opsdctl-chain-<id>` in the store's namespace) runs
-  the chain on its node with the local executor's own code, LocalExecutor.run_chain: the same
+  the chain on its node with the local executor's own code (opsdctl.daemon.chain_run): the same
   stage contract, spawn, environment, watch loop and result ingestion. Its [gpus] devices are
-  the GPUs Ray assigned to it, and its gate is built there (make_planner_gate): the GPU gate and the
-  per-stage budget checks run on the node that has the GPUs. It opens the store itself and
+  the GPUs Ray assigned to it, and its gate is built there (make_planner_gate): the per-stage
+  budget checks and the NVML gate of its GPUs (opsdctl.daemon.gpu_gate) run on the node that has
+  the GPUs. It opens the store itself and
   writes every state, stage row, progress record, score and training statistic directly, so the
   store must be reachable from every node: PostgreSQL for a cluster (SQLite only when the whole
   "cluster" is one machine, as in the tests).
@@ -63,7 +64,8 @@ from opsdctl.errors import UserError
 from opsdctl.plan.budget import CLOCK_KEY, budget_now
 from opsdctl.daemon import procs
 from opsdctl.store.chain_copy import interrupt_and_requeue
-from opsdctl.daemon.local import LocalExecutor, StopRequest
+from opsdctl.daemon.local import make_context, run_chain_here
+from opsdctl.daemon.run_context import StopRequest
 from opsdctl.daemon.ray_local import local_init_kwargs
 from opsdctl.store.engine import Store, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
@@ -218,8 +220,8 @@ class ChainRunner:
                 start = get_meta(s, CLOCK_KEY)
             self.clock_start = float(start) if start else None
         gate = self.gate_factory(cfg, self._budget_left, store, self._report)
-        executor = LocalExecutor(cfg, store, gate, self.stop, self._report, None)
-        return executor.run_chain(self.chain_id).value
+        ctx = make_context(cfg, store, gate, self.stop, self._report)
+        return run_chain_here(ctx, self.chain_id).value
 
     def interrupt(self, reason: str, force: bool = False) -> None:
         self.stop.set(reason)

@@ -10,7 +10,9 @@ cancel and the worker's SIGTERM. Two facts still tie it to the stage:
   stage leader nor one it had before the stage started, and that runs in another session than
   the worker's (every stage starts its own; a plain subprocess the worker or its host program
   starts meanwhile stays in the worker's), is a stage's orphan.
-`lineage()` lists both; the executor hands it to procs.stop_stage. What remains out of reach
+`lineage()` lists both; the executor hands it to procs.stop_stage. With several chains running
+at once (opsdctl.daemon.lineages), an adopted orphan is a stage's only when that stage's watch
+saw it among its descendants, or when no other chain runs a stage. What remains out of reach
 (docs/reliability.md): descendants of a worker that was SIGKILLed (they go to init), processes
 started through another service (systemd-run, at, ssh, a container runtime), and other users'.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import Iterable
+from typing import Callable, Iterable
 
 import psutil
 
@@ -45,10 +47,12 @@ def children() -> set[int]:
         return set()
 
 
-def lineage(leader: int, known: Iterable[int]) -> list[psutil.Process]:
+def lineage(leader: int, known: Iterable[int], ours: Callable[[int], bool] = lambda pid: True) -> list[psutil.Process]:
     """The stage's processes by descent: the leader's descendants now, and the orphans this
     process adopted (its children other than `known`: stage leaders, and the children it had
-    before the stage started). Adopted orphans that already exited are reaped here."""
+    before the stage started) that `ours` gives this stage (with several chains running, an
+    orphan is a stage's only if the stage was seen as its ancestor). Adopted orphans that
+    already exited are reaped here."""
     out: dict[int, psutil.Process] = {}
     try:
         for p in psutil.Process(leader).children(recursive=True):
@@ -64,7 +68,7 @@ def lineage(leader: int, known: Iterable[int]) -> list[psutil.Process]:
     for child in mine:
         if child.pid in skip or _session(child.pid) in (own_session, None):
             continue
-        if _reaped(child.pid):
+        if _reaped(child.pid) or not ours(child.pid):
             continue
         out[child.pid] = child
         try:

@@ -1,4 +1,5 @@
-"""`opsdctl worker`: the one process per store that runs queued chains, one at a time.
+"""`opsdctl worker`: the one process per store that runs queued chains (one at a time, or as many
+at once as the GPU layout holds: gpus_per_chain).
 
 Start-up: take the store's worker lock (a second worker exits naming the holder), record this
 worker run, start the budget clock (hours budgets), then recover: every chain still marked
@@ -7,12 +8,12 @@ ours, are stopped (orphans hold GPU memory), and the chain is marked `interrupte
 re-queued as a fresh chain pointing at it.
 
 Loop (opsdctl/plan/loop.py, the one loop; the simulator runs it too): ask the gate for the run
-order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/daemon/executors.py: `local` runs it here to
-its end; `ray` starts it on a free node slot of a Ray cluster, several at once). With --drain
-the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM stop the
-running stage's process group and mark its chain `interrupted`, re-queued as after a SIGKILL
-(finished work salvaged: a trained chain resumes at its eval; `opsdctl cancel` drops it); a
-second signal skips the TERM grace period.
+order, admit the first chain it starts, claim it with a guarded `queued -> running`, and hand it to the executor (opsdctl/daemon/executors.py: `local` runs it here
+in a thread of its own, on its own GPUs; `ray` starts it on a free node slot of a Ray cluster).
+With --drain the worker exits when nothing runnable is queued and nothing runs. SIGINT/SIGTERM
+stop every running stage's process group and mark each chain `interrupted`, re-queued as after a
+SIGKILL (finished work salvaged: a trained chain resumes at its eval; `opsdctl cancel` drops it);
+a second signal skips the TERM grace period.
 """
 
 from __future__ import annotations
@@ -37,8 +38,11 @@ from opsdctl.daemon.env_errors import environment_problem
 from opsdctl.daemon.auto_export import exporter_for
 from opsdctl.daemon.notify import start_notifier
 from opsdctl.daemon.salvage import recover_chain
-from opsdctl.daemon.executors import make_executor, worker_gate_config
-from opsdctl.daemon.local import StopRequest, run_dir_of
+from opsdctl.daemon.activity import ActivityBoard
+from opsdctl.daemon.executors import executor_kind, make_executor, worker_gate_config
+from opsdctl.daemon.gpu_probe import resolve_devices
+from opsdctl.daemon.run_context import SerialGate, StopRequest, run_dir_of
+from opsdctl.plan.slots import Layout, layout_of
 from opsdctl.store.engine import (
     Store,
     chains_in_state,
@@ -138,8 +142,12 @@ class Worker:
         self.report = report
         self.max_chains = max_chains
         self.stop = StopRequest()
+        # the GPU layout, once: the planner prices chains on it, the local executor shares it out
+        self.layout = (layout_of(cfg, resolve_devices(cfg.devices)) if executor_kind(cfg) != "ray"
+                       else Layout())
         self.gate = gate if gate is not None else make_planner_gate(
-            worker_gate_config(cfg), self.usable_seconds, store, report)
+            worker_gate_config(cfg), self.usable_seconds, store, report, self.layout)
+        self.board: Optional[ActivityBoard] = None  # set at start-up, once this worker run is recorded
         self.run_id: Optional[int] = None
         self.clock_start: Optional[float] = None
         self.keeper: Optional[BudgetKeeper] = None  # set at start-up, once the hours clock is known
@@ -159,7 +167,7 @@ class Worker:
         first = not self.stop
         self.stop.set(name)
         if first:
-            self.report(f"{name}: stopping the running stage (again to skip the {self.cfg.kill_grace_seconds:g}s grace)")
+            self.report(f"{name}: stopping the running stage(s) (again to skip the {self.cfg.kill_grace_seconds:g}s grace)")
         else:
             self.report(f"{name} again: killing now")
 
@@ -182,15 +190,16 @@ class Worker:
             ran = 0
             exit_reason = "stopped"
             try:
-                executor = make_executor(self.cfg, self.store, self.gate, self.stop, self.report, self.run_id,
-                                         self.usable_seconds)
+                gate = SerialGate(self.gate)  # the loop and every chain's thread ask it one at a time
+                executor = make_executor(self.cfg, self.store, gate, self.stop, self.report, self.run_id,
+                                         self.usable_seconds, board=self.board, layout=self.layout)
                 exporter = None
                 notifier = start_notifier(self.cfg, self.store, self.report, self._budget_view)  # [notify]
                 try:
                     recover(self.store, self.cfg, self.report, remote_stop=executor.stop_remote_stage,
                             any_host=lock.store_wide)
                     exporter = exporter_for(self.cfg, self.store, self.report, self._budget_view)  # [export], the bet
-                    ran = self._loop(executor)
+                    ran = self._loop(executor, gate)
                 finally:
                     executor.close()  # on a stop or an error: stop what still runs elsewhere
                     if exporter is not None:
@@ -225,6 +234,7 @@ class Worker:
                     start = repr(time.time())
                     set_meta(s, CLOCK_KEY, start)
                 self.clock_start = float(start)
+        self.board = ActivityBoard(self.store, self.run_id)
         self.keeper = BudgetKeeper(self.cfg.budget, self.clock_start, self.store, report=self.report)
         budget = self.keeper.view()
         self.report(f"worker {os.getpid()} on {self.store.safe_url()}; budget: {budget.text()}")
@@ -239,19 +249,13 @@ class Worker:
         except Exception:  # the store may be the reason we are exiting
             pass
 
-    def _activity(self, text: str) -> None:
-        with self.store.write() as s:
-            row = s.get(WorkerRun, self.run_id)
-            row.activity = text
-            row.heartbeat_at = utcnow()
-
-    def _loop(self, executor) -> int:
+    def _loop(self, executor, gate) -> int:
         """The one worker loop (opsdctl.plan.loop) over the store's queue and this executor."""
         hold = (lambda: hold_reason(self.keeper.view())) if self.keeper is not None else (lambda: None)
         loop = WorkerLoop(
-            self.gate, StoreQueue(self.store), executor, WallClock(lambda: bool(self.stop)),
+            gate, StoreQueue(self.store), executor, WallClock(lambda: bool(self.stop)),
             options=LoopOptions(drain=self.drain, max_chains=self.max_chains, poll_s=self.cfg.poll_seconds),
-            report=self.report, activity=self._activity, stopped=lambda: bool(self.stop), hold=hold,
+            report=self.report, activity=self.board.loop, stopped=lambda: bool(self.stop), hold=hold,
         )
         return loop.run()
 

@@ -70,11 +70,10 @@ class BudgetKeeper:
         self.deadline = deadline
         if self.store is None or (self._stored is not None and abs(deadline - self._stored) < REWRITE_S):
             return
-        from opsdctl.store.engine import set_meta
+        from opsdctl.store.engine import save_meta
 
         try:
-            with self.store.write() as s:
-                set_meta(s, LAST_DEADLINE_KEY, repr(deadline))
+            save_meta(self.store, LAST_DEADLINE_KEY, repr(deadline))
             self._stored = deadline
         except Exception:  # status's copy is a courtesy; the worker's own is in memory
             pass

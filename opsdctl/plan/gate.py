@@ -14,9 +14,11 @@ the gate, which turns them into a Skip when it gives up). `Skip` from `grant` en
 `skipped`. `Stop` from `on_progress` stops the stage's process group and ends the chain in
 `state` with the reason (the stage's partial result is kept, flagged partial).
 
-The worker's Gate is the planner (opsdctl.plan.planner.make_planner_gate: GPU gate with NVML,
-budget admission, duration estimates, adaptive order, futility); tests drive the worker with
-simpler gates of their own.
+The worker's Gate is the planner (opsdctl.plan.planner.make_planner_gate: budget admission,
+duration estimates, adaptive order, futility); tests drive the worker with simpler gates of their
+own. Which GPUs a stage runs on is not the gate's: the worker's GPU pool hands each stage its own
+(opsdctl.daemon.gpu_pool) and checks them with NVML (opsdctl.daemon.gpu_gate). A Grant's `gpus`
+are used only when the worker has no GPUs of its own to share out ([gpus] devices = []).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Protocol, Sequence, Union
 
-from opsdctl.errors import UserError
 from opsdctl.store.states import State
 
 
@@ -125,22 +126,3 @@ class Gate(Protocol):
     def on_progress(self, chain: ChainInfo, stage: str, record: dict) -> Optional[Stop]: ...
 
     def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None: ...
-
-
-def resolve_devices(devices) -> tuple[int, ...]:
-    """Configured devices as CUDA indices; "all" asks NVML how many there are."""
-    if devices == "all":
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            try:
-                return tuple(range(pynvml.nvmlDeviceGetCount()))
-            finally:
-                pynvml.nvmlShutdown()
-        except Exception as exc:  # NVML missing: no driver, no GPUs
-            raise UserError(
-                f'[gpus] devices = "all" but NVIDIA\'s NVML is not available here ({type(exc).__name__}); '
-                "list the devices, or set devices = [] to run without GPUs"
-            ) from None
-    return tuple(devices)

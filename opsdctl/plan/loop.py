@@ -1,14 +1,15 @@
 """The worker loop, once: order the queue, admit against the budget, claim, hand to the executor,
 collect what ended, idle or drain. `opsdctl worker` runs it over the store and a real executor
-(opsdctl/daemon/worker.py); the simulator (opsdctl/plan/simulate.py) runs this very class over an
+(opsdctl/daemon/worker.py); the simulator (opsdctl/sim/) runs this very class over an
 in-memory queue, a fake clock and a fake executor, so its figures measure the code users run.
 
 What the loop is given:
   gate      opsdctl.plan.gate.Gate: the order (the planner's: policy, auto-repeat), admission
   queue     ChainQueue: the queued chains in store order, and the two writes the loop makes
             (skip a chain with its reason, claim one `queued -> running`)
-  executor  Executor: has_room() / start(id) / poll() -> [(id, State)] / busy(); the local
-            one runs a chain to its end inside start(), the Ray one starts it on a node
+  executor  Executor (declared here, once): has_room() / start(id) / poll() -> [(id, State)] /
+            busy() / close(); the local one runs each chain in a thread of its own on its own
+            GPUs, the Ray one starts it on a node, the simulator's replays it on a fake clock
   clock     Clock: now() (monotonic seconds) and sleep(seconds)
 The gate's `idle_reason()` (optional) says why nothing more is planned while budget is left
 (an auto-repeat cap the user set); the loop logs it when it goes idle.
@@ -37,13 +38,21 @@ class ChainQueue(Protocol):
 
 
 class Executor(Protocol):
-    def has_room(self) -> bool: ...
+    """How claimed chains run: the worker's (opsdctl.daemon.executors) and the simulator's."""
 
-    def start(self, chain_id: int) -> None: ...
+    # None, or stage row -> KillReport | None: recovery's way to stop a dead worker's stage
+    # processes on another machine (the Ray executor's)
+    stop_remote_stage: Optional[Callable]
 
-    def poll(self) -> list[tuple[int, State]]: ...
+    def has_room(self) -> bool: ...  # may another chain start now (a free slot, a free node)?
 
-    def busy(self) -> int: ...
+    def start(self, chain_id: int) -> None: ...  # run a claimed (`running`) chain
+
+    def poll(self) -> list[tuple[int, State]]: ...  # chains that ended since the last poll
+
+    def busy(self) -> int: ...  # chains started and not ended yet
+
+    def close(self) -> None: ...  # the worker leaves: stop what still runs, give resources back
 
 
 class Clock(Protocol):

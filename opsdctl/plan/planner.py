@@ -6,13 +6,13 @@ PlannerGate answers the worker's five questions with:
                auto_repeat_first), one extra chain it queues itself; status calls the same
                method with dry_run (nothing queued) to show the order the worker follows;
   admit     -> the policy's skips, then admission.admit_chain on the duration estimates;
-  grant     -> admission re-checks (the whole chain before train, the eval before eval), then
-               the GPU check (gpus.check_gpus: devices exist, >= min_free_mib free), waiting up
-               to gpu_wait_minutes and then skipping with the holders named;
+  grant     -> admission re-checks (the whole chain before train, the eval before eval) and the
+               stage's estimate; which GPUs, and whether NVML says they are free, is the worker's
+               (opsdctl.daemon.gpu_pool, opsdctl.daemon.gpu_gate), never the planner's;
   on_progress -> futility.judge_look on the eval's look records (opt-in) -> Stop(stopped-futile);
-  released  -> waits (bounded) until the stage's own pids hold no GPU memory.
-It reads the world through `Facts` (the store for the worker, a simulated session for
-`opsdctl simulate`) and time through an injectable clock, so the simulator drives this very
+  released  -> nothing (the worker waits for a stage's GPU memory itself).
+It reads the world through `Facts` (opsdctl.plan.facts: the store for the worker, a simulated
+session for `opsdctl simulate`) and time through an injectable clock, so the simulator drives this very
 class, not a copy of its rules.
 """
 
@@ -21,28 +21,19 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Optional, Sequence
 
 from opsdctl.plan import admission, advise, policy
-from opsdctl.plan.durations import Estimator, Sample
+from opsdctl.plan.durations import Estimator
+from opsdctl.plan.facts import Facts, NoFacts
 from opsdctl.plan.futility import FutilityContext, judge_look
 from opsdctl.plan.policy import SUBMISSION
-from opsdctl.plan.gate import (
-    AUTO_REPEAT_REASON,
-    ChainInfo,
-    Grant,
-    Skip,
-    Start,
-    Stop,
-    Wait,
-    chain_info,
-)
+from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop
+from opsdctl.plan.slots import Layout
+from opsdctl.plan.store_facts import StoreFacts
 from opsdctl.stats.report import Report
 from opsdctl.store.states import State
-from opsdctl.store.open_read import open_reader
 
-RELEASE_POLL_S = 0.25
-PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `opsdctl status`
 
 
 @dataclass(frozen=True)
@@ -57,36 +48,12 @@ class PlannerSettings:
     baseline: Optional[str] = None  # [baseline] variant (a name, or name@vN)
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
-    devices: tuple = ()  # CUDA indices to grant; () = no GPUs
-    gated: bool = False  # check GPUs through a probe before each stage
-    min_free_mib: int = 0
-    gpu_wait_s: float = 30 * 60.0
-    release_wait_s: float = 3 * 60.0
+    layout: Layout = Layout()  # the worker's GPUs and slots (no GPUs: one chain at a time)
     poll_s: float = 2.0
 
     @property
     def defaults(self) -> dict:
         return dict(self.defaults_s)
-
-
-class Facts(Protocol):
-    """What the planner reads (and the one thing it may write: an --auto-repeat chain)."""
-
-    def runs(self) -> list: ...  # compare.RunRecord of every succeeded, scored chain
-
-    def samples(self) -> list[Sample]: ...  # succeeded stages' durations
-
-    def baseline_label(self) -> Optional[str]: ...
-
-    def dropped(self) -> dict[str, str]: ...  # variant label -> why its runs stop (futile)
-
-    def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]: ...
-
-    def reeval_targets(self, runs: list) -> dict: ...  # label -> reeval.Target: the training a re-eval would take
-
-    def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]: ...
-
-    def save_plan(self, doc: dict) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +73,6 @@ class PlannerGate:
         settings: PlannerSettings,
         facts: Facts,
         budget_left: Optional[Callable[[], Optional[float]]] = None,
-        probe=None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         report: Callable[[str], None] = lambda msg: None,
@@ -114,7 +80,6 @@ class PlannerGate:
         self.settings = settings
         self.facts = facts
         self.budget_left = budget_left or (lambda: None)
-        self.probe = probe
         self.clock = clock
         self.sleep = sleep
         self.report = report
@@ -122,11 +87,9 @@ class PlannerGate:
         self.estimator = Estimator([], settings.defaults)
         self.compare: Optional[Report] = None  # the compare report of the last refresh (None: fifo)
         self.extra_queued = 0
-        self._waits: dict[tuple[int, str], float] = {}
         self._futility: dict[int, Optional[FutilityContext]] = {}
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
-        self._probe_warned = False
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
         self.runs: list = []  # the scored runs of the last refresh (compare's records)
         self.reevals: dict = {}  # label -> reeval.Target: the training a re-eval of it evaluates again
@@ -177,13 +140,11 @@ class PlannerGate:
             known.append(base)
         capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
-        candidates = getattr(self.facts, "candidates", None)
-        labels = candidates([c.chain_id for c in queued]) if candidates is not None and queued else {}
+        labels = self.facts.candidates([c.chain_id for c in queued]) if queued else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice, self.reevals = None, {}
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:  # objective verdicts: for what settles nothing
-            targets = getattr(self.facts, "reeval_targets", None)  # Facts that never re-evaluate may leave it out
-            self.reevals = targets(self.runs) if targets is not None else {}
+            self.reevals = self.facts.reeval_targets(self.runs)
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else
                      advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,
@@ -251,8 +212,7 @@ class PlannerGate:
         if first is not None:
             self._basis = first
         elif self._basis is None:
-            latest = getattr(self.facts, "latest_training", None)
-            self._basis = latest() if latest is not None else None
+            self._basis = self.facts.latest_training()
         return self._basis
 
     def _auto_next(self, p: policy.Plan) -> AutoNext:
@@ -299,46 +259,10 @@ class PlannerGate:
                else admission.admit_eval(evaluate.high_s, usable))
         if not fit.ok:
             return Skip(fit.reason)
-        grant = self._gpu_grant(chain, stage)
-        if not isinstance(grant, Grant):
-            return grant
         if stage == "eval" and self.settings.futility and not chain.partial:  # a screening run is cheap already
             full = self.plan is not None and chain.variant in self.plan.full_eval  # the policy needs its full score
             self._futility[chain.chain_id] = None if full else self._futility_context()
-        return replace(grant, estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
-
-    def _gpu_grant(self, chain: ChainInfo, stage: str):
-        s = self.settings
-        if not s.devices:
-            return Grant(())
-        if not s.gated or self.probe is None:
-            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-        from opsdctl.plan.gpus import ProbeUnavailable, check_gpus
-
-        try:
-            inv = self.probe.inventory()
-        except ProbeUnavailable as exc:
-            if not self._probe_warned:
-                self._probe_warned = True
-                self.report(f"GPU check unavailable ({exc}); granting {list(s.devices)} without it")
-            return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),))
-        check = check_gpus(inv, s.devices, s.min_free_mib)
-        key = (chain.chain_id, stage)
-        if not check.ok:
-            first = self._waits.setdefault(key, self.clock())
-            waited = self.clock() - first
-            if waited >= s.gpu_wait_s:
-                self._waits.pop(key, None)
-                return Skip(f"GPUs not ready after {waited / 60:.1f} min ([gpus] gpu_wait_minutes): {check.reason}")
-            return Wait(max(0.05, min(s.poll_s, s.gpu_wait_s - waited)), check.reason)
-        if key in self._waits:
-            waited = self.clock() - self._waits.pop(key)
-            self.report(f"chain {chain.chain_id}: GPUs ready for {stage} after waiting {waited:.0f}s")
-        tokens = {g.index_cuda: g.visible_as for g in inv if g.index_cuda is not None}
-        visible = None
-        if all(tokens.get(d) for d in s.devices):  # an inherited CUDA_VISIBLE_DEVICES: keep its spelling
-            visible = ",".join(tokens[d] for d in s.devices)
-        return Grant(tuple(s.devices), env=(("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),), visible=visible)
+        return Grant((), estimate_seconds=round((train if stage == "train" else evaluate).high_s, 1))
 
     # --- futility -------------------------------------------------------------------------
 
@@ -366,160 +290,16 @@ class PlannerGate:
     # --- released -------------------------------------------------------------------------
 
     def released(self, chain: ChainInfo, stage: str, pids: Sequence[int]) -> None:
-        s = self.settings
-        if not s.gated or self.probe is None or not pids:
-            return
-        from opsdctl.plan.gpus import ProbeUnavailable, own_holdings
-
-        start = self.clock()
-        while True:
-            try:
-                held = own_holdings(self.probe.inventory(), pids)
-            except ProbeUnavailable:
-                return
-            waited = self.clock() - start
-            if not held:
-                if waited >= 0.5:
-                    self.report(f"chain {chain.chain_id}: {stage}'s GPU memory released after {waited:.1f}s")
-                return
-            if waited >= s.release_wait_s:
-                what = ", ".join(f"pid {p.pid} {p.used_mib} MiB on GPU {i}" for i, p in held)
-                self.report(f"chain {chain.chain_id}: {stage}'s processes still hold GPU memory after "
-                            f"{waited:.0f}s ({what}); going on (the next stage's GPU check waits for free memory)")
-                return
-            self.sleep(RELEASE_POLL_S)
-
-
-# --- the store as Facts -------------------------------------------------------------------
-
-
-class StoreFacts:
-    """The store as Facts: reads through `reader` (the worker's open_reader(store), or status's own
-    reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
-
-    def __init__(self, cfg, store=None, reader=None):
-        self.cfg = cfg
-        self.store = store
-        self.reader = reader if reader is not None else open_reader(store)
-
-    def runs(self) -> list:
-        from opsdctl.stats.scores import run_records
-
-        return run_records(self.reader, baseline=self.baseline_label())
-
-    def candidates(self, chain_ids) -> dict[int, str]:
-        from opsdctl.stats.scores import candidate_labels
-
-        return candidate_labels(self.reader, chain_ids, self.baseline_label())
-
-    def samples(self) -> list[Sample]:
-        from opsdctl.plan.durations import history
-
-        return history(self.reader)
-
-    def baseline_label(self) -> Optional[str]:
-        base = self.cfg.baseline_variant
-        if not base or "@" in base:
-            return base
-        versions = self.reader.variants_named(base)
-        return versions[-1].label if versions else base
-
-    def dropped(self) -> dict[str, str]:
-        from opsdctl.store.values import variant_label
-
-        rows = self.reader.tuples(
-            "SELECT chain.id, chain.reason, variant.name, variant.version FROM chain "
-            "JOIN variant ON variant.id = chain.variant_id WHERE chain.state = :state ORDER BY chain.id",
-            state=State.STOPPED_FUTILE.value)
-        out: dict[str, str] = {}
-        for cid, reason, name, version in rows:
-            out.setdefault(variant_label(name, version),
-                           f"an evaluation of it was stopped as futile (chain {cid}: {reason})")
-        return out
-
-    def queue_repeat(self, variant: str, why: str) -> Optional[ChainInfo]:
-        """One more queued chain of candidate `variant` ("token-clip" or "token-clip @3f2a1c") with the
-        code snapshot of the candidate's latest chain: at that chain's seed under the same-seed
-        protocol ([queue] same_seed / the profile's), else a fresh one."""
-        from sqlalchemy import func, select
-
-        from opsdctl.stats.scores import candidate_labels
-        from opsdctl.store.engine import find_variant, next_repeat, next_seq
-        from opsdctl.store.models import Chain, utcnow
-
-        with self.store.read() as s:
-            v = find_variant(s, variant.split(" @")[0])
-            vid, kind = v.id, v.kind
-            ids = list(s.scalars(select(Chain.id).where(Chain.variant_id == vid, Chain.eval_only.is_(False))
-                                 .order_by(Chain.id.desc())))
-        labels = candidate_labels(self.reader, ids, self.baseline_label())
-        last_id = next((i for i in ids if labels.get(i) == variant), None)
-        if kind != "recipe" or last_id is None:  # the base model or an outside checkpoint: nothing to train
-            return None
-        from opsdctl.store.models import Variant
-
-        with self.store.write() as s:
-            v = s.get(Variant, vid)
-            last = s.get(Chain, last_id)
-            if self.cfg.seed_policy()[1]:  # the scorer's protocol: every repeat at the same seed
-                seed = last.seed
-            else:
-                seed = int(s.scalar(select(func.max(Chain.seed)).where(Chain.variant_id == v.id)) or 0) + 1
-            chain = Chain(variant_id=v.id, seed=seed, repeat=next_repeat(s, v.id), priority=0, seq=next_seq(s),
-                          state=State.QUEUED.value, profile=last.profile, snapshot_id=last.snapshot_id,
-                          code_dir=last.code_dir, stage_spec=last.stage_spec, commands_hash=last.commands_hash,
-                          queued_at=utcnow(), reason=f"{AUTO_REPEAT_REASON}{why}")
-            s.add(chain)
-            s.flush()
-            return chain_info(chain, v)
-
-    def latest_training(self) -> Optional[ChainInfo]:
-        """The store's latest chain with a train stage (what a repeat would cost like)."""
-        row = self.reader.value("SELECT max(id) FROM chain WHERE eval_only = :no", no=False)
-        if row is None:
-            return None
-        chain = self.reader.get_chain(int(row))
-        return chain_info(chain, self.reader.variant(chain.variant_id))
-
-    def reeval_targets(self, runs: list) -> dict:
-        from opsdctl.plan import reeval
-
-        return reeval.targets(self.reader, self.cfg, runs)
-
-    def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]:
-        """A re-eval of the checkpoint chain `train_id` trained (opsdctl.plan.reeval), marked as
-        auto-repeat's; None when it cannot be queued any more (its checkpoint went meanwhile)."""
-        from opsdctl.errors import UserError
-        from opsdctl.plan import reeval
-
-        try:
-            chain, variant = reeval.queue(self.store, self.cfg, train_id, priority=0, reason=f"{AUTO_REPEAT_REASON}{why}")
-        except UserError:
-            return None
-        return chain_info(chain, variant)
-
-    def save_plan(self, doc: dict) -> None:
-        from opsdctl.store.engine import set_meta
-
-        with self.store.write() as s:
-            set_meta(s, PLAN_KEY, json.dumps(doc))
-
-
-def load_plan(reader) -> Optional[dict]:
-    text = reader.get_meta(PLAN_KEY)
-    try:
-        return json.loads(text) if text else None
-    except json.JSONDecodeError:
-        return None
+        return None  # the worker waits for the stage's GPU memory itself (opsdctl.daemon.gpu_gate)
 
 
 # --- from the config ----------------------------------------------------------------------
 
 
-def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSettings:
+def settings_from_config(cfg, layout: Layout = Layout()) -> PlannerSettings:
     from opsdctl.plan.durations import default_seconds
 
-    pl, gp = cfg.section("planner"), cfg.section("gpus")
+    pl = cfg.section("planner")
     return PlannerSettings(
         policy=pl.get("policy") or policy.FIFO,
         futility=bool(pl.get("futility")),
@@ -531,11 +311,7 @@ def settings_from_config(cfg, devices: Sequence[int], gated: bool) -> PlannerSet
         baseline=cfg.baseline_variant,
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),
-        devices=tuple(devices),
-        gated=gated,
-        min_free_mib=cfg.min_free_mib,
-        gpu_wait_s=float(gp.get("gpu_wait_minutes") or 30.0) * 60.0,
-        release_wait_s=float(gp.get("release_wait_minutes") or 3.0) * 60.0,
+        layout=layout,
         poll_s=min(cfg.poll_seconds, 5.0),
     )
 
@@ -555,54 +331,10 @@ def with_overrides(cfg, *, policy_name: Optional[str] = None, futility: Optional
 
 
 def make_planner_gate(cfg, budget_left=None, store=None, report: Callable[[str], None] = lambda m: None,
-                      probe=None) -> PlannerGate:
-    """The worker's gate: devices from [gpus], the probe from the environment (NVML unless
-    OPSDCTL_GPU_PROBE says fake), the store as facts."""
-    from opsdctl.plan.gate import resolve_devices
-    from opsdctl.plan.gpus import ProbeUnavailable, probe_from_env
+                      layout: Layout = Layout()) -> PlannerGate:
+    """The worker's gate over the worker's GPU layout (the daemon resolves the devices and hands
+    it over: the planner never probes a GPU), the store as facts."""
+    settings = settings_from_config(cfg, layout)
+    facts = StoreFacts(cfg, store) if store is not None else NoFacts(cfg.baseline_variant)
+    return PlannerGate(settings, facts, budget_left, report=report)
 
-    devices = resolve_devices(cfg.devices)
-    gated = False
-    if devices:
-        probe = probe if probe is not None else probe_from_env()
-        try:
-            probe.inventory()
-            gated = True
-        except ProbeUnavailable as exc:
-            report(f"[gpus] devices = {list(devices)} but {exc}: no GPU gate; stages get "
-                   f"CUDA_VISIBLE_DEVICES={','.join(map(str, devices))} without any check")
-            probe = None
-    settings = settings_from_config(cfg, devices, gated)
-    facts = StoreFacts(cfg, store) if store is not None else _NoFacts(cfg)
-    return PlannerGate(settings, facts, budget_left, probe=probe, report=report)
-
-
-class _NoFacts:
-    """No store (a gate built without one): no history, no runs."""
-
-    def __init__(self, cfg):
-        self.cfg = cfg
-
-    def runs(self):
-        return []
-
-    def samples(self):
-        return []
-
-    def baseline_label(self):
-        return self.cfg.baseline_variant
-
-    def dropped(self):
-        return {}
-
-    def queue_repeat(self, variant, why):
-        return None
-
-    def reeval_targets(self, runs):
-        return {}
-
-    def queue_reeval(self, train_id, why):
-        return None
-
-    def save_plan(self, doc):
-        return None

@@ -20,12 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from opsdctl.config import BUILTIN_EVALUATOR
-from opsdctl.errors import UserError
-from opsdctl.store.states import State
-
-# succeeded train stages with their chain's frozen stage settings (its eval command)
-_TRAININGS = ("SELECT chain.id, chain.stage_spec, stage.checkpoint FROM chain JOIN stage ON stage.chain_id = chain.id "
-              f"WHERE stage.name = 'train' AND stage.state = '{State.SUCCEEDED.value}'")
+from opsdctl.store import queries
 
 
 @dataclass(frozen=True)
@@ -56,7 +51,7 @@ def eval_command_of(spec: Optional[Mapping], cfg) -> str:
 def ok_training(reader, cfg) -> Callable[[int], bool]:
     """train chain id -> whether its checkpoint may be re-evaluated (`refusal` says no): one query
     for every succeeded training, the checkpoint's directory looked at only when asked."""
-    rows = {cid: (spec, checkpoint) for cid, spec, checkpoint in reader.tuples(_TRAININGS)}
+    rows = {cid: (spec, checkpoint) for cid, spec, checkpoint in reader.tuples(queries.SUCCEEDED_TRAININGS)}
 
     def ok(train_id: int) -> bool:
         spec, checkpoint = rows.get(train_id, (None, None))
@@ -89,41 +84,12 @@ def pick(runs: Sequence, ok: Callable[[int], bool]) -> dict[str, Target]:
 
 def queue(store, cfg, chain_id: int, *, priority: Optional[int] = None, reason: Optional[str] = None):
     """Queue the next draw of the checkpoint chain `chain_id` trained (or, for an eval-only chain,
-    evaluated): a full eval, eval-only; returns the (Chain, Variant) written. Refused in one line
-    (UserError) when `refusal` says so, or when the checkpoint has no full score yet (its first
-    eval is what `requeue --eval-only` runs)."""
-    from sqlalchemy import func, or_, select
+    evaluated), as opsdctl.store.chain_rows.reeval writes it under `refusal`; returns the (Chain,
+    Variant) written. Refused in one line (UserError) when `refusal` says so, or when the
+    checkpoint has no full score yet (its first eval is what `requeue --eval-only` runs)."""
+    from opsdctl.store import chain_rows
 
-    from opsdctl.store.engine import get_chain, next_seq, stage_of
-    from opsdctl.store.models import Chain, Score, Variant, utcnow
+    def refuse(train_id: int, spec: Optional[Mapping], checkpoint: Optional[str]) -> Optional[str]:
+        return refusal(train_id, eval_command_of(spec, cfg), checkpoint)
 
-    with store.write() as s:
-        old = get_chain(s, chain_id)
-        if old.state in (State.QUEUED.value, State.RUNNING.value):
-            raise UserError(f"re-eval: chain {chain_id} is {old.state}; re-evaluate a finished chain's checkpoint")
-        if old.eval_only and old.trained_by is None:
-            raise UserError(f"re-eval: chain {chain_id} evaluated {old.checkpoint}, which no chain of this store "
-                            f"trained; only a checkpoint opsdctl trained can be re-evaluated (evals pool by training)")
-        trainer = get_chain(s, old.trained_by) if old.eval_only else old
-        train = stage_of(s, trainer.id, "train")
-        checkpoint = train.checkpoint if train is not None and train.state == State.SUCCEEDED.value else None
-        why = refusal(trainer.id, eval_command_of(trainer.stage_spec, cfg), checkpoint)
-        if why is not None:
-            raise UserError(f"re-eval: {why}")
-        same = or_(Chain.id == trainer.id, Chain.trained_by == trainer.id)
-        scored = s.scalar(select(func.count()).select_from(Chain).join(Score, Score.chain_id == Chain.id)
-                          .where(same, Chain.state == State.SUCCEEDED.value, Score.partial.is_(False),
-                                 Chain.eval_problems.is_(None), Chain.eval_k.is_(None)))
-        if not scored:
-            raise UserError(f"re-eval: chain {trainer.id}'s checkpoint has no full score yet; "
-                            f"`opsdctl requeue {trainer.id} --eval-only` evaluates it the first time")
-        draw = int(s.scalar(select(func.max(Chain.eval_draw)).where(same)) or 0) + 1
-        chain = Chain(variant_id=trainer.variant_id, seed=trainer.seed, repeat=trainer.repeat,
-                      priority=old.priority if priority is None else priority, seq=next_seq(s),
-                      state=State.QUEUED.value, profile=trainer.profile, snapshot_id=trainer.snapshot_id,
-                      code_dir=trainer.code_dir, stage_spec=trainer.stage_spec, commands_hash=trainer.commands_hash,
-                      queued_at=utcnow(), eval_only=True, checkpoint=checkpoint, trained_by=trainer.id,
-                      eval_draw=draw, reason=reason)
-        s.add(chain)
-        s.flush()
-        return chain, s.get(Variant, chain.variant_id)
+    return chain_rows.reeval(store, chain_id, refuse, priority=priority, reason=reason)

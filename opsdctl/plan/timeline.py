@@ -111,12 +111,13 @@ def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool 
     from dataclasses import replace
 
     from opsdctl.plan.gate import chain_info
-    from opsdctl.plan.planner import PlannerGate, StoreFacts, load_plan, settings_from_config
+    from opsdctl.plan.planner import PlannerGate, settings_from_config
+    from opsdctl.plan.store_facts import StoreFacts, load_plan
     from opsdctl.store.states import State
     from opsdctl.store.values import utcnow
 
     plan = load_plan(reader) if worker_running else None
-    settings = settings_from_config(cfg, (), False)
+    settings = settings_from_config(cfg)
     if plan:
         settings = replace(settings, **{k: plan[k] for k in WORKER_SETTINGS if k in plan})
     gate = PlannerGate(settings, StoreFacts(cfg, reader=reader), budget_left=lambda: usable_s)

@@ -14,7 +14,7 @@ the pooled degrees of freedom nu. The baseline mean combines local runs with the
 alpha spent over the looks). These are the functions opsdctl.stats.compare.build_report calls:
 the tested rule is the live one. The rule's arithmetic (within_ss, pooled_with_weight,
 baseline_mean/var, reference_se, se_delta, verdict_code) takes floats or arrays over simulated
-studies, so opsdctl.stats.operating's error-rate simulation runs these same functions. The t distribution comes from scipy.special (imported inside the functions: the CLI
+studies, so opsdctl.sim.operating's error-rate simulation runs these same functions. The t distribution comes from scipy.special (imported inside the functions: the CLI
 must start fast, and scipy.special is far cheaper than scipy.stats).
 """
 
@@ -31,7 +31,7 @@ CI_LEVEL = 0.95  # two-sided confidence level of delta's interval
 FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
 PRIOR_FULL_AT = 0.5  # the published sd keeps its full weight while the mismatch test's p >= this (weight p / this below)
 MIN_LOCAL_DOF = 4  # no verdict before the local runs have this many dof to check the prior with
-OFFSET_TEST_LEVEL = 0.05  # the reference check's level: reported, it no longer switches the published mean off
+OFFSET_TEST_LEVEL = 0.05  # the reference check's level: reported only, it never switches the published mean off
 DEFAULT_OFFSET_SD = 1.0  # points: how far the user's setup may sit from the published one (1 sd)
 MAX_RULE_RUNS = 100  # runs needed under the verdict rule: searched up to this many
 
@@ -121,7 +121,7 @@ class Delta:
 
 def se_delta(s2, n_v: int, var_b):
     """SE of delta = ybar_v - mean_b: sqrt(s^2 / n_v + var_b). s2 and var_b may be arrays over
-    studies (stats.operating); a float stays a float."""
+    studies (sim.operating); a float stays a float."""
     with np.errstate(invalid="ignore"):
         return _plain(np.sqrt(s2 / n_v + var_b))
 
@@ -231,7 +231,7 @@ def pooled_with_weight(ss_local, nu_local: int, s0: float | None, nu0: int, weig
     """(s^2, nu) pooling the local scatter with weight * nu0 dof of the prior:
     s^2 = (w nu0 s0^2 + SS) / (w nu0 + nu_local); (None, 0) when nu == 0.
 
-    ss_local and weight may be arrays over studies (stats.operating): then both come back as
+    ss_local and weight may be arrays over studies (sim.operating): then both come back as
     arrays, s^2 NaN where nu == 0; floats stay floats."""
     ss, w = np.broadcast_arrays(np.asarray(ss_local, dtype=np.float64), np.asarray(weight, dtype=np.float64))
     prior = w * nu0 if s0 is not None and nu0 > 0 else np.zeros_like(ss)
@@ -247,7 +247,7 @@ def within_ss(groups: Sequence) -> tuple:
     """(sum over groups of sum_r (y_gr - ybar_g)^2, sum_g (n_g - 1)): the local scatter.
 
     A group is its runs' scores; or (studies x runs) arrays of many simulated studies that share
-    their run counts (stats.operating), and then SS is an array over studies."""
+    their run counts (sim.operating), and then SS is an array over studies."""
     ss, nu = 0.0, 0
     for g in groups:
         y = np.asarray(g, dtype=np.float64)
@@ -268,7 +268,7 @@ def baseline_var(s2, n_local: int, ref_n: int | None, offset_sd, use_ref: bool):
       no local runs:              v_ref
       local runs, reference used: 1 / (n_local / s^2 + 1 / v_ref)   (precision-weighted)
       local runs only:            s^2 / n_local
-    None when there is neither. s2 and offset_sd may be arrays over studies (stats.operating).
+    None when there is neither. s2 and offset_sd may be arrays over studies (sim.operating).
     """
     v_ref = None if not use_ref or not ref_n else s2 / ref_n + offset_sd**2
     if n_local <= 0:
@@ -374,7 +374,7 @@ def verdict_code(delta, se, nu, level: float):
     """The verdict rule as a code: 1 (better) if delta / SE >= t_{1-level, nu}, i.e. P(beat) >= 1 -
     level; -1 (worse) if <= -t; else 0 (undecided, also without a test: nu <= 0 or level 0).
     SE = 0 reads as delta's sign. delta, se, nu and level may be arrays over studies
-    (stats.operating; nu is fractional there: the prior's weighted dof) or over run counts
+    (sim.operating; nu is fractional there: the prior's weighted dof) or over run counts
     (Arms.settles_after); an int for floats."""
     delta, se, nu, level = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu, level))
     ok = (nu > 0) & (level > 0.0)

@@ -333,6 +333,12 @@ def set_meta(session: Session, key: str, value: Optional[str]) -> None:
         row.value = value
 
 
+def save_meta(store: Store, key: str, value: Optional[str]) -> None:
+    """set_meta in a write transaction of its own."""
+    with store.write() as session:
+        set_meta(session, key, value)
+
+
 def latest_worker(session: Session) -> Optional[WorkerRun]:
     got = _rows(session, WorkerRun, queries.LATEST_WORKER)
     return got[0] if got else None

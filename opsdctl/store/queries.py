@@ -58,6 +58,22 @@ DURATION_HISTORY = (
 )
 VARIANT_HPARAMS = "SELECT variant.id, variant.hparams FROM variant"
 
+# --- what moves when the worker does something: the dashboard's change feed, notify's looks --
+# a transition, a score, a chain, a running stage's progress
+STORE_CHANGES = ("SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), "
+                 "(SELECT count(*) FROM chain)")
+RUNNING_PROGRESS = f"SELECT id, progress FROM stage WHERE state = '{State.RUNNING.value}' ORDER BY id"
+SCORE_COUNT = "SELECT count(*) FROM score"
+
+# --- the planner's facts (opsdctl.plan.store_facts, opsdctl.plan.reeval) -------------------
+FUTILE_STOPS = ("SELECT chain.id, chain.reason, variant.name, variant.version FROM chain "
+                "JOIN variant ON variant.id = chain.variant_id WHERE chain.state = :state ORDER BY chain.id")
+LATEST_TRAINING_ID = "SELECT max(chain.id) FROM chain WHERE chain.eval_only = :no"
+# succeeded train stages with their chain's frozen stage settings (its eval command)
+SUCCEEDED_TRAININGS = ("SELECT chain.id, chain.stage_spec, stage.checkpoint FROM chain "
+                       "JOIN stage ON stage.chain_id = chain.id "
+                       f"WHERE stage.name = 'train' AND stage.state = '{State.SUCCEEDED.value}'")
+
 # --- compare: scored runs as plain columns (opsdctl.stats.scores) --------------------------
 # one row is a run's chain and its score: chain.id as `id`, the score's as `score_id`
 SCORED_ROWS = (

@@ -1,6 +1,6 @@
 """Peak GPU memory and mean utilisation of every stage, sampled by the worker with NVML whatever
 the script. NVML cannot exist on this CPU machine, so the FakeProbe stand-in
-(opsdctl.plan.gpus, the same interface) answers from a JSON file that the stage emulators
+(opsdctl.daemon.gpu_probe, the same interface) answers from a JSON file that the stage emulators
 update as they "use" a GPU; the worker, its stages and the store are real."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from support.gpus import gpu_file, set_gpu
 
-from opsdctl.plan.gpus import FakeProbe
+from opsdctl.daemon.gpu_probe import FakeProbe
 from opsdctl.daemon.gpu_sampler import GpuSampler
 
 

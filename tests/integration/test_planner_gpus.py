@@ -1,4 +1,4 @@
-"""The GPU gate (opsdctl.plan.gpus + PlannerGate.grant/released) with the NVML stand-in (FakeProbe)
+"""The GPU gate (opsdctl.daemon.gpu_probe + gpu_gate: check/released) with the NVML stand-in (FakeProbe)
 behind the same interface: index mapping, the check, and real worker subprocesses that wait
 for a GPU held by a foreign process, report the holder, never touch it, skip after
 gpu_wait_minutes, and wait for a stage's own processes to free their memory."""
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from conftest import FAKE_TRAIN, STAGES, default_config, pid_alive, wait_for
-from support.gpus import NoFacts, chain_info_stub, h100, write_gpus
+from support.gpus import h100, write_gpus
 
+from opsdctl.daemon.gpu_gate import GpuGate, GpuGateSettings
+from opsdctl.daemon.gpu_probe import FakeProbe, ProbeUnavailable
 from opsdctl.plan.gate import Grant, Skip, Wait
-from opsdctl.plan.gpus import FakeProbe, ProbeUnavailable
-from opsdctl.plan.planner import PlannerGate, PlannerSettings
 
 GPU_USER = STAGES / "fake_gpu_user.py"
 
@@ -54,20 +54,22 @@ def test_gate_waits_then_grants_then_skips_after_the_wait_bound(tmp_path, foreig
     path = tmp_path / "gpus.json"
     write_gpus(path, [h100(0, [(foreign.pid, 61000)]), h100(1)])
     now = [0.0]
-    gate = PlannerGate(PlannerSettings(devices=(0, 1), gated=True, min_free_mib=70000, gpu_wait_s=60, poll_s=2),
-                       NoFacts(), probe=FakeProbe(path, inherited=None, use_env=False), clock=lambda: now[0])
-    d = gate.grant(chain_info_stub(), "train")
+    gate = GpuGate(GpuGateSettings(min_free_mib=70000, wait_s=60, poll_s=2),
+                   FakeProbe(path, inherited=None, use_env=False), clock=lambda: now[0])
+    d = gate.check(1, "train", (0, 1))
     assert isinstance(d, Wait) and f"pid {foreign.pid}" in d.reason and "61000 MiB" in d.reason and d.seconds == 2
     now[0] = 30.0
-    assert isinstance(gate.grant(chain_info_stub(), "train"), Wait)
+    assert isinstance(gate.check(1, "train", (0, 1)), Wait)
     write_gpus(path, [h100(0), h100(1)])  # the holder let go
-    g = gate.grant(chain_info_stub(), "train")
+    g = gate.check(1, "train", (0, 1))
     assert isinstance(g, Grant) and g.gpus == (0, 1) and dict(g.env) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    assert g.visible is None and g.estimate_seconds == 19 * 60
+    assert g.visible is None
+    assert isinstance(gate.check(2, "train", (1,)), Grant)  # a slot's check looks at its own GPUs only
     write_gpus(path, [h100(0, [(foreign.pid, 61000)]), h100(1)])
-    assert isinstance(gate.grant(chain_info_stub(), "eval"), Wait)
+    assert isinstance(gate.check(2, "eval", (1,)), Grant)
+    assert isinstance(gate.check(1, "eval", (0, 1)), Wait)
     now[0] = 91.0
-    d = gate.grant(chain_info_stub(), "eval")
+    d = gate.check(1, "eval", (0, 1))
     assert isinstance(d, Skip) and "gpu_wait_minutes" in d.reason and f"pid {foreign.pid}" in d.reason
     assert pid_alive(foreign.pid)  # looked at, never touched
 
@@ -78,18 +80,18 @@ def test_released_waits_for_the_stages_own_pids_only(tmp_path, foreign):
     stage.wait()  # the stage's process has exited; the driver still lists it for a moment
     write_gpus(path, [h100(0, [(foreign.pid, 40000), (stage.pid, 30000)])], free_dead_after_s=0.6)
     msgs = []
-    gate = PlannerGate(PlannerSettings(devices=(0,), gated=True, release_wait_s=10), NoFacts(),
-                       probe=FakeProbe(path, inherited=None, use_env=False), report=msgs.append)
+    gate = GpuGate(GpuGateSettings(release_wait_s=10), FakeProbe(path, inherited=None, use_env=False),
+                   report=msgs.append)
     t0 = time.monotonic()
-    gate.released(chain_info_stub(), "train", [stage.pid])
+    gate.released(1, "train", [stage.pid])
     waited = time.monotonic() - t0
     assert 0.5 <= waited < 3, waited
     assert any("released after" in m for m in msgs)
     # bounded: memory that never frees does not block forever, and nothing is signalled
     write_gpus(path, [h100(0, [(foreign.pid, 40000)])])
-    gate.settings = PlannerSettings(devices=(0,), gated=True, release_wait_s=0.5)
+    gate.settings = GpuGateSettings(release_wait_s=0.5)
     t0 = time.monotonic()
-    gate.released(chain_info_stub(), "train", [foreign.pid])  # even if a foreign pid were named, it is only watched
+    gate.released(1, "train", [foreign.pid])  # even if a foreign pid were named, it is only watched
     assert 0.4 <= time.monotonic() - t0 < 3
     assert any("still hold GPU memory" in m for m in msgs)
     assert pid_alive(foreign.pid)

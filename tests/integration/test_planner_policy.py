@@ -27,13 +27,13 @@ def test_try_every_variant_reaches_the_plan_from_config_and_flag(ws):
     from opsdctl.plan.planner import settings_from_config, with_overrides
 
     cfg = load_config(ws.root / "opsdctl.toml")
-    assert settings_from_config(cfg, (), False).try_every_variant is False
+    assert settings_from_config(cfg).try_every_variant is False
     on = with_overrides(cfg, policy_name="adaptive", try_every_variant=True)
-    s = settings_from_config(on, (), False)
+    s = settings_from_config(on)
     assert (s.policy, s.try_every_variant) == ("adaptive", True)
     text = (ws.root / "opsdctl.toml").read_text().replace("[worker]", "[planner]\ntry_every_variant = true\n\n[worker]")
     (ws.root / "opsdctl.toml").write_text(text)
-    assert settings_from_config(load_config(ws.root / "opsdctl.toml"), (), False).try_every_variant is True
+    assert settings_from_config(load_config(ws.root / "opsdctl.toml")).try_every_variant is True
     bad = text.replace("try_every_variant = true", 'try_every_variant = "yes"')
     (ws.root / "opsdctl.toml").write_text(bad)
     out = ws.cli("status", check=False)
@@ -55,8 +55,8 @@ def test_objective_verdicts_from_config_and_flag_holds_a_new_idea_back(ws):
     from opsdctl.plan.planner import settings_from_config, with_overrides
 
     cfg = load_config(ws.root / "opsdctl.toml")
-    assert settings_from_config(cfg, (), False).objective == "submission"
-    assert settings_from_config(with_overrides(cfg, objective="verdicts"), (), False).objective == "verdicts"
+    assert settings_from_config(cfg).objective == "submission"
+    assert settings_from_config(with_overrides(cfg, objective="verdicts")).objective == "verdicts"
     ws.cli("queue", "token-clip")
     assert ws.run("worker", "--drain").returncode == 0
     ws.cli("queue", "cosine")  # chain 2

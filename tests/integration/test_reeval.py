@@ -79,11 +79,11 @@ def test_reeval_refusals_say_why_in_one_line_and_write_nothing(ws):
 
 
 def test_the_worker_facts_offer_and_queue_re_evals_of_our_evaluators_checkpoints_only(ws):
-    """What auto-repeat reads and writes (planner.StoreFacts): the trainings it may re-evaluate and
+    """What auto-repeat reads and writes (plan.store_facts.StoreFacts): the trainings it may re-evaluate and
     the re-eval chain, marked as auto-repeat's, that the worker then runs like any chain."""
     from opsdctl.config import load_config
     from opsdctl.plan.gate import AUTO_REPEAT_REASON
-    from opsdctl.plan.planner import StoreFacts
+    from opsdctl.plan.store_facts import StoreFacts
     from opsdctl.plan.reeval import Target
     from opsdctl.store.engine import open_store
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import default_config
 
 from opsdctl.config import load_config
-from opsdctl.plan.planner import StoreFacts
+from opsdctl.plan.store_facts import StoreFacts
 from opsdctl.store.engine import open_store
 
 

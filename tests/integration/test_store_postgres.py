@@ -363,7 +363,7 @@ def test_the_dashboard_reads_a_postgresql_store(ws, pg_url):
 def test_reeval_on_postgres(ws, pg_url, request):
     """`requeue --reeval` and what auto-repeat reads for it (plan.reeval's queries, the planner's
     latest training) on PostgreSQL; compare pools the two evals as one run."""
-    from opsdctl.plan.planner import StoreFacts
+    from opsdctl.plan.store_facts import StoreFacts
     from opsdctl.plan.reeval import Target
     from tests.integration.test_reeval import our_evaluator_shim
 

@@ -1,4 +1,4 @@
-"""What a stage does to a FakeProbe file (opsdctl.plan.gpus.FakeProbe) as it uses a GPU, the way
+"""What a stage does to a FakeProbe file (opsdctl.daemon.gpu_probe.FakeProbe) as it uses a GPU, the way
 NVML would show it: `use(...)` lists this process with `mib` MiB (or, with as_device=True, adds
 the memory to the device without listing any process, as NVML does inside some containers) and
 sets the device's utilisation; `release()` undoes it. Used by fake_train.py and fake_eval.py

@@ -1,4 +1,4 @@
-"""Registers a process as holding GPU memory in a FakeProbe file (opsdctl.plan.gpus.FakeProbe), the
+"""Registers a process as holding GPU memory in a FakeProbe file (opsdctl.daemon.gpu_probe.FakeProbe), the
 way a CUDA process shows up in NVML. Used inside a stage command to make the stage's own
 processes hold memory: `python fake_gpu_user.py FILE --pid $$ --mib 30000 [--gpu 0]`.
 """

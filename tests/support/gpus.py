@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from opsdctl.plan import facts
 from opsdctl.plan.gate import ChainInfo
 
 
@@ -42,21 +43,8 @@ def chain_info_stub(chain_id=1, variant="baseline") -> ChainInfo:
     return ChainInfo(chain_id, variant, 1, variant, 1, "h", 0, 0, 0, "qwen3-1.7b", {}, {})
 
 
-class NoFacts:
-    def runs(self):
-        return []
+class NoFacts(facts.NoFacts):
+    """No store, baseline "baseline"."""
 
-    def samples(self):
-        return []
-
-    def baseline_label(self):
-        return "baseline"
-
-    def dropped(self):
-        return {}
-
-    def queue_repeat(self, v, why):
-        return None
-
-    def save_plan(self, doc):
-        pass
+    def __init__(self):
+        super().__init__("baseline")

@@ -20,7 +20,7 @@ def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
     inherited CUDA_VISIBLE_DEVICES when set. Looks only: opsdctl never signals a process it did
     not start.
     """
-    from opsdctl.plan.gpus import gpu_report
+    from opsdctl.daemon.gpu_probe import gpu_report
 
     app = App.of(ctx)
     cfg = app.config()

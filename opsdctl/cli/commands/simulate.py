@@ -29,7 +29,8 @@ def command(
     order, auto-repeat, admission, futility) with a fake clock and a fake executor over simulated
     stage durations and scores; needs no config or store.
     """
-    from opsdctl.plan.simulate import DEFAULT_EFFECTS, run_benchmark, write_results
+    from opsdctl.sim.results import run_benchmark, write_results
+    from opsdctl.sim.world import DEFAULT_EFFECTS
 
     eff = DEFAULT_EFFECTS if effects is None else tuple(float(x) for x in effects.split(",") if x.strip())
     doc = run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=eff)

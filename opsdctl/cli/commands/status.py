@@ -6,7 +6,7 @@ JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id"
 then queued ones in run order (each with "stage_settings_differ": the stage settings, e.g.
 "[stages.eval] command", that it froze when queued and opsdctl.toml no longer holds), then
 finished ones, newest first. "planner" (opsdctl.plan.timeline:
-policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.plan.gpus: inventory
+policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.daemon.gpu_probe: inventory
 with the processes holding each GPU) complete it.
 """
 
@@ -76,7 +76,7 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
             view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
             chains.append(view)
         chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
-    from opsdctl.plan.gpus import gpus_status
+    from opsdctl.daemon.gpu_probe import gpus_status
     from opsdctl.plan.timeline import planner_status
 
     from opsdctl.daemon.auto_export import current_bet

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from opsdctl.cli.web import svg
 from opsdctl.errors import UserError
+from opsdctl.store import queries
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 COOKIE = "opsdctl_token"
@@ -33,10 +34,6 @@ COOKIE = "opsdctl_token"
 RUNS_SHOWN = 100
 CURVES_SHOWN = 12
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-# What moves when the worker does something: a transition, a score, a chain, a running stage's
-# progress (plain SQL that SQLite and PostgreSQL both read).
-CHANGES_SQL = "SELECT (SELECT max(id) FROM transition), (SELECT count(*) FROM score), (SELECT count(*) FROM chain)"
-RUNNING_SQL = "SELECT id, progress FROM stage WHERE state = 'running' ORDER BY id"
 
 
 def fmt_s(seconds) -> str:
@@ -170,7 +167,9 @@ class Pages:
         from starlette.concurrency import run_in_threadpool
 
         def version(reader) -> str:
-            return json.dumps([list(reader.tuples(CHANGES_SQL)[0]), reader.tuples(RUNNING_SQL)], default=str)
+            # what moves when the worker does something: a transition, a score, a chain, a stage's progress
+            return json.dumps([list(reader.tuples(queries.STORE_CHANGES)[0]), reader.tuples(queries.RUNNING_PROGRESS)],
+                              default=str)
 
         return JSONResponse({"version": await run_in_threadpool(self._read, version)})
 

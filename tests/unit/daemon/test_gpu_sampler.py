@@ -8,7 +8,7 @@ import os
 
 from support.gpus import gpu_file, set_gpu
 
-from opsdctl.plan.gpus import FakeProbe
+from opsdctl.daemon.gpu_probe import FakeProbe
 from opsdctl.daemon.gpu_sampler import GpuSampler, sampler_for_stage
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from opsdctl.plan.admission import admit_chain, admit_eval, fits, minutes_text
 from opsdctl.plan.durations import Estimate, Sample, cost_key
+from opsdctl.plan.facts import NoFacts
 from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
 from opsdctl.plan.timeline import Queued, Running, project
@@ -28,24 +29,13 @@ def test_fit_reasons():
     assert minutes_text(6 * MIN) == "6 min"
 
 
-class Facts:
+class Facts(NoFacts):
     def __init__(self, samples=()):
+        super().__init__("baseline")
         self._samples = list(samples)
-
-    def runs(self):
-        return []
 
     def samples(self):
         return list(self._samples)
-
-    def baseline_label(self):
-        return "baseline"
-
-    def dropped(self):
-        return {}
-
-    def queue_repeat(self, variant, why):
-        return None
 
     def save_plan(self, doc):
         self.plan = doc
@@ -112,7 +102,7 @@ def test_train_rechecked_after_time_passes_and_exhausted_budget():
 def test_no_chain_ever_starts_that_cannot_finish(seed):
     """Random budgets and durations through the simulator's worker loop over the gate: every chain
     the planner starts ends before the deadline; FIFO by hand has cut chains."""
-    from opsdctl.plan.simulate import simulate_session
+    from opsdctl.sim.replay import simulate_session
 
     rng = np.random.default_rng(seed)
     for i in range(3):  # nine random budgets over the three seeds

@@ -3,7 +3,7 @@ re-evaluated, the adaptive policy queueing one, and the simulated session runnin
 worker's loop with compare pooling it."""
 
 from opsdctl.plan import advise, policy, reeval
-from opsdctl.plan.simulate import simulate_session
+from opsdctl.sim.replay import simulate_session
 from opsdctl.stats.compare import RunRecord
 
 

@@ -296,7 +296,7 @@ def test_the_runs_needed_search_on_arrays_is_the_scalar_search():
 
 
 def test_the_array_path_is_the_scalar_path_element_by_element():
-    """stats.operating calls the rule's functions on arrays over studies; each element must be what
+    """sim.operating calls the rule's functions on arrays over studies; each element must be what
     the scalar call (build_report's) gives, bit for bit."""
     rng = np.random.default_rng(7)
     groups = [rng.normal(54.0, 1.5, (200, n)) for n in (3, 2, 1, 4)]

@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from opsdctl.plan.gpus import FakeProbe
+from opsdctl.daemon.gpu_probe import FakeProbe
 from trainer.gpu_memory import NvmlPeak, RssPeak, memory_meter
 
 

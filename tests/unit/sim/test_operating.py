@@ -1,6 +1,6 @@
 """Operating characteristics of the compare verdicts: seeded, CI-sized simulations.
 
-opsdctl.stats.operating vectorises build_report's verdict rule over many studies; the first test
+opsdctl.sim.operating vectorises build_report's verdict rule over many studies; the first test
 checks that it gives build_report's verdicts exactly, the others measure the goals with it
 (a wrong prior, a setup offset, repeated looks, a cherry-picked family, power). A few seconds.
 """
@@ -8,7 +8,7 @@ checks that it gives build_report's verdicts exactly, the others measure the goa
 import numpy as np
 import pytest
 
-from opsdctl.stats import operating as op
+from opsdctl.sim import operating as op
 from opsdctl.stats.compare import Reference, RunRecord, build_report
 
 STUDIES = 20000

@@ -17,8 +17,9 @@ environment and maps NVML devices to CUDA indices by PCI bus id (sorted), so `[g
 of that list (CUDA's own rule, including "stop at the first entry that matches nothing"), and
 the stage gets the inherited entries themselves (so a UUID list stays a UUID list).
 
-This module only looks. Nothing here (or anywhere in the planner) signals a process: a GPU held
-by a process opsdctl did not start is reported, waited for, and left alone.
+This module only looks. Nothing here (or in the GPU gate that uses it, opsdctl.daemon.gpu_gate)
+signals a process: a GPU held by a process opsdctl did not start is reported, waited for, and
+left alone. The planner never probes: it is handed the devices (opsdctl.plan.slots.Layout).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Protocol, Sequence
+
+from opsdctl.errors import UserError
 
 ENV_PROBE = "OPSDCTL_GPU_PROBE"  # "nvml" (default) | "fake:/path/to/gpus.json"
 MIB = 1024 * 1024
@@ -384,3 +387,22 @@ def gpus_status(cfg) -> dict:
         return {"gate": "off", "devices": [], "gpus": [], "note": "devices = []: no GPUs, no gate"}
     rep = gpu_report(cfg.devices, cfg.min_free_mib)
     return {"gate": "on" if rep.available else "off", **rep.to_json()}
+
+
+def resolve_devices(devices) -> tuple[int, ...]:
+    """Configured devices as CUDA indices; "all" asks NVML how many there are."""
+    if devices == "all":
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            try:
+                return tuple(range(pynvml.nvmlDeviceGetCount()))
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as exc:  # NVML missing: no driver, no GPUs
+            raise UserError(
+                f'[gpus] devices = "all" but NVIDIA\'s NVML is not available here ({type(exc).__name__}); '
+                "list the devices, or set devices = [] to run without GPUs"
+            ) from None
+    return tuple(devices)

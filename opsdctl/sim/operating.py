@@ -3,7 +3,7 @@
 `verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) over many simulated
 studies that share their run counts: it calls the rule's own functions (opsdctl.stats.inference)
 on arrays over the studies and holds no formula of its own, so a seeded simulation of thousands
-of studies and a dozen looks runs in seconds; tests/unit/stats/test_operating.py checks that it gives
+of studies and a dozen looks runs in seconds; tests/unit/sim/test_operating.py checks that it gives
 build_report's verdicts exactly, then measures the error-rate goals with it. The scenarios
 below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
 and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem
@@ -112,7 +112,7 @@ def rate_at(rng: np.random.Generator, studies: int, *, effect: float, sigma: flo
 
 def rate_single_look_grid(rng: np.random.Generator, studies: int, *, sigma: float, offset: float = 0.0,
                           n_b_values=(1, 2, 3), n_v_values=(1, 2, 3), ref: Ref | None = Ref()) -> float:
-    """False `better` at one look, averaged over 1-3 runs per arm (as the old one-look rule was measured)."""
+    """False `better` at one look, averaged over 1-3 runs per arm (the grid a one-look rule's error rate is quoted over)."""
     return float(np.mean([rate_at(rng, studies, effect=0.0, sigma=sigma, n_b=nb, n_v=nv, ref=ref, offset=offset)
                           for nb in n_b_values for nv in n_v_values]))
 

@@ -4,8 +4,10 @@ number a researcher is paid on, not only the verdicts."""
 
 from __future__ import annotations
 
-from opsdctl.plan.simulate import BASELINE, markdown, run_benchmark, simulate_session
 from opsdctl.plan.submission import pick_leader
+from opsdctl.sim.replay import simulate_session
+from opsdctl.sim.results import markdown, run_benchmark
+from opsdctl.sim.world import BASELINE
 
 
 def test_the_submission_is_pick_leaders_on_the_final_report_scored_by_its_true_effect():

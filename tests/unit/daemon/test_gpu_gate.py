@@ -1,13 +1,14 @@
-"""The GPU gate's pure pieces (opsdctl.plan.gpus, PlannerGate.grant) with the NVML stand-in
-(FakeProbe) behind the same interface: CUDA index order, the check naming missing GPUs and holders,
-NVML without a driver, an inherited UUID list."""
+"""The GPU gate's pure pieces (opsdctl.daemon.gpu_probe, opsdctl.daemon.gpu_gate) with the NVML
+stand-in (FakeProbe) behind the same interface: CUDA index order, the check naming missing GPUs
+and holders, NVML without a driver, an inherited UUID list."""
 
 from __future__ import annotations
 
 import pytest
-from support.gpus import NoFacts, chain_info_stub, h100, write_gpus
+from support.gpus import h100, write_gpus
 
-from opsdctl.plan.gpus import (
+from opsdctl.daemon.gpu_gate import GpuGate, GpuGateSettings
+from opsdctl.daemon.gpu_probe import (
     FakeProbe,
     GpuInfo,
     GpuProcess,
@@ -18,7 +19,6 @@ from opsdctl.plan.gpus import (
     normalize_bus_id,
     own_holdings,
 )
-from opsdctl.plan.planner import PlannerGate, PlannerSettings
 
 
 # --- pure pieces ----------------------------------------------------------------------------
@@ -72,6 +72,6 @@ def test_gate_keeps_an_inherited_uuid_list(tmp_path):
     probe = FakeProbe(path, inherited="GPU-0000-fake,GPU-0002-fake", use_env=False)
     inv = {g.index_nvml: g for g in probe.inventory()}
     assert (inv[0].index_cuda, inv[2].index_cuda, inv[1].index_cuda) == (0, 1, None)
-    gate = PlannerGate(PlannerSettings(devices=(1,), gated=True, min_free_mib=1000), NoFacts(), probe=probe)
-    g = gate.grant(chain_info_stub(), "train")
+    gate = GpuGate(GpuGateSettings(min_free_mib=1000), probe)
+    g = gate.check(1, "train", (1,))
     assert g.gpus == (1,) and g.visible == "GPU-0002-fake"

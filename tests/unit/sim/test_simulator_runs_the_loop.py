@@ -14,7 +14,7 @@ from conftest import REPO
 from support.gpus import NoFacts
 
 from opsdctl.plan import loop as loop_mod
-from opsdctl.plan import simulate
+from opsdctl.sim.replay import simulate_session
 
 
 def _last_admissible_first(monkeypatch):
@@ -36,10 +36,10 @@ def _last_admissible_first(monkeypatch):
 
 
 def test_a_bug_in_the_loop_changes_the_simulators_output(monkeypatch):
-    good = simulate.simulate_session("planner fifo", seed=3)
+    good = simulate_session("planner fifo", seed=3)
     assert good.run_order[:3] == [1, 2, 3]  # fifo: the queue as written
     _last_admissible_first(monkeypatch)
-    bad = simulate.simulate_session("planner fifo", seed=3)
+    bad = simulate_session("planner fifo", seed=3)
     assert bad.run_order != good.run_order and bad.run_order[0] == 14  # the x2 queue's last chain
 
 
