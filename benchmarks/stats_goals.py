@@ -6,7 +6,7 @@ A wrong prior (true sigma 2.5 against the published 1.48), a setup offset of +1 
 compare re-run after every run up to 6 runs per arm (whole sessions of looks: a session counts
 once if any of its looks says `better`), `compare BEST` after 6 null candidates, and
 power at +3 points with 3 runs per arm; the verdict rule is compare's own, vectorised
-(opsdctl.sim.operating; tests/unit/sim/test_operating.py checks it against build_report). Prints
+(opsdctl.sim.operating; tests/integration/test_sim_operating.py checks it against build_report). Prints
 the table and writes benchmarks/results/stats_goals.json and stats_goals.md.
 """
 

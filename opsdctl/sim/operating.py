@@ -3,7 +3,7 @@
 `verdicts` is compare's verdict rule (opsdctl.stats.compare.build_report) over many simulated
 studies that share their run counts: it calls the rule's own functions (opsdctl.stats.inference)
 on arrays over the studies and holds no formula of its own, so a seeded simulation of thousands
-of studies and a dozen looks runs in seconds; tests/unit/sim/test_operating.py checks that it gives
+of studies and a dozen looks runs in seconds; tests/integration/test_sim_operating.py checks that it gives
 build_report's verdicts exactly, then measures the error-rate goals with it. The scenarios
 below are those goals: a wrong prior, a setup offset, repeated looks, a cherry-picked family,
 and power. Runs are normal: y = baseline + effect + N(0, sigma^2) per run (the per-problem

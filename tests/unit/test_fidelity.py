@@ -12,6 +12,8 @@ is the default; the tests check the default, and that the knob really changes th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from eval.grading import grade, released_boxed
@@ -69,7 +71,11 @@ def test_eval_extract_mode_is_a_setting_released_by_default(tmp_path):
     from eval.settings import check_resume
     from opsdctl.errors import UserError
 
-    base = ["--profile", "tiny", "--gpus", "", "--output-dir", str(tmp_path / "o")]
+    from opsdkit.tiny import make_benchmark
+
+    bench = tmp_path / "bench.jsonl"  # the tiny benchmark's rows, without building the tiny model
+    bench.write_text("".join(json.dumps(r) + "\n" for r in make_benchmark()))
+    base = ["--profile", "tiny", "--benchmark", str(bench), "--gpus", "", "--output-dir", str(tmp_path / "o")]
     settings, _, _ = resolve(build_parser().parse_args(base))
     assert settings.extract == "released"
     lenient, _, _ = resolve(build_parser().parse_args(base + ["--extract", "lenient"]))
