@@ -7,8 +7,17 @@
 - a tiny Qwen3-architecture model given a short supervised warm start, so it solves some
   problems and OPSD has something to improve.
 
-Everything is deterministic and cached under the user's cache dir (`OPSDCTL_CACHE_DIR`,
-else `$XDG_CACHE_HOME/opsdctl`, else `~/.cache/opsdctl`), built once under a file lock.
+The warm-started model and its tokenizer ship in the package (`opsdkit/tiny_model/`, about 600 KB,
+made by `python -m opsdkit.tiny --ship`), so a fresh machine does not train it: the first
+`opsdctl demo` spends its minutes on the demo, and every machine runs the very same weights (a
+warm start's floats differ a little between CPUs). The data are generated, deterministically, in
+about a second. Without the shipped files (a source tree without them, `--ship` itself) the warm
+start runs here, on one thread: on a 2-core machine under load, two threads that wait on each other
+took 3.1 s a step against 0.48 s (docs/benchmarks.md).
+
+Everything lands in the user's cache dir (`OPSDCTL_CACHE_DIR`, else `$XDG_CACHE_HOME/opsdctl`,
+else `~/.cache/opsdctl`), built once under a file lock; partial builds a killed process left
+behind are removed under the same lock (never one another process is writing).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-TINY_VERSION = 3  # 3: released prompts in the warm start, the trace column named COT_Reason
+TINY_VERSION = 4  # 3: released prompts in the warm start, the trace column named COT_Reason; 4: shipped weights
 N_TRAIN = 3000
 N_BENCH = 30
 VOCAB_SIZE = 320
@@ -32,12 +41,15 @@ TRACE_COLUMN = "COT_Reason"  # the long reasoning trace's column in siyanzhao/Op
 # Model shape: Qwen3 architecture, about a hundred thousand parameters.
 TINY_SHAPE = dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=16, max_position_embeddings=1024)
-# Sized so a 2-core machine builds it in about two minutes (133 s measured) and the model solves
-# roughly a quarter of the benchmark at temperature 1: room for a recipe to help or hurt.
+# Sized so the model solves about a third of the benchmark at temperature 1 (avg@16 34%), room for a
+# recipe to help or hurt; 200 or 300 steps left it near 7%. 600 steps are about 150 CPU seconds.
 WARM_START_STEPS = 600
 WARM_START_BATCH = 32
 WARM_START_LR = 3e-3
 WARM_START_SUB_BATCH = 16
+WARM_START_THREADS = 1  # as fast as two on an idle 2-core machine, six times faster on a loaded one
+SHIPPED = Path(__file__).resolve().parent / "tiny_model"  # the warm-started model + tokenizer
+SHIPPED_INFO = "opsdctl_tiny.json"  # in SHIPPED: how it was made (version, steps, loss, library versions)
 
 # A Qwen3-like chat template: thinking off inserts an empty think block, as Qwen3 does.
 CHAT_TEMPLATE = (
@@ -223,7 +235,19 @@ def accumulate_batch_loss(model, batch: list[tuple[list[int], int]], pad: int,
 
 def warm_start(model, tokenizer, rows: list[dict], *, steps: int = WARM_START_STEPS, seed: int = 0,
                log=print) -> list[float]:
-    """A short supervised warm start (loss on the answer tokens only). Returns the loss curve."""
+    """A short supervised warm start (loss on the answer tokens only), on WARM_START_THREADS
+    threads. Returns the loss curve."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(WARM_START_THREADS)
+    try:
+        return _warm_start(model, tokenizer, rows, steps, seed, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _warm_start(model, tokenizer, rows: list[dict], steps: int, seed: int, log) -> list[float]:
     import torch
 
     torch.manual_seed(seed)
@@ -257,37 +281,95 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
             f.write(json.dumps(r) + "\n")
 
 
-def build_tiny_assets(dest: Path, *, log=print) -> None:
+def _tokenizer_texts(train_rows: list[dict]) -> list[str]:
+    from opsdkit.prompts import BOXED_INSTRUCTION, TRANSITION
+
+    return ([r[k] for r in train_rows for k in ("problem", "solution", TRACE_COLUMN)]
+            + [BOXED_INSTRUCTION, "Problem:", "Here is a reference solution to this problem:", TRANSITION])
+
+
+def _write_data(dest: Path, count_tokens) -> list[dict]:
+    """train.jsonl (with each trace's token count) and bench.jsonl; returns the training rows."""
+    train_rows = make_rows(N_TRAIN, seed=1)
+    for r in train_rows:
+        r["num_tokens"] = count_tokens(r[TRACE_COLUMN])
+    _write_jsonl(dest / "train.jsonl", train_rows)
+    _write_jsonl(dest / "bench.jsonl", make_benchmark())
+    return train_rows
+
+
+def shipped_info(shipped: Path = SHIPPED) -> dict | None:
+    """How the shipped model was made, or None when the package holds none of this version."""
+    try:
+        info = json.loads((shipped / SHIPPED_INFO).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if info.get("version") == TINY_VERSION and (shipped / "model.safetensors").is_file() else None
+
+
+def build_tiny_assets(dest: Path, *, log=print, use_shipped: bool = True) -> None:
+    """The assets in `dest`: the shipped model and tokenizer with the data generated beside them,
+    or (none shipped, or use_shipped False) a tokenizer trained and a model warm-started here."""
+    t0 = time.time()
+    dest.mkdir(parents=True, exist_ok=True)
+    made = shipped_info() if use_shipped else None
+    if made is not None:
+        from tokenizers import Tokenizer
+
+        shutil.copytree(SHIPPED, dest / "model", ignore=shutil.ignore_patterns(SHIPPED_INFO, "__pycache__"))
+        tok = Tokenizer.from_file(str(dest / "model" / "tokenizer.json"))
+        _write_data(dest, lambda text: len(tok.encode(text, add_special_tokens=False).ids))
+        info = {**made, "source": f"shipped ({SHIPPED})"}
+    else:
+        info = _train_here(dest, log)
+    info["seconds"] = round(time.time() - t0, 1)
+    (dest / "info.json").write_text(json.dumps(info, indent=1))
+    if log:
+        log(f"tiny assets made in {info['seconds']} s ({info['parameters']} parameters, {info['source']})")
+
+
+def _train_here(dest: Path, log) -> dict:
+    """Train the tokenizer and warm-start the model into dest/model; what info.json says of it."""
     import torch
+    import transformers
     from transformers import Qwen3ForCausalLM
 
     t0 = time.time()
-    dest.mkdir(parents=True, exist_ok=True)
-    train_rows = make_rows(N_TRAIN, seed=1)
-    bench = make_benchmark()
-    from opsdkit.prompts import BOXED_INSTRUCTION, TRANSITION
-
-    tokenizer = train_tokenizer([r[k] for r in train_rows for k in ("problem", "solution", TRACE_COLUMN)]
-                                + [BOXED_INSTRUCTION, "Problem:", "Here is a reference solution to this problem:",
-                                   TRANSITION])
-    for r in train_rows:
-        r["num_tokens"] = len(tokenizer(r[TRACE_COLUMN], add_special_tokens=False)["input_ids"])
-    _write_jsonl(dest / "train.jsonl", train_rows)
-    _write_jsonl(dest / "bench.jsonl", bench)
+    rows = make_rows(N_TRAIN, seed=1)
+    tokenizer = train_tokenizer(_tokenizer_texts(rows))
+    train_rows = _write_data(dest, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
     torch.manual_seed(0)
     with torch.random.fork_rng():
         model = Qwen3ForCausalLM(tiny_config(tokenizer))
-        n_threads = torch.get_num_threads()
         losses = warm_start(model, tokenizer, train_rows, log=log)
-        torch.set_num_threads(n_threads)
-    model_dir = dest / "model"
-    model.save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    info = {"version": TINY_VERSION, "parameters": sum(p.numel() for p in model.parameters()),
-            "warm_start_final_loss": sum(losses[-20:]) / 20, "seconds": round(time.time() - t0, 1)}
-    (dest / "info.json").write_text(json.dumps(info, indent=1))
-    if log:
-        log(f"tiny assets built in {info['seconds']} s ({info['parameters']} parameters) at {dest}")
+    model.save_pretrained(dest / "model")
+    tokenizer.save_pretrained(dest / "model")
+    return {"version": TINY_VERSION, "parameters": sum(p.numel() for p in model.parameters()),
+            "warm_start_steps": len(losses), "warm_start_final_loss": sum(losses[-20:]) / 20,
+            "warm_start_seconds": round(time.time() - t0, 1), "warm_start_threads": WARM_START_THREADS,
+            "torch": torch.__version__, "transformers": transformers.__version__, "source": "trained here"}
+
+
+def remove_stale_builds(root: Path, log=print) -> list[Path]:
+    """Remove the `.tiny-v*-*` directories killed builds left in the cache. A build writes one only
+    while it holds its version's lock, so one whose lock can be taken at once is nobody's; one whose
+    lock is held is being written now and is kept. Returns what was removed."""
+    from filelock import FileLock, Timeout
+
+    removed = []
+    for partial in sorted(root.glob(".tiny-v*-*")):
+        version = partial.name[len(".tiny-v"):].split("-", 1)[0]
+        if not partial.is_dir() or not version.isdigit():
+            continue
+        try:
+            with FileLock(str(root / f"tiny-v{version}.lock"), timeout=0):
+                shutil.rmtree(partial, ignore_errors=True)
+        except Timeout:
+            continue  # another process is building that version right now
+        removed.append(partial)
+        if log:
+            log(f"tiny assets: removed {partial.name}, a build that did not finish")
+    return removed
 
 
 def ensure_tiny_assets(cache_dir: Path | None = None, *, log=print) -> TinyAssets:
@@ -300,6 +382,7 @@ def ensure_tiny_assets(cache_dir: Path | None = None, *, log=print) -> TinyAsset
     if (final / "info.json").exists():
         return assets
     root.mkdir(parents=True, exist_ok=True)
+    remove_stale_builds(root, log)  # before taking our own lock: our version's partials go too
     with FileLock(str(root / f"tiny-v{TINY_VERSION}.lock")):
         if (final / "info.json").exists():
             return assets
@@ -312,6 +395,19 @@ def ensure_tiny_assets(cache_dir: Path | None = None, *, log=print) -> TinyAsset
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return assets
+
+
+def ship(log=print) -> Path:
+    """Warm-start the model here and put it, with its tokenizer, in the package (SHIPPED): what a
+    change to the model, its data or TINY_VERSION needs, committed with that change."""
+    with tempfile.TemporaryDirectory() as tmp:
+        build_tiny_assets(Path(tmp), log=log, use_shipped=False)
+        info = json.loads((Path(tmp) / "info.json").read_text())
+        info.pop("source")
+        shutil.rmtree(SHIPPED, ignore_errors=True)
+        shutil.copytree(Path(tmp) / "model", SHIPPED)
+        (SHIPPED / SHIPPED_INFO).write_text(json.dumps(info, indent=1) + "\n")
+    return SHIPPED
 
 
 def build_untrained_tiny(dest: Path, *, seed: int = 0) -> Path:
@@ -330,7 +426,13 @@ def build_untrained_tiny(dest: Path, *, seed: int = 0) -> Path:
     return dest
 
 
-if __name__ == "__main__":  # python -m opsdkit.tiny: build (once) and say where
-    a = ensure_tiny_assets(log=lambda line: print(line, flush=True))
+if __name__ == "__main__":  # python -m opsdkit.tiny [--ship]: build (once) and say where
+    import sys
+
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    if sys.argv[1:] == ["--ship"]:
+        print(f"shipped: {ship(log=say)}", flush=True)
+        sys.exit(0)
+    a = ensure_tiny_assets(log=say)
     info = json.loads((a.root / "info.json").read_text())
     print(f"tiny assets ready: {info['parameters']:,}-parameter Qwen3 model at {a.model_dir}", flush=True)

@@ -10,7 +10,8 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_assets():
     """The warm-started tiny model, tokenizer, training rows and benchmark (cached in the
-    user's cache dir, or OPSDCTL_CACHE_DIR; built once, a minute or two on 2 cores)."""
+    user's cache dir, or OPSDCTL_CACHE_DIR): the model the package ships, the data generated in
+    seconds, exactly what `opsdctl demo` and the tiny profile's stages read."""
     from opsdkit.tiny import ensure_tiny_assets
 
     return ensure_tiny_assets()

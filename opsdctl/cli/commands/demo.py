@@ -30,7 +30,7 @@ def command(
 ) -> None:
     """The whole job on this machine, no GPU, no downloads: a tiny model, three recipes, compare, export.
 
-    Builds (once) a tiny Qwen3-architecture model warm-started on generated arithmetic,
+    Sets up (once) a tiny Qwen3-architecture model warm-started on generated arithmetic (shipped),
     queues the baseline x3, token-clip x2 and cosine x2, runs the real trainer and evaluator
     through the worker, then prints status, the compare table (and PNG) and the winner's recipe.env.
     """
