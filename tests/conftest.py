@@ -245,3 +245,20 @@ def pid_alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+UNIT = REPO / "tests" / "unit"
+WORKERS = 2  # CI's cores; the suite is mostly subprocesses and waits
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): two workers for any run with integration tests in it, none
+    for the unit loop alone (`python -m pytest tests/unit`), whose cost is CPU: each worker imports
+    and collects every unit test again, which took 68 CPU seconds with two workers against 44 in
+    one process, and 99 s against 72 s of wall time on the loaded 2-core machine
+    (benchmarks/unit_loop.py; DEVELOPERS.md "Tests"). `-n 2` still asks for two."""
+    base = Path(config.invocation_params.dir)
+    paths = [(base / str(a).split("::")[0]).resolve() for a in config.args]
+    if paths and all(p == UNIT or UNIT in p.parents for p in paths):
+        return 0
+    return WORKERS

@@ -26,6 +26,7 @@ moved into docs/ is reachable from it by a link that resolves.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -39,6 +40,17 @@ RANK = {w: i for i, ws in enumerate(ORDER) for w in (ws if isinstance(ws, tuple)
 FOUNDATION = {"errors", "fsutil", "templates", "__init__"}
 
 
+def parsed(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per run and content: a dozen checks walk every module
+    (nothing mutates a tree; a file a test writes twice is parsed twice)."""
+    return _parse(path.read_text(), str(path))
+
+
+@functools.cache
+def _parse(text: str, name: str) -> ast.Module:
+    return ast.parse(text, name)
+
+
 def module_name(path: Path, root: Path) -> str:
     rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
@@ -48,7 +60,7 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def imports_of(path: Path, name: str, package_root: str) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     is_pkg = path.name == "__init__.py"
     out = set()
     for node in ast.walk(tree):
@@ -138,7 +150,7 @@ def test_no_import_circle_in_the_workloads():
 
 def test_each_package_says_what_it_is_for():
     for init in sorted((ROOT / "opsdctl").rglob("__init__.py")):
-        doc = ast.get_docstring(ast.parse(init.read_text()))
+        doc = ast.get_docstring(parsed(init))
         assert doc and doc.strip(), f"{init.relative_to(ROOT)} has no docstring"
 
 
@@ -155,7 +167,7 @@ HEAVY = {"torch", "transformers", "vllm", "peft", "trl", "datasets", "accelerate
 
 def heavy_imports(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             out.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -203,7 +215,7 @@ def test_a_test_imports_another_test_module_by_its_package_path():
     integration.test_x or from support/."""
     bare = []
     for path in sorted(TESTS.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             bare += [f"{path.relative_to(TESTS)}: {n}" for n in names if n.split(".")[0].startswith("test_")]
@@ -213,7 +225,7 @@ def test_a_test_imports_another_test_module_by_its_package_path():
 def names_used(path: Path) -> set[str]:
     """Names a test module reads or imports, and the fixtures it requests (a local `ws` is no fixture)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Name) and node.id in NOT_IN_UNIT:
             out.add(node.id)
         elif isinstance(node, ast.arg) and node.arg in FIXTURES_NOT_IN_UNIT:
@@ -397,13 +409,13 @@ def test_one_command_per_module_in_cli_commands():
     modules = command_modules()
     assert modules, "no command modules"
     for path in modules:
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         top = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "command"]
         assert top == ["command"], f"{path.name}: must define exactly one top-level `command` function"
         assert not defines_commands(tree), f"{path.name}: registers commands itself: {defines_commands(tree)}"
     for path in sorted((ROOT / "opsdctl").rglob("*.py")):
         if path.parent != COMMANDS_DIR and path.name != "main.py":
-            assert not defines_commands(ast.parse(path.read_text())), f"{path}: a command outside cli/commands/"
+            assert not defines_commands(parsed(path)), f"{path}: a command outside cli/commands/"
     registered = {c.name: c.callback.__module__ for c in app.registered_commands}
     assert registered == {p.stem.replace("_", "-"): f"opsdctl.cli.commands.{p.stem}" for p in modules}
     assert len(COMMANDS) == len(modules) and all(command_name(m) in registered for m in COMMANDS)
@@ -428,7 +440,7 @@ def module_state(tree: ast.Module) -> list[str]:
 
 
 def test_no_module_level_mutable_state_in_the_cli():
-    bad = {str(p.relative_to(ROOT)): module_state(ast.parse(p.read_text()))
+    bad = {str(p.relative_to(ROOT)): module_state(parsed(p))
            for p in sorted((ROOT / "opsdctl" / "cli").rglob("*.py"))}
     bad = {k: v for k, v in bad.items() if v}
     assert not bad, bad
@@ -453,7 +465,7 @@ def test_command_modules_import_only_the_cli_at_start():
 
     heavy = {}
     for path in command_modules():
-        for node in ast.parse(path.read_text()).body:
+        for node in parsed(path).body:
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             heavy[path.name] = heavy.get(path.name, []) + [n for n in names if not light(n)]
@@ -481,7 +493,7 @@ def test_no_function_takes_more_than_eight_positional_parameters():
     bad = {}
     for path in sorted((ROOT / "opsdctl").rglob("*.py")):
         skip = frozenset({"command"}) if path.parent == COMMANDS_DIR else frozenset()
-        found = long_signatures(ast.parse(path.read_text()), skip)
+        found = long_signatures(parsed(path), skip)
         if found:
             bad[str(path.relative_to(ROOT))] = found
     assert not bad, bad
@@ -514,7 +526,7 @@ def test_commands_and_clients_read_the_store_through_the_reader():
     read_only = [ROOT / "opsdctl" / "identity" / "code_export.py"]
     for wing in ("cli", "client", "stats", "recipes"):
         for path in sorted((ROOT / "opsdctl" / wing).rglob("*.py")) + (read_only if wing == "cli" else []):
-            found = orm_reads(ast.parse(path.read_text()))
+            found = orm_reads(parsed(path))
             if found:
                 bad[str(path.relative_to(ROOT))] = found
     assert not bad, bad
@@ -572,7 +584,7 @@ def test_sql_text_lives_in_store_only():
     """One place holds the SQL (store/queries.py, and the ORM functions of store/ built on it)."""
     bad = {}
     for path in sorted((ROOT / "opsdctl").rglob("*.py")):
-        if path.relative_to(ROOT).parts[1] != "store" and (found := sql_texts(ast.parse(path.read_text()))):
+        if path.relative_to(ROOT).parts[1] != "store" and (found := sql_texts(parsed(path))):
             bad[str(path.relative_to(ROOT))] = found
     assert not bad, bad
 
@@ -582,7 +594,7 @@ def test_plan_holds_decisions_only_no_sql_and_no_store_writes():
     store/engine.py) are store/'s, which plan/ calls."""
     bad = {}
     for path in sorted((ROOT / "opsdctl" / "plan").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = parsed(path)
         found = sql_texts(tree) + store_writes(tree)
         if found:
             bad[str(path.relative_to(ROOT))] = found
@@ -613,10 +625,10 @@ def test_one_module_makes_a_chain_row():
     """New, repeat, re-eval, eval-only and copy: store/chain_rows.py is the one place a `Chain` is
     constructed, so what a queued chain must carry is filled by one rule per kind."""
     home = ROOT / "opsdctl" / "store" / "chain_rows.py"
-    found = {str(p.relative_to(ROOT)): constructs(ast.parse(p.read_text()), "Chain")
+    found = {str(p.relative_to(ROOT)): constructs(parsed(p), "Chain")
              for p in sorted((ROOT / "opsdctl").rglob("*.py")) if p != home}
     assert not {k: v for k, v in found.items() if v}, "make chains through opsdctl.store.chain_rows"
-    assert constructs(ast.parse(home.read_text()), "Chain")
+    assert constructs(parsed(home), "Chain")
     assert constructs(ast.parse("a = Chain(x=1)\nb = models.Chain()\nc = SimChain(1)\n"), "Chain") == ["line 1", "line 2"]
 
 

@@ -1,5 +1,6 @@
-"""The forecast of the official score (opsdctl.stats.forecast): closed forms in float64, and a
-direct simulation of the generative model for coverage and calibration."""
+"""The forecast of the official score (opsdctl.stats.forecast): closed forms in float64 (coverage
+and calibration against a direct simulation of the generative model, seconds of CPU:
+tests/integration/test_stats_calibration.py)."""
 
 from __future__ import annotations
 
@@ -156,46 +157,6 @@ def test_the_quadrature_matches_importance_sampling_of_the_model():
         assert post.cov[c + 1, c + 1] == pytest.approx(var, rel=0.05)
 
 
-def _simulate(rng, sessions, fam, n_b, n_c, use_ref=True):
-    """Draw sessions from the generative model and return (forecasts, true 5-run official means,
-    the published means)."""
-    out_f, out_y, refs = [], [], []
-    for _ in range(sessions):
-        b_true = 54.0
-        d = REF.offset_sd * rng.standard_normal()
-        theta = np.concatenate([[0.0], _draw_effects(rng, fam, len(n_c))])
-        ref = fc.PublishedRef(b_true + rng.normal(0, REF.sd / math.sqrt(REF.n)), REF.sd, REF.n, REF.offset_sd)
-        noise = fc.NoiseParts(REF.sd**2 - 1.0, 1.0)  # run sd = the published 1.48
-        sd_run = math.sqrt(noise.run_var)
-        arms = [fc.ArmRuns(f"a{i}", tuple(b_true + d + theta[i] + sd_run * rng.standard_normal(n)))
-                for i, n in enumerate([n_b, *n_c])]
-        post = fc.posterior(arms[0], arms[1:], noise, ref if use_ref else None, fam)
-        out_f.append(post.forecasts(draws=4000))
-        out_y.append(b_true + theta + rng.standard_normal(len(theta)) * math.sqrt(noise.run_var / 5))
-        refs.append(ref.mean)
-    return out_f, np.array(out_y), np.array(refs)
-
-
-def test_coverage_and_calibration_against_a_simulation_of_the_model():
-    rng = np.random.default_rng(2025)
-    fs, ys, refs = _simulate(rng, 250, fc.FamilyPrior(), n_b=2, n_c=[1, 2, 3])
-    low = np.array([[f.low80 for f in row] for row in fs])
-    high = np.array([[f.high80 for f in row] for row in fs])
-    cover = ((low <= ys) & (ys <= high)).mean()
-    assert 0.75 <= cover <= 0.85, cover
-    # p_best: the arm with the highest official mean, calibration of the mean probability
-    pb = np.array([[f.p_best for f in row] for row in fs])
-    won = (ys == ys.max(axis=1, keepdims=True))
-    assert abs(pb.mean(axis=0) - won.mean(axis=0)).max() < 0.07
-    # p_above_reference in fifths (the candidates: the baseline's is ~0.5 by construction)
-    probs = np.array([[f.p_above_reference for f in row[1:]] for row in fs]).ravel()
-    hits = (ys[:, 1:] > refs[:, None]).ravel()
-    for lo in np.arange(0.0, 1.0, 0.2):
-        sel = (probs >= lo) & (probs < lo + 0.2)
-        if sel.sum() > 60:
-            assert abs(probs[sel].mean() - hits[sel].mean()) < 0.08, (lo, probs[sel].mean(), hits[sel].mean())
-
-
 def test_a_null_heavy_family_shrinks_to_zero_and_a_wide_one_learns_its_spread():
     rng = np.random.default_rng(3)
     base = fc.ArmRuns("b", tuple(54 + 1.48 * rng.standard_normal(4)))
@@ -343,21 +304,6 @@ def test_the_cut_keeps_the_sigma_nodes_at_their_prior_weights():
         assert by_var.keys() == prior.keys()
         assert all(by_var[key] == pytest.approx(m, abs=1e-6) for key, m in prior.items())
         assert post.noise.run_var == pytest.approx(est.run_var, rel=1e-9)
-
-
-def test_intervals_cover_80_percent_when_sigma_is_estimated_on_few_dof():
-    # sigma drawn as a 3-dof estimate: a normal with s^2 plugged in covers ~72%, the t 80%
-    rng = np.random.default_rng(5)
-    sigma, nu, hits = 1.5, 3, []
-    for _ in range(2000):
-        s2 = sigma**2 * rng.chisquare(nu) / nu
-        b_true = 54.0
-        r = b_true + rng.normal(0, sigma / math.sqrt(5))
-        post = fc.posterior(arm("b", list(b_true + 1.0 + sigma * rng.standard_normal(2))), [],
-                            fc.NoiseParts(s2, 0.0, dof=nu), fc.PublishedRef(r, math.sqrt(s2), 5), FIXED)
-        f = post.forecasts()[0]
-        hits.append(f.low80 <= b_true + rng.normal(0, sigma / math.sqrt(5)) <= f.high80)
-    assert 0.77 <= np.mean(hits) <= 0.83, np.mean(hits)
 
 
 def test_an_untried_idea_is_forecast_at_the_family_mean():

@@ -1,5 +1,5 @@
-"""opsdctl.stats.sequential: the boundary over looks against a direct simulation, the table against
-the recursion, and the nominal levels the verdicts use."""
+"""opsdctl.stats.sequential: the table against the recursion, and the nominal levels the verdicts use
+(the boundary against a direct simulation of the walk: tests/integration/test_stats_calibration.py)."""
 
 import math
 
@@ -8,26 +8,6 @@ import pytest
 from scipy import stats as ss
 
 from opsdctl.stats import sequential as seq
-
-
-def _walk_crossing(c, reps=200_000, horizon=400, seed=0):
-    """P(S_j >= c shape(j) sqrt(j) for some j <= horizon), S_j a sum of j standard normals."""
-    rng = np.random.default_rng(seed)
-    js = np.arange(1, horizon + 1)
-    bound = c * np.array([seq._shape(j) for j in js]) * np.sqrt(js)
-    hit = np.zeros(reps, bool)
-    s = np.zeros(reps, np.float32)
-    for j in range(horizon):
-        s += rng.standard_normal(reps, dtype=np.float32)
-        hit |= s >= bound[j]
-    return hit.mean()
-
-
-@pytest.mark.parametrize("c", [2.152, 2.6])
-def test_crossing_probability_matches_a_simulated_walk(c):
-    got = seq.crossing_probability(c)
-    emp = _walk_crossing(c)
-    assert got == pytest.approx(emp, abs=4 * math.sqrt(emp * (1 - emp) / 200_000) + 2e-4)
 
 
 def test_crossing_probability_with_one_look_is_the_normal_tail(monkeypatch):
