@@ -1,5 +1,6 @@
 """The effective-config check as pure functions of a log and a recipe; the
-schedules the logs follow come from transformers' own get_scheduler, the way HF Trainer logs."""
+schedules the logs follow are transformers' own get_scheduler's, the way HF Trainer logs, stored
+(tests/support/hf_schedules.py: importing the scheduler takes seconds)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from opsdctl.recipes import knobs
 from opsdctl.contract.effective_config import MISMATCH, NOT_VERIFIED, VERIFIED, check_log, schedule_factor
+from tests.support.hf_schedules import stored
 
 
 def recipe(**kw) -> dict:
@@ -15,21 +17,9 @@ def recipe(**kw) -> dict:
 
 def hf_rates(sched: str, lr: float, steps: int, warmup_ratio: float = 0.0, after_step: bool = True) -> list[float]:
     """transformers' learning rate at each optimizer step: after the step's scheduler.step()
-    (what HF Trainer logs), or the one the step used (what our trainer logs)."""
-    import math
-
-    import torch
-    from transformers import get_scheduler
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
-    s = get_scheduler(sched, opt, num_warmup_steps=math.ceil(warmup_ratio * steps), num_training_steps=steps)
-    out = []
-    for _ in range(steps):
-        used = opt.param_groups[0]["lr"]
-        opt.step()
-        s.step()
-        out.append(opt.param_groups[0]["lr"] if after_step else used)
-    return out
+    (what HF Trainer logs), or the one the step used (what our trainer logs), as stored by
+    tests/support/hf_schedules.py (tests/integration/test_hf_schedules.py keeps it transformers')."""
+    return stored(sched, lr, steps, warmup_ratio, after_step)
 
 
 def log_of(rates: list[float], every: int = 1, step_field: bool = False, modes: str = "", bar: bool = False,
