@@ -90,7 +90,7 @@ def _trained_code(cfg, store, ref: str):
     compare reports them (None when it has no scored run, or is not a recipe)."""
     from opsdctl.daemon.auto_export import trained_code
     from opsdctl.errors import UserError
-    from opsdctl.plan.report import store_report
+    from opsdctl.plan.store_report import store_report
     from opsdctl.store.open_read import open_reader
 
     reader = open_reader(store)
