@@ -64,9 +64,10 @@ def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseli
     baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
     from opsdctl.plan.durations import chain_minutes
     from opsdctl.plan.report import compare_doc
+    from opsdctl.plan.store_facts import known_layout
 
-    return compare_doc(cfg, reader, variants, baseline, chain_minutes=chain_minutes(cfg, reader), pool_code=pool_code,
-                       family=family)
+    minutes = chain_minutes(cfg, reader, known_layout(cfg, reader))  # on the worker's GPU layout
+    return compare_doc(cfg, reader, variants, baseline, chain_minutes=minutes, pool_code=pool_code, family=family)
 
 
 def render_training(con: Console, rows: list[dict]) -> None:
