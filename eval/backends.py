@@ -250,7 +250,8 @@ class VLLMBackend(_Base):
         self.SamplingParams = SamplingParams
         self.llm = LLM(model=spec["model"], tokenizer=spec["model"], tensor_parallel_size=1, dtype=spec["dtype"],
                        seed=int(self.sampling["seed"]), gpu_memory_utilization=float(opts.get("gpu_memory_utilization", 0.85)),
-                       max_num_seqs=int(opts.get("max_num_seqs", 64)), generation_config="vllm")
+                       max_num_seqs=int(opts.get("max_num_seqs", 64)), generation_config="vllm",
+                       **dict(opts.get("engine_args") or {}))  # benchmarks: e.g. num_gpu_blocks_override
         # where a start goes (docs/benchmarks.md): the import, then the engine (config, weights, compile, graphs)
         self.startup = {"vllm_import": round(t1 - t0, 2), "vllm_engine": round(time.perf_counter() - t1, 2)}
         self.engine = self.llm.llm_engine

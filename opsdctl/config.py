@@ -387,6 +387,12 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "budget_minutes": Key(_number(lo=0, hi=YEAR_MINUTES, unit=" (a year)"), 30.0,
                               "budget.nearly_spent fires once when this little usable time is left"),
     },
+    "host": {
+        "ram_gib_per_chain": Key(_number(lo=0, hi=1e6), None, "host RAM one chain's processes take, GiB; the worker "
+                                 "refuses more chains at once than the host holds (0 = no check) [default: the profile's]"),
+        "cpus_per_chain": Key(_number(lo=0, hi=1e6), None, "CPU cores one chain keeps busy (0 = no check) "
+                              "[default: the profile's]"),
+    },
     "queue": {
         "seed": Key(_int(lo=0, hi=2**31 - 1), None, "seed of the first repeat [default: the profile's: 42 for qwen3-1.7b, 0 for tiny]"),
         "same_seed": Key(_bool, None, "every repeat at that seed, as the scorer re-trains [default: the profile's]"),
@@ -813,8 +819,8 @@ objective = "submission"          # adaptive: bet on the submission (`advise`'s 
 # Stage command templates. Placeholders are substituted shell-quoted, so write them bare (never
 # inside '...', "...", a here-document or an eval: refused):
 # {{chain_id}} {{variant}} {{seed}} {{run_dir}} {{stage_dir}} {{code_dir}} {{recipe_env}} {{recipe_json}}
-# {{checkpoint}} {{num_problems}} {{k}} (eval) {{gpus}} {{num_gpus}} {{python}} {{profile}}. Write {{{{ and }}}}
-# for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
+# {{checkpoint}} {{num_problems}} {{k}} (eval) {{grad_accum}} (train) {{gpus}} {{num_gpus}} {{python}} {{profile}}.
+# Write {{{{ and }}}} for literal braces. A `queue --partial 15x4` chain's eval also gets NUM_PROBLEMS=15 VAL_N=4.
 # Each stage runs in its own process group with cwd = the code snapshot, its output in
 # runs/<chain_id>/<stage>.log, and OPSD_<KNOB> variables for every recipe knob.
 [stages.train]
@@ -846,6 +852,10 @@ variant = "baseline"              # the variant every other one is compared with
 [compare]
 family = "all"                    # verdicts correct over every candidate tried in the store; or
                                   #   "since:2025-06-01" (queued since then), or ["a", "b", ...]
+
+[host]                            # what one chain's processes take from this machine: the worker refuses to
+# ram_gib_per_chain = 16          #   run more chains at once than its RAM and CPUs hold (0 = no check)
+# cpus_per_chain = 2              #   [default: the profile's, measured in docs/benchmarks.md]
 
 [queue]                           # how repeats are seeded; `queue --seed S`, --same-seed, --seed-per-repeat override
 {seeding}

@@ -33,14 +33,18 @@ PLACEHOLDERS = (
     "profile",
     "num_problems",
     "k",
+    "grad_accum",
 )
 # Known only to the eval stage: the train stage's result, and the evaluation asked for
 # (problems x samples: the full protocol, or a chain's `--partial`).
 EVAL_ONLY = ("checkpoint", "num_problems", "k")
+# Known only to the train stage: the accumulation steps that keep the profile's global batch on
+# the chain's GPUs, for training scripts whose process count is a flag (`grad_accum`).
+TRAIN_ONLY = ("grad_accum",)
 # The train stage has no checkpoint yet; its `checkpoint` template may use the rest.
 STAGE_PLACEHOLDERS = {
     "train": tuple(p for p in PLACEHOLDERS if p not in EVAL_ONLY),
-    "eval": PLACEHOLDERS,
+    "eval": tuple(p for p in PLACEHOLDERS if p not in TRAIN_ONLY),
 }
 
 # A [notify] command's placeholders: what happened, to which chain, in one line and as JSON.
@@ -64,6 +68,9 @@ def check_template(template: str, allowed: tuple[str, ...], where: str, shell: b
             raise UserError(f"{where}: {{checkpoint}} is only known in the eval stage (it is the train stage's result)")
         if name in EVAL_ONLY and name not in allowed:
             raise UserError(f"{where}: {{{name}}} is only known in the eval stage (the evaluation's problems x samples)")
+        if name in TRAIN_ONLY and name not in allowed:
+            raise UserError(f"{where}: {{{name}}} is only known in the train stage (the accumulation steps of "
+                            "the chain's training processes)")
         if not name.isidentifier():
             raise UserError(
                 f"{where}: {text!r} at column {m.start() + 1} is not a placeholder; "
@@ -83,6 +90,23 @@ def check_template(template: str, allowed: tuple[str, ...], where: str, shell: b
 
     if shell:
         check_quoting(template, where)
+
+
+def uses(template: str, name: str) -> bool:
+    """Whether the template has the placeholder `name` (not a literal `{{name}}`)."""
+    return any(m.group(1) == name for m in _TOKEN.finditer(template))
+
+
+def grad_accum(global_batch: int, per_device: int, num_gpus: int) -> int:
+    """`{grad_accum}`: the accumulation steps that keep `global_batch` rows a step on `num_gpus`
+    processes of `per_device` rows each (the official 32 = 4 x 4 x 2: 8 on one GPU, 4 on two)."""
+    rows = per_device * num_gpus
+    if num_gpus < 1 or global_batch % rows:
+        fits = [n for n in range(1, global_batch // per_device + 1) if global_batch % (per_device * n) == 0]
+        raise UserError(f"{{grad_accum}}: the global batch of {global_batch} rows does not split over {num_gpus} "
+                        f"GPU(s) of {per_device} rows each; give a chain one of {', '.join(map(str, fits))} GPUs "
+                        f"(gpus_per_chain), or leave {{grad_accum}} out of the train command")
+    return global_batch // rows
 
 
 _QUOTES = {"'": "'...' quotes", '"': '"..." quotes', "heredoc": "a here-document", "eval": "an eval command"}

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from opsdctl.errors import UserError
+from opsdctl.templates import grad_accum
 from opsdkit.prompts import reason_first_transition
 from trainer import checkpoint, data, prompting
 from trainer.batch import build, count_tokens
@@ -51,15 +53,15 @@ def accumulation_for(profile, processes: int, log=print) -> int:
     ga = profile.gradient_accumulation_steps
     if processes == profile.num_processes:
         return ga
-    total = ga * profile.num_processes
-    if total % processes == 0:
-        log(f"{processes} processes instead of the profile's {profile.num_processes}: gradient accumulation "
-            f"{ga} -> {total // processes} keeps the global batch at {profile.per_device_train_batch_size * total}")
-        return total // processes
-    log(f"warning: {processes} processes instead of the profile's {profile.num_processes}: the global batch "
-        f"changes from {profile.per_device_train_batch_size * total} to "
-        f"{profile.per_device_train_batch_size * ga * processes}")
-    return ga
+    try:  # the rule of opsdctl's {grad_accum} placeholder, so a user's script and ours agree
+        kept = grad_accum(profile.global_batch, profile.per_device_train_batch_size, processes)
+    except UserError:
+        log(f"warning: {processes} processes instead of the profile's {profile.num_processes}: the global batch "
+            f"changes from {profile.global_batch} to {profile.per_device_train_batch_size * ga * processes}")
+        return ga
+    log(f"{processes} processes instead of the profile's {profile.num_processes}: gradient accumulation "
+        f"{ga} -> {kept} keeps the global batch at {profile.global_batch}")
+    return kept
 
 
 def rollout_seed(seed: int, step: int, process_index: int, salt: int = 0) -> int:

@@ -1,7 +1,7 @@
 """Range checks for integer command-line values, as Typer callbacks raising one UserError line.
 
 Python integers have no size, SQLite's have 64 bits and seeds 32 (numpy's and most trainers'
-limit): `--seed 10**30` or `cancel 99999999999999999999` used to end in an OverflowError
+limit): unchecked, `--seed 10**30` or `cancel 99999999999999999999` would end in an OverflowError
 traceback from the driver. Each check names the option and its range.
 """
 

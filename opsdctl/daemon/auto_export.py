@@ -174,7 +174,7 @@ class AutoExporter:
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
-        from opsdctl.plan.report import store_report
+        from opsdctl.plan.store_report import store_report
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 

@@ -12,8 +12,8 @@ they say how long to wait, not what runs.
 
 `Chain.commands_hash` is the sha256 of what decides what runs (the commands, the checkpoint
 template, recipe_env_path), so runs made with different commands are never pooled silently:
-compare's code identity reads it. Chains queued before this existed have neither (NULL) and
-run with the worker's config, as they always did.
+compare's code identity reads it. A chain recorded without them (a store older than these
+columns) has neither (NULL) and runs with the worker's config.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class Notifier:
         if scored == self._scored:
             return  # verdicts move only with new scores
         self._scored = scored  # set first: a report that fails is said once per new score, not every second
-        from opsdctl.plan.report import store_report
+        from opsdctl.plan.store_report import store_report
 
         report = store_report(self.cfg, reader)
         now = {e.name: {"verdict": e.verdict, "n": e.n} for e in report.full}

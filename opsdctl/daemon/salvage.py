@@ -1,12 +1,12 @@
 """Salvage finished work when a chain is recovered: never re-run what already completed.
 
-A worker that dies (or fails) mid-chain used to throw the chain's work away: in 30 crash rounds,
-14 trained checkpoints and 6 finished evaluations. Now a recovered chain is looked at first:
+A worker that dies (or fails) mid-chain leaves finished work behind (in 30 crash rounds, 14
+trained checkpoints and 6 finished evaluations), so a recovered chain is looked at first:
 - its evaluation finished (a valid result.json or FINAL line, the stage contract's result):
   the score is recorded and the chain succeeds, nothing re-runs;
 - its train stage left a complete checkpoint: the chain is interrupted and re-queued as an
   eval-only chain of that checkpoint, trained_by the old chain;
-- otherwise it is re-queued whole, as before.
+- otherwise it is re-queued whole.
 A checkpoint is complete when its train stage succeeded, or when it exists and the training
 had finished: the stage had exited 0 (recorded before the worker reads its output, so a worker
 killed while reading a huge log does not train again), train_result.json was written, or the log

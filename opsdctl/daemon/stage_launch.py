@@ -60,6 +60,7 @@ def build(ctx, settings, chain, variant, stage: str, run_dir: Path, code_dir: Pa
         values["checkpoint"] = checkpoint
     if stage == "eval":
         values.update(eval_request.placeholders(chain))
+    values.update(stages.layout_values(settings.command(stage), chain.profile, len(gpus)))  # {grad_accum}
     command = stages.render(settings.command(stage), values)
     token = uuid.uuid4().hex
     env = stages.stage_env(

@@ -17,13 +17,16 @@ from typing import Mapping
 
 from opsdctl.contract import eval_request
 from opsdctl.recipes import knobs
+from opsdctl.recipes.profiles import get_profile
 from opsdctl.store import credentials
 from opsdctl.templates import (  # noqa: F401
     PLACEHOLDERS,
     STAGE_PLACEHOLDERS,
     STAGES,
     check_template,
+    grad_accum,
     render,
+    uses,
 )
 
 ENV_CHAIN_ID = "OPSDCTL_CHAIN_ID"
@@ -35,6 +38,15 @@ VLLM_CACHE_DIR = "vllm-cache"  # under runs_dir: one compile cache for every sta
 
 def vllm_cache_root(runs_dir: Path) -> Path:
     return Path(runs_dir) / VLLM_CACHE_DIR
+
+
+def layout_values(template: str, profile: str, num_gpus: int) -> dict:
+    """`{grad_accum}` when the template uses it: the profile's global batch kept on the chain's GPUs
+    (a UserError line when it does not divide; nothing asked when the template does not use it)."""
+    if not uses(template, "grad_accum"):
+        return {}
+    prof = get_profile(profile, "the chain's profile")
+    return {"grad_accum": grad_accum(prof.global_batch, prof.per_device_train_batch_size, num_gpus)}
 
 
 def stage_env(

@@ -46,11 +46,20 @@ class Profile:
     # Fallback stage durations for the planner before any history exists.
     train_minutes: float
     eval_minutes: float
+    # What one chain's processes take from the host ([host] overrides; 0 = not checked):
+    # opsdctl.daemon.host_limits refuses more chains at once than the host's RAM and CPUs hold.
+    host_ram_gib_per_chain: float = 0.0
+    host_cpus_per_chain: float = 0.0
     # How repeats of a recipe are seeded by default (`queue`; [queue] seed / same_seed override).
     # qwen3-1.7b: the scorer's protocol, 5 re-trains at the same seed 42 (their spread is vLLM
     # sampling and CUDA nondeterminism); tiny: seeds S, S+1, ... since CPU training is deterministic.
     repeat_seed: int = 0
     repeat_same_seed: bool = False
+
+    @property
+    def global_batch(self) -> int:
+        """Rows per optimizer step (a budget knob): per-device batch x accumulation x processes."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.num_processes
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -83,6 +92,10 @@ PROFILES: dict[str, Profile] = {
         eval_seed=0,
         train_minutes=19.0,
         eval_minutes=27.0,
+        # provisional: a trainer with its sleeping engine's weights in host memory, then the
+        # evaluator; benchmarks/gpu_throughput.py measures them (host_per_chain)
+        host_ram_gib_per_chain=16.0,
+        host_cpus_per_chain=2.0,
         repeat_seed=42,
         repeat_same_seed=True,
     ),

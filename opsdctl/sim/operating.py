@@ -112,7 +112,7 @@ def rate_at(rng: np.random.Generator, studies: int, *, effect: float, sigma: flo
 
 def rate_single_look_grid(rng: np.random.Generator, studies: int, *, sigma: float, offset: float = 0.0,
                           n_b_values=(1, 2, 3), n_v_values=(1, 2, 3), ref: Ref | None = Ref()) -> float:
-    """False `better` at one look, averaged over 1-3 runs per arm (as the old one-look rule was measured)."""
+    """False `better` at one look, averaged over 1-3 runs per arm (the grid a one-look rule's error rate is quoted over)."""
     return float(np.mean([rate_at(rng, studies, effect=0.0, sigma=sigma, n_b=nb, n_v=nv, ref=ref, offset=offset)
                           for nb in n_b_values for nv in n_v_values]))
 

@@ -67,8 +67,8 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import forecast, inference, reevals, sequential
-from opsdctl.stats import report as rp
+from opsdctl.stats import forecast, inference, pooled_evals, sequential
+from opsdctl.stats import report
 from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
 PARTIAL_LABEL = "partial: screening only"
@@ -221,10 +221,10 @@ def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v
     if noise is None:
         return None
 
-    def arm(name: str, rs: list[RunRecord]) -> forecast.ArmRuns:
-        return forecast.ArmRuns(name, tuple(r.score for r in rs), tuple(v_of.get(id(r)) for r in rs))
+    def arm(name: str, scored: list[RunRecord]) -> forecast.ArmRuns:
+        return forecast.ArmRuns(name, tuple(r.score for r in scored), tuple(v_of.get(id(r)) for r in scored))
 
-    cands = [arm(k, rs) for k, rs in full.items() if k != baseline and rs and rs[0].kind == "recipe"]
+    cands = [arm(k, vr) for k, vr in full.items() if k != baseline and vr and vr[0].kind == "recipe"]
     # the published mean's own sampling noise: n_ref runs of the same run-to-run noise (as the verdicts
     # take it: s^2 / n_ref), not the published sd, which a store with more noise has outgrown
     ref = None if reference is None else forecast.PublishedRef(
@@ -234,11 +234,11 @@ def forecast_posterior(full: dict[str, list[RunRecord]], baseline: str | None, v
                               noise, ref)
 
 
-def _forecasts(post: forecast.Posterior | None) -> dict[str, rp.Forecast]:
+def _forecasts(post: forecast.Posterior | None) -> dict[str, report.Forecast]:
     """{arm name: its forecast} (points, plain floats)."""
     if post is None:
         return {}
-    return {name: rp.Forecast(**{k: _f(v) for k, v in f.to_json().items()})
+    return {name: report.Forecast(**{k: _f(v) for k, v in f.to_json().items()})
             for name, f in zip(post.names, post.forecasts())}
 
 
@@ -270,7 +270,7 @@ def _split(runs: list[RunRecord], full_k: int | None, full_n: int | None) -> _Ru
             full.setdefault(r.key, []).append(r)
     notes: list[str] = []
     for key, vr in full.items():  # one training, one run: a checkpoint's evals pooled
-        full[key], more = reevals.merge(vr)
+        full[key], more = pooled_evals.merge(vr)
         notes += more
     runs = [r for vr in full.values() for r in vr] + [r for vr in part.values() for r in vr]
     vr_all = _eval_vars(runs)
@@ -292,9 +292,9 @@ class _Pool:
         return math.sqrt(self.s2) if self.s2 is not None else None
 
 
-def _noise(rs: _Runs, reference: Reference | None, notes: list[str]) -> tuple[rp.Noise, _Pool]:
+def _noise(grouped: _Runs, reference: Reference | None, notes: list[str]) -> tuple[report.Noise, _Pool]:
     """One s^2 pooled over every candidate's full runs, the prior only while the local scatter allows it."""
-    ss_local, nu_local = inference.within_ss([[r.score for r in v] for v in rs.full.values()])
+    ss_local, nu_local = inference.within_ss([[r.score for r in v] for v in grouped.full.values()])
     s0, nu0 = (None, 0) if reference is None else inference.prior_from_reference(reference.sd, reference.n, reference.prior)
     check = inference.prior_check(ss_local, nu_local, s0, nu0)
     s2, nu = inference.pooled_with_weight(ss_local, nu_local, s0, nu0, check.weight)
@@ -303,16 +303,16 @@ def _noise(rs: _Runs, reference: Reference | None, notes: list[str]) -> tuple[rp
             f"prior down-weighted: the local scatter s = {check.s_local:.2f} (nu = {check.nu_local}) is larger than "
             f"the published sd {s0:.2f} (F test p = {check.p:.3f}); it keeps {check.weight:.0%} of its {nu0} dof "
             f"(full weight at p >= {inference.PRIOR_FULL_AT:g})")
-    pooled_runs = [r for v in rs.full.values() for r in v]
+    pooled_runs = [r for v in grouped.full.values() for r in v]
     # one full eval's sampling variance: a pooled re-eval's V_r is scaled back to the protocol's k
-    v_runs = [rs.v_of[id(r)] * r.k / (rs.full_k or r.k) for r in pooled_runs if id(r) in rs.v_of]
+    v_runs = [grouped.v_of[id(r)] * r.k / (grouped.full_k or r.k) for r in pooled_runs if id(r) in grouped.v_of]
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
     pool = _Pool(s2, nu, nu_local, split)
-    noise = rp.Noise(
+    noise = report.Noise(
         s=_f(pool.s), nu=nu, nu_local=nu_local, s_local=_f(check.s_local), tau2=_f(split.tau2),
         v_eval=_f(split.v_eval), s0=_f(s0), nu0=_f(check.weight * nu0 if s0 is not None else 0.0),
-        prior_check=None if s0 is None else rp.PriorCheck(
+        prior_check=None if s0 is None else report.PriorCheck(
             _f(check.chi2), _f(check.p), inference.PRIOR_FULL_AT, check.kept, _f(check.weight), check.p is not None),
         eval_dominates=split.eval_dominates, runs_with_counts=len(v_runs), runs_without_counts=n_no_counts,
         note=inference.NOT_ENOUGH_RUNS if s2 is None else None,
@@ -335,10 +335,10 @@ class _Base:
     offset_sd: float  # the setup offset's sd in use (widened by what the local runs show)
 
 
-def _baseline(rs: _Runs, baseline: str | None, reference: Reference | None, pool: _Pool,
-              notes: list[str]) -> tuple[rp.Baseline, _Base]:
+def _baseline(grouped: _Runs, baseline: str | None, reference: Reference | None, pool: _Pool,
+              notes: list[str]) -> tuple[report.Baseline, _Base]:
     """Local runs, the published mean with its setup offset, or both (by precision)."""
-    base_runs = rs.full.get(baseline, []) if baseline is not None else []
+    base_runs = grouped.full.get(baseline, []) if baseline is not None else []
     s2, s, nu = pool.s2, pool.s, pool.nu
     cfg_offset_sd = float(getattr(reference, "offset_sd", inference.DEFAULT_OFFSET_SD)) if reference else 0.0
     offset_sd = cfg_offset_sd
@@ -384,7 +384,7 @@ def _baseline(rs: _Runs, baseline: str | None, reference: Reference | None, pool
     if source == "reference" and s2 is not None:
         for extra in (1, 2):
             vb = inference.baseline_var(s2, extra, ref_n, offset_sd, True)
-            would_buy.append(rp.WouldBuy(extra, _f(math.sqrt(vb))))
+            would_buy.append(report.WouldBuy(extra, _f(math.sqrt(vb))))
         notes.append(
             f"against the published reference with a setup-offset sd of {offset_sd:g} point"
             f"{'s' if offset_sd != 1 else ''}: SE of the baseline mean {math.sqrt(b_var):.2f}; 1 local baseline "
@@ -392,7 +392,7 @@ def _baseline(rs: _Runs, baseline: str | None, reference: Reference | None, pool
             "(`opsdctl queue baseline --repeats 2`)")
     b_se = math.sqrt(b_var) if b_var is not None else None
     b_half = inference.t_ppf(0.5 + inference.CI_LEVEL / 2.0, nu) * b_se if b_se is not None and nu > 0 else None
-    doc = rp.Baseline(
+    doc = report.Baseline(
         name=baseline, source=source,
         n=n_local if n_local else (ref_n if source == "reference" else 0), n_local=n_local, mean=_f(b_mean),
         sd=_f(_sd(b_scores) if n_local else (reference.sd if source == "reference" else None)), se_mean=_f(b_se),
@@ -400,18 +400,18 @@ def _baseline(rs: _Runs, baseline: str | None, reference: Reference | None, pool
         mean_ci_high=_f(None if b_half is None else b_mean + b_half),
         runs=tuple(_f(y) for y in b_scores), chain_ids=tuple(r.chain_id for r in base_runs),
         code=base_runs[-1].code if base_runs else None,
-        reference=None if reference is None else rp.PublishedRef(
+        reference=None if reference is None else report.PublishedRef(
             _f(reference.mean), _f(reference.sd), reference.n, reference.prior, _f(cfg_offset_sd)),
         offset_sd=_f(offset_sd) if use_ref else None,
-        reference_check=None if ref_check is None else rp.ReferenceCheck(
+        reference_check=None if ref_check is None else report.ReferenceCheck(
             _f(ref_check.diff), _f(ref_check.se), _f(ref_check.ci_low), _f(ref_check.ci_high), _f(ref_check.p),
             ref_check.significant),
         local_runs_would_buy=tuple(would_buy))
     return doc, _Base(b_mean, b_var, n_local, use_ref, ref_n, offset_sd)
 
 
-def _family(runs: list[RunRecord], rs: _Runs, family: Sequence[str] | None, candidates: list[str],
-            baseline: str | None, has_base: bool, alpha: float) -> rp.ErrorSpending:
+def _family(runs: list[RunRecord], grouped: _Runs, family: Sequence[str] | None, candidates: list[str],
+            baseline: str | None, has_base: bool, alpha: float) -> report.ErrorSpending:
     """Every candidate tried (or the declared family), the shown ones included. A candidate is a
     run's key (opsdctl.stats.candidates: knobs x code tree), so variants with another's knobs on the
     same code are that candidate, and the baseline's knobs are the baseline."""
@@ -421,24 +421,24 @@ def _family(runs: list[RunRecord], rs: _Runs, family: Sequence[str] | None, cand
     else:
         named = set(family)
         fam = [k for k in tried if k in named or any(r.variant in named for r in runs if r.key == k)]
-    fam += [v for v in candidates if (rs.full.get(v) or any(k[0] == v for k in rs.part)) and v not in fam]
+    fam += [v for v in candidates if (grouped.full.get(v) or any(k[0] == v for k in grouped.part)) and v not in fam]
     fam = [k for k in fam if k != baseline]
     m = len(fam) if has_base else 0
     flat = inference.look_level(sequential.J_MIN, m, inference.MIN_LOCAL_DOF, alpha) if m else 0.0
-    return rp.ErrorSpending(
+    return report.ErrorSpending(
         m=m, alpha=alpha, family=tuple(sorted(fam)),
         better_at=_f(1.0 - flat) if flat else None, worse_at=_f(flat) if flat else None,
-        looks=rp.Looks(sequential.J_MIN, sequential.J_FLAT, sequential.GROWTH,
+        looks=report.Looks(sequential.J_MIN, sequential.J_FLAT, sequential.GROWTH,
                        _f(sequential.boundary_constant(alpha / m)) if m else None, inference.MIN_LOCAL_DOF))
 
 
-def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], *, m: int,
-           alpha: float, chain_minutes: float | None, minutes_left: float | None) -> rp.Entry:
+def _entry(v: str, vr: list[RunRecord], grouped: _Runs, pool: _Pool, b: _Base, base_runs: list[RunRecord], *, m: int,
+           alpha: float, chain_minutes: float | None, minutes_left: float | None) -> report.Entry:
     """One candidate with full runs against the baseline: the verdict rule (opsdctl.stats.inference)."""
     ys = [r.score for r in vr]
     n_v, mean_v = len(ys), sum(ys) / len(ys)
     se_m, lo_m, hi_m = inference.mean_interval(mean_v, n_v, pool.s, pool.nu)
-    vv = [rs.v_of[id(r)] for r in vr if id(r) in rs.v_of]
+    v_evals = [grouped.v_of[id(r)] for r in vr if id(r) in grouped.v_of]
     noise_note = inference.NOT_ENOUGH_RUNS if pool.s2 is None else None
     out = dict(delta=None, se_delta=None, ci_low=None, ci_high=None, p_beat=None, verdict=None, better_at=None,
                worse_at=None, runs_needed=None, runs_needed_worse=None, needs_baseline_runs=False,
@@ -465,35 +465,37 @@ def _entry(v: str, vr: list[RunRecord], rs: _Runs, pool: _Pool, b: _Base, base_r
                 out.update(needs_baseline_runs=rn.needs_baseline_runs, runs_needed_both_arms=rn.both_arms)
                 chains = rn.extra if rn.extra is not None else (2 * rn.both_arms if rn.both_arms else None)
                 out["minutes_needed"], out["fits"] = _minutes(chains, chain_minutes, minutes_left)
-        ps = _paired(vr, base_runs) if base_runs else None
-        if ps is not None:
-            out.update(paired_delta=_f(ps.delta), paired_se=_f(ps.se), paired_problems=ps.n_problems)
-    return rp.Entry(
+        paired = _paired(vr, base_runs) if base_runs else None
+        if paired is not None:
+            out.update(paired_delta=_f(paired.delta), paired_se=_f(paired.se), paired_problems=paired.n_problems)
+    return report.Entry(
         name=v, variants=tuple(dict.fromkeys(r.variant for r in vr)), code=vr[0].code, n=n_v, mean=_f(mean_v),
         sd=_f(_sd(ys)), look=n_v + b.n_local, partial=False, se_mean=_f(se_m), mean_ci_low=_f(lo_m),
-        mean_ci_high=_f(hi_m), v_eval=_f(sum(vv) / len(vv)) if vv else None, k=min(r.k for r in vr), n_problems=vr[0].n_problems,
+        mean_ci_high=_f(hi_m), v_eval=_f(sum(v_evals) / len(v_evals)) if v_evals else None, k=min(r.k for r in vr),
+        n_problems=vr[0].n_problems,
         runs=tuple(_f(y) for y in ys), chain_ids=tuple(r.chain_id for r in vr), **out)
 
 
-def _rank(e: rp.Entry):
+def _rank(e: report.Entry):
     """P(beat) first; without it (nu == 0 / no baseline) by delta, then mean."""
     p, d = e.p_beat, e.delta
     return (p is None, -(p or 0.0), -(d if d is not None else 0.0), -(e.mean or 0.0))
 
 
-def _partials(rs: _Runs, pool: _Pool, baseline: str | None, names: list[str], shown_only: bool) -> list[rp.PartialEntry]:
+def _partials(grouped: _Runs, pool: _Pool, baseline: str | None, names: list[str],
+              shown_only: bool) -> list[report.PartialEntry]:
     """Partial evaluations apart (never pooled, no verdict), each read against the baseline's
     partial on the same problems."""
     tau2 = pool.split.tau2 if pool.split.tau2 is not None else pool.s2  # without a split, training noise at most s^2
 
     def partial_se(pr: list[RunRecord]) -> tuple[float | None, float | None]:
-        vv = [rs.v_of[id(r)] for r in pr if id(r) in rs.v_of]
-        mean_vr = sum(vv) / len(vv) if vv else None
+        v_evals = [grouped.v_of[id(r)] for r in pr if id(r) in grouped.v_of]
+        mean_vr = sum(v_evals) / len(v_evals) if v_evals else None
         se_eval = math.sqrt(mean_vr / len(pr)) if mean_vr is not None else None
         return (math.sqrt((tau2 + mean_vr) / len(pr)) if tau2 is not None and mean_vr is not None else None), se_eval
 
     out = []
-    for (v, k, n_p), pr in rs.part.items():
+    for (v, k, n_p), pr in grouped.part.items():
         if shown_only and v not in names and v != baseline:
             continue
         se, se_eval = partial_se(pr)
@@ -501,19 +503,19 @@ def _partials(rs: _Runs, pool: _Pool, baseline: str | None, names: list[str], sh
         mean = sum(ys) / len(ys)
         note = f"{PARTIAL_LABEL} ({n_p} problems x {k} samples): not pooled, no verdict"
         vs = None
-        bp = [r for r in rs.part.get((baseline, k, n_p), []) if _same_problems(r, pr[0])]
+        bp = [r for r in grouped.part.get((baseline, k, n_p), []) if _same_problems(r, pr[0])]
         if v != baseline and bp and se is not None:
             b_se, _ = partial_se(bp)
             if b_se is not None:
                 read = screen_reading(mean - sum(r.score for r in bp) / len(bp), math.sqrt(se**2 + b_se**2))
-                vs = rp.ScreenReading(_f(read.delta), _f(read.se), _f(read.p_effect), len(bp))
+                vs = report.ScreenReading(_f(read.delta), _f(read.se), _f(read.p_effect), len(bp))
         elif v != baseline and bp:
             note += "; without per-problem counts there is no SE to read it against the baseline's partial"
         elif v != baseline:
             note += ("; no baseline partial on these problems to read it against yet (queueing a partial queues "
                      "one once the baseline is in the store; by hand: "
                      f"`opsdctl queue {baseline or 'BASELINE'} --partial {n_p}x{k}`)")
-        out.append(rp.PartialEntry(
+        out.append(report.PartialEntry(
             name=v, variants=tuple(dict.fromkeys(r.variant for r in pr)), code=pr[0].code, n=len(ys), mean=_f(mean),
             sd=_f(_sd(ys)), se=_f(se), delta=None, ci_low=None, ci_high=None, p_beat=None, verdict=None,
             runs_needed=None, partial=True, label=PARTIAL_LABEL, k=k, n_problems=n_p, se_eval=_f(se_eval),
@@ -522,23 +524,23 @@ def _partials(rs: _Runs, pool: _Pool, baseline: str | None, names: list[str], sh
 
 
 def _forecast_model(post: forecast.Posterior | None, reference: Reference | None,
-                    offset_sd: float) -> rp.ForecastModel | None:
+                    offset_sd: float) -> report.ForecastModel | None:
     if post is None:
         return None
-    return rp.ForecastModel(
+    return report.ForecastModel(
         official_runs=post.official_runs, spread=_f(post.spread), spread_sd=_f(post.spread_sd),
         spread_prior=round(forecast.FamilyPrior().spread, 2), train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
         reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
         arms=tuple(post.names), interval=forecast.INTERVAL)
 
 
-def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> rp.Screen | None:
+def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> report.Screen | None:
     """What a screen can resolve: its SE read against the baseline's partial on the same problems."""
     tau2 = pool.split.tau2 if pool.split.tau2 is not None else pool.s2
     if tau2 is None or pool.split.v_eval is None or not full_k or not full_n:
         return None
     se_s = screen_se(tau2, pool.split.v_eval, SCREEN[0] * SCREEN[1] / float(full_k * full_n))
-    return rp.Screen(SCREEN[0], SCREEN[1], _f(se_s), _f(SCREEN_Z * se_s))
+    return report.Screen(SCREEN[0], SCREEN[1], _f(se_s), _f(SCREEN_Z * se_s))
 
 
 def build_report(
@@ -552,7 +554,7 @@ def build_report(
     full_n: int | None = None,
     chain_minutes: float | None = None,
     minutes_left: float | None = None,
-) -> rp.Report:
+) -> report.Report:
     """The whole comparison (see the module docstring for the rules); `.to_json()` is the
     `compare --json` document.
 
@@ -563,30 +565,31 @@ def build_report(
     for r in runs:
         _check(r)
     alpha = inference.ALPHA
-    rs = _split(runs, full_k, full_n)
+    grouped = _split(runs, full_k, full_n)
     names = list(dict.fromkeys(variants)) if variants else list(dict.fromkeys(r.key for r in runs))
     candidates = [v for v in names if v != baseline]
-    notes: list[str] = list(rs.notes)
-    noise, pool = _noise(rs, reference, notes)
-    base_doc, b = _baseline(rs, baseline, reference, pool, notes)
-    spending = _family(runs, rs, family, candidates, baseline, b.mean is not None, alpha)
-    base_runs = rs.full.get(baseline, []) if baseline is not None else []
-    full = sorted((_entry(v, rs.full[v], rs, pool, b, base_runs, m=spending.m, alpha=alpha,
+    notes: list[str] = list(grouped.notes)
+    noise, pool = _noise(grouped, reference, notes)
+    base_doc, b = _baseline(grouped, baseline, reference, pool, notes)
+    spending = _family(runs, grouped, family, candidates, baseline, b.mean is not None, alpha)
+    base_runs = grouped.full.get(baseline, []) if baseline is not None else []
+    full = sorted((_entry(v, grouped.full[v], grouped, pool, b, base_runs, m=spending.m, alpha=alpha,
                           chain_minutes=chain_minutes, minutes_left=minutes_left)
-                   for v in candidates if rs.full.get(v)), key=_rank)
-    missing = [rp.MissingEntry(v) for v in candidates if not rs.full.get(v) and not any(k[0] == v for k in rs.part)]
-    partials = _partials(rs, pool, baseline, names, bool(variants))
+                   for v in candidates if grouped.full.get(v)), key=_rank)
+    missing = [report.MissingEntry(v) for v in candidates
+               if not grouped.full.get(v) and not any(k[0] == v for k in grouped.part)]
+    partials = _partials(grouped, pool, baseline, names, bool(variants))
 
     # the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
-    post = forecast_posterior(rs.full, baseline, rs.v_of, forecast_noise(pool.s2, pool.split.v_eval, pool.nu),
+    post = forecast_posterior(grouped.full, baseline, grouped.v_of, forecast_noise(pool.s2, pool.split.v_eval, pool.nu),
                               reference, b.offset_sd)
     fc = _forecasts(post)
     if base_doc.source is not None:
-        base_doc = replace(base_doc, forecast=fc.get(baseline or "baseline", rp.NO_FORECAST))
-    entries = tuple([replace(e, forecast=fc.get(e.name, rp.NO_FORECAST)) for e in full]
-                    + [replace(e, forecast=fc.get(e.name, rp.NO_FORECAST)) for e in missing] + partials)
-    return rp.Report(
-        baseline=base_doc, noise=noise, spending=spending, screen=_screen(pool, rs.full_k, rs.full_n),
+        base_doc = replace(base_doc, forecast=fc.get(baseline or "baseline", report.NO_FORECAST))
+    entries = tuple([replace(e, forecast=fc.get(e.name, report.NO_FORECAST)) for e in full]
+                    + [replace(e, forecast=fc.get(e.name, report.NO_FORECAST)) for e in missing] + partials)
+    return report.Report(
+        baseline=base_doc, noise=noise, spending=spending, screen=_screen(pool, grouped.full_k, grouped.full_n),
         forecast_model=_forecast_model(post, reference, b.offset_sd),
-        budget=rp.Budget(_f(chain_minutes), _f(minutes_left)), full_k=rs.full_k, full_n=rs.full_n,
+        budget=report.Budget(_f(chain_minutes), _f(minutes_left)), full_k=grouped.full_k, full_n=grouped.full_n,
         notes=tuple(notes), entries=entries, posterior=post)

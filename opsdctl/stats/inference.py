@@ -31,7 +31,7 @@ CI_LEVEL = 0.95  # two-sided confidence level of delta's interval
 FUTILITY_LOOKS = 3  # partial looks at k = 4, 8, 12 of 12 (planner's futility rule)
 PRIOR_FULL_AT = 0.5  # the published sd keeps its full weight while the mismatch test's p >= this (weight p / this below)
 MIN_LOCAL_DOF = 4  # no verdict before the local runs have this many dof to check the prior with
-OFFSET_TEST_LEVEL = 0.05  # the reference check's level: reported, it no longer switches the published mean off
+OFFSET_TEST_LEVEL = 0.05  # the reference check's level: reported only, it never switches the published mean off
 DEFAULT_OFFSET_SD = 1.0  # points: how far the user's setup may sit from the published one (1 sd)
 MAX_RULE_RUNS = 100  # runs needed under the verdict rule: searched up to this many
 

@@ -302,7 +302,7 @@ class Report(_Json):
     notes: tuple[str, ...]
     entries: tuple = field(metadata={"key": "variants"})  # Entry | MissingEntry | PartialEntry
     posterior: Optional[forecast.Posterior] = field(default=None, metadata={"json": False})
-    # added by the command layer (opsdctl.plan.report.compare_doc)
+    # added by the command layer (opsdctl.plan.store_report.compare_doc)
     pool_code: Optional[bool] = field(default=None, metadata={"omit_none": True})
     training: Optional[tuple] = field(default=None, metadata={"omit_none": True})
     advice: Optional[tuple] = field(default=None, metadata={"omit_none": True})  # opsdctl.plan.advise.Advice

@@ -398,3 +398,133 @@ def test_ema_teacher_is_a_snapshot_after_the_first_step(make):
     tr.train_step(2)
     for (e, s), prev in zip(lora_pairs(tr.model, EMA, STUDENT), s1):
         torch.testing.assert_close(e, 0.75 * prev + 0.25 * s)
+
+
+# --- one step's math at any process count -------------------------------------------------------
+
+
+class RowSpy(Spy):
+    """Completions that depend on the prompt alone (3-8 tokens), so a row gets the same rollout
+    whichever process samples it and whatever else is in the call."""
+
+    def generate(self, prompts, spec):
+        self.calls.append((prompts, spec))
+        out = []
+        for p in prompts:
+            h = sum((i + 1) * t for i, t in enumerate(p)) % 9973
+            out.append([30 + (h * (j + 3)) % 250 for j in range(3 + h % 6)])
+        return out
+
+
+class Collective:
+    """Ranks in threads of one process: sum-reduce a tensor across them, in rank order (so every
+    rank gets the same bits), as gloo / NCCL sum it across processes."""
+
+    def __init__(self, n):
+        import threading
+
+        self.n, self.barrier, self.slots, self.local = n, threading.Barrier(n), [None] * n, threading.local()
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        rank = self.local.rank
+        self.slots[rank] = tensor.clone()
+        self.barrier.wait()
+        total = self.slots[0].clone()
+        for other in self.slots[1:]:
+            total += other
+        self.barrier.wait()  # every rank has read the slots before any writes the next reduce
+        tensor.copy_(total)
+
+
+class ThreadAccelerator:
+    """What OPSDTrainer asks of accelerate's Accelerator, for rank `rank` of a Collective."""
+
+    def __init__(self, group, rank):
+        import torch
+
+        self.group, self.device = group, torch.device("cpu")
+        self.num_processes, self.process_index, self.is_main_process = group.n, rank, rank == 0
+
+    def reduce(self, tensor, reduction="sum"):
+        out = tensor.clone()
+        self.group.all_reduce(out)
+        return out / self.num_processes if reduction == "mean" else out
+
+
+@pytest.mark.parametrize("weighting", ["micro_batch", "token"])
+def test_one_process_x_8_and_4_processes_x_2_take_the_same_rows_and_compute_the_same_step(
+        weighting, tmp_path, untrained_tiny_model, data_file, one_thread, monkeypatch):  # noqa: F811
+    """The released run is 4 processes x 4 rows x 2 accumulation (a global batch of 32); accelerate
+    shards the sampler's batches of 4 over the processes (process r takes batches r, r + 4, ...), the
+    HF Trainer divides each micro-batch's loss by the accumulation steps and DDP averages the
+    processes' gradients. With the same profile on 1 process the trainer keeps the global batch
+    (accumulation 2 x 4 = 8) and the step is the same computation: the same 32 rows in the same
+    eight micro-batches of 4, the same loss and the same LoRA gradients (float32, summed in another
+    order: rtol 1e-5), for both loss weightings; and the step after, from the updated weights."""
+    import threading
+
+    import torch
+
+    from opsdctl.recipes import knobs
+    from opsdctl.recipes.profiles import get_profile, with_overrides
+    from trainer.config import TrainConfig
+    from trainer.train import OPSDTrainer
+
+    prof = with_overrides(get_profile("tiny"), model=str(untrained_tiny_model), dataset=data_file, max_steps=2,
+                          per_device_train_batch_size=4, gradient_accumulation_steps=2, num_processes=4,
+                          save_steps=2, learning_rate_scale=1.0)  # the released layout: 4 x 4 x 2
+    hp = {**knobs.default_hparams(), "max_completion_length": 8, "lora_r": 4, "lora_alpha": 8, "learning_rate": 1e-3}
+
+    def trainer(name, accelerator=None):
+        cfg = TrainConfig(profile=prof, hparams=hp, method={**knobs.default_method(), "loss_weighting": weighting},
+                          seed=3, output_dir=tmp_path / name, loss_chunk_size=7)
+        tr = OPSDTrainer(cfg, backend=RowSpy(), accelerator=accelerator)
+        tr.seen_rows, tr.grads = [], []
+        prepare = tr.prepare
+
+        def keep_rows(n, micro_rows):
+            tr.seen_rows.append([[r.problem for r in rows] for rows in micro_rows])
+            return prepare(n, micro_rows)
+
+        tr.prepare = keep_rows
+        # the clipped, averaged gradients the optimizer applies
+        tr.optimizer.register_step_pre_hook(lambda *_: tr.grads.append([p.grad.detach().clone() for p in tr.params]))
+        return tr
+
+    one = trainer("one")
+    assert (one.P, one.GA) == (1, 8)
+    one_records = [one.train_step(s) for s in (1, 2)]
+
+    group = Collective(4)
+    ranks = [trainer(f"rank{r}", ThreadAccelerator(group, r)) for r in range(4)]
+    assert {(t.P, t.GA) for t in ranks} == {(4, 2)}
+    monkeypatch.setattr(torch.distributed, "all_reduce", group.all_reduce)
+    records, errors = [[] for _ in ranks], []
+
+    def run(rank):
+        group.local.rank = rank
+        try:
+            for s in (1, 2):
+                records[rank].append(ranks[rank].train_step(s))
+        except BaseException as exc:  # a failed rank must not leave the others at the barrier
+            errors.append(exc)
+            group.barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+
+    for s in range(2):
+        # the same 32 rows, and micro-batch k of the step (k = m x 4 + r) is the same 4 rows
+        mine = [ranks[r].seen_rows[s][m] for m in range(2) for r in range(4)]
+        assert mine == one.seen_rows[s] and sum(map(len, mine)) == 32
+        for r in range(4):
+            assert records[r][s]["loss"] == pytest.approx(one_records[s]["loss"], rel=1e-5)
+            assert records[r][s]["grad_norm"] == pytest.approx(one_records[s]["grad_norm"], rel=1e-5)
+            assert records[r][s]["completion_length"] == pytest.approx(one_records[s]["completion_length"])
+            for g4, g1 in zip(ranks[r].grads[s], one.grads[s]):
+                torch.testing.assert_close(g4, g1, rtol=1e-5, atol=1e-9)
+    assert one_records[0]["loss"] != pytest.approx(one_records[1]["loss"], rel=1e-3)  # the steps differ

@@ -618,3 +618,22 @@ def test_one_module_makes_a_chain_row():
     assert not {k: v for k, v in found.items() if v}, "make chains through opsdctl.store.chain_rows"
     assert constructs(ast.parse(home.read_text()), "Chain")
     assert constructs(ast.parse("a = Chain(x=1)\nb = models.Chain()\nc = SimChain(1)\n"), "Chain") == ["line 1", "line 2"]
+
+
+# --- module size ------------------------------------------------------------------------------
+
+MAX_MODULE_LINES = 600
+OVERSIZE_ALLOWED = {
+    "opsdctl/config.py",  # the config schema: one table of every section and key, exempt for good
+    # being split right now; remove each entry once its module is under the limit
+    "opsdctl/stats/forecast.py",
+}
+
+
+def test_no_module_over_600_lines():
+    """A module a newcomer can read in one sitting; a longer one holds more than one idea."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in sorted((ROOT / "opsdctl").rglob("*.py"))}
+    over = {p: n for p, n in sizes.items() if n > MAX_MODULE_LINES and p not in OVERSIZE_ALLOWED}
+    assert not over, f"split these (over {MAX_MODULE_LINES} lines): {over}"
+    stale = {p for p in OVERSIZE_ALLOWED - {"opsdctl/config.py"} if sizes.get(p, 0) <= MAX_MODULE_LINES}
+    assert not stale, f"under the limit now: drop them from OVERSIZE_ALLOWED: {sorted(stale)}"

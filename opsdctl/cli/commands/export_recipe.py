@@ -70,7 +70,7 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     `export-recipe --leader`: the same rule and header as the worker's auto-export."""
     import datetime as dt
 
-    from opsdctl.plan.report import store_report
+    from opsdctl.plan.store_report import store_report
     from opsdctl.daemon.auto_export import render_file
     from opsdctl.plan.submission import pick_leader
     from opsdctl.store.open_read import open_reader

@@ -75,7 +75,7 @@ def command(
         )
     for note in result.notes:
         warn(note) if "version" in note or "same knobs" in note else console(stderr=True).print(escape(note))
-    from opsdctl.plan.fit_warning import unfit_warnings
+    from opsdctl.cli.fit_warning import unfit_warnings
 
     for warning in [*result.warnings, *unfit_warnings(cfg, app.reader(cfg), [c.chain_id for c in result.chains])]:
         warn(warning)

@@ -58,6 +58,9 @@ def command(
         cfg = with_overrides(cfg, policy_name=policy, futility=futility, auto_repeat=auto_repeat,
                              auto_repeat_first=auto_repeat_first, try_every_variant=try_every_variant,
                              objective=objective)
+    from opsdctl.daemon.host_limits import chains_at_once, check_host
+
+    check_host(cfg, chains=chains_at_once(cfg))  # before anything is written
     store = app.store(cfg)
     con = console()
 

@@ -55,3 +55,29 @@ def test_only_a_re_evaluations_eval_stage_gets_its_draw(tmp_path):
     assert "OPSD_EVAL_DRAW" not in env_of(first, "eval")
     assert "OPSD_EVAL_DRAW" not in env_of(redraw, "train") and "OPSD_EVAL_DRAW" not in env_of(first, "train")
     assert env_of(redraw, "eval")["PATH"] == "/bin"
+
+
+def test_grad_accum_keeps_the_global_batch_on_the_chains_gpus():
+    """{grad_accum} = global batch / (per-device rows x GPUs): the official 32 = 4 x 4 x 2 gives 8 on
+    one GPU, 4 on two, 2 on four; a count that does not divide is one line naming the ones that do."""
+    assert [stages.grad_accum(32, 4, n) for n in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    for n in (3, 5, 0):
+        with pytest.raises(UserError) as exc:
+            stages.grad_accum(32, 4, n)
+        line = str(exc.value)
+        assert "{grad_accum}" in line and "1, 2, 4, 8 GPUs" in line and "\n" not in line
+    from opsdctl.recipes.profiles import get_profile
+
+    assert get_profile("qwen3-1.7b").global_batch == 32
+    assert stages.layout_values("x --grad-accum {grad_accum}", "qwen3-1.7b", 1) == {"grad_accum": 8}
+    assert stages.layout_values("x --num-processes {num_gpus}", "qwen3-1.7b", 3) == {}  # not used: not asked
+    assert stages.layout_values("x {{grad_accum}}", "qwen3-1.7b", 3) == {}  # a literal brace pair
+    with pytest.raises(UserError, match="does not split over 3 GPU"):
+        stages.layout_values("x {grad_accum}", "qwen3-1.7b", 3)
+    assert stages.render("run --ga {grad_accum}", {"grad_accum": 4}) == "run --ga 4"
+
+
+def test_grad_accum_is_a_train_stage_placeholder():
+    stages.check_template("x --ga {grad_accum}", stages.STAGE_PLACEHOLDERS["train"], "cfg")
+    with pytest.raises(UserError, match="only known in the train stage"):
+        stages.check_template("x --ga {grad_accum}", stages.STAGE_PLACEHOLDERS["eval"], "cfg")

@@ -30,7 +30,7 @@ def steady(doc):
 def documents(cfg, reader) -> tuple[dict, dict, dict]:
     from opsdctl.cli.commands.compare import compare_report
     from opsdctl.cli.commands.status import gather_status
-    from opsdctl.plan.report import compare_doc
+    from opsdctl.plan.store_report import compare_doc
 
     status = gather_status(cfg, reader, None)
     compare = compare_report(cfg, reader).to_json()  # what `compare --json` prints

@@ -1,6 +1,6 @@
 """score.counts, score.problem_set: the per-problem counts in the compact form compare reads.
 
-compare over a large store used to decode every run's per-problem JSON; these two columns hold
+so that compare over a large store does not decode every run's per-problem JSON, these two columns hold
 the correct counts ("7,12,0,...") and a key of the problem ids (models.compact_counts), filled
 on every insert/update of a score. Existing rows are filled here from their `problems`.
 

@@ -1,11 +1,11 @@
-"""One training, one run: a checkpoint's evaluations pooled (opsdctl.stats.reevals), and compare
+"""One training, one run: a checkpoint's evaluations pooled (opsdctl.stats.pooled_evals), and compare
 reading them so (by hand from the counts)."""
 
 import numpy as np
 
 from opsdctl.stats import inference
 from opsdctl.stats.compare import Reference, RunRecord, build_report
-from opsdctl.stats.reevals import merge
+from opsdctl.stats.pooled_evals import merge
 
 IDS = tuple(f"P{i}" for i in range(6))
 
