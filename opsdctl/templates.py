@@ -188,6 +188,20 @@ def _refuse_quoted(m: re.Match, ctx: str, where: str) -> None:
         f"itself, so a placeholder must be a bare word of its own (there, a value could run as shell code)")
 
 
+def placeholders_in(template: str) -> set[str]:
+    """The placeholder names a template uses."""
+    return {m.group(1) for m in _TOKEN.finditer(template) if m.group(1)}
+
+
+GPU_COUNT_PLACEHOLDERS = ("gpus", "num_gpus")  # a command with one of these follows the GPUs it is given
+
+
+def takes_gpu_count(template: str) -> bool:
+    """Does a stage command follow the GPUs it is granted ({gpus} or {num_gpus}), so that it may
+    run on a wider slot than its layout's?"""
+    return bool(placeholders_in(template) & set(GPU_COUNT_PLACEHOLDERS))
+
+
 def render(template: str, values: Mapping[str, object], quote: bool = True) -> str:
     """Substitute placeholders; values are shell-quoted unless `quote` is False (paths).
     A shell template is checked for quoted placeholders again here: a chain's command was

@@ -14,7 +14,7 @@ from opsdctl.plan.budget import budget_now, clock_start
 
 def unfit_warnings(cfg, reader, chain_ids: Sequence[int]) -> list[str]:
     """One line per newly queued chain that the projected timeline says will not fit."""
-    from opsdctl.plan.timeline import planner_status
+    from opsdctl.plan.planner_status import planner_status
 
     started = clock_start(reader) if cfg.budget.kind == "hours" else None
     budget = budget_now(cfg.budget, started)

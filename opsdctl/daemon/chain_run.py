@@ -41,15 +41,17 @@ from opsdctl.recipes.load import recipe_json
 from opsdctl.store.engine import snapshot_of
 from opsdctl.store.models import Chain, Stage, Variant
 from opsdctl.store.states import Outcome, State
+from opsdctl.templates import takes_gpu_count
 
 POOL_WAIT_S = 0.5  # a stage waiting for its GPUs: how long each look at the pool may block
 REGRANT_S = 2.0  # ... and how often it looks at the chain's state and the stop signal meanwhile
 
 
 class ChainRun:
-    def __init__(self, ctx: RunContext, chain_id: int):
+    def __init__(self, ctx: RunContext, chain_id: int, wider: Optional[int] = None):
         self.ctx = ctx
         self.chain_id = chain_id
+        self.wider = wider  # the planner's wider slot near the deadline (gate.Start.gpus), if any
         self.live: Optional[procs.StageIdentity] = None  # the stage process group running now
         self.settings: Optional[frozen_stages.StageSettings] = None  # its frozen stage settings
         self.recipe: Optional[recipe_file.Installed] = None  # a recipe.env put at recipe_env_path, to undo
@@ -344,7 +346,7 @@ class ChainRun:
         until the go (opsdctl.daemon.prestart)."""
         ctx = self.ctx
         if ctx.pool is not None:
-            grant = stage_launch.narrowed(grant, ctx.layout.gpus_of("eval"))
+            grant = stage_launch.narrowed(grant, self._gpu_count("eval"))
         try:
             launch = stage_launch.build(ctx, self.settings, chain, variant, "eval", run_dir, code_dir,
                                         checkpoint=str(checkpoint), grant=grant)
@@ -365,7 +367,7 @@ class ChainRun:
             while True:
                 if ctx.pool is not None and not self.gpus:
                     if ticket is None:
-                        ticket = ctx.pool.ticket(self.chain_id, stage, ctx.layout.gpus_of(stage), self.last_gpus)
+                        ticket = ctx.pool.ticket(self.chain_id, stage, self._gpu_count(stage), self.last_gpus)
                     got = ctx.pool.take(ticket)
                     if got is None:
                         self.prestart.drop("its GPUs went to another chain's stage first")
@@ -403,6 +405,14 @@ class ChainRun:
             if ticket is not None:
                 ctx.pool.leave(ticket)
             ctx.gpus.forget(self.chain_id, stage)
+
+    def _gpu_count(self, stage: str) -> int:
+        """The stage's GPUs: the layout's, or the planner's wider slot when its command follows
+        the GPUs it is given ({num_gpus} or {gpus})."""
+        count = self.ctx.layout.gpus_of(stage)
+        if self.wider and self.wider > count and takes_gpu_count(self.settings.command(stage)):
+            return min(self.wider, len(self.ctx.layout.devices))
+        return count
 
     def _grant_on_gpus(self, info, stage: str):
         """With the pool's GPUs in hand (or without a pool): the NVML gate on them, then the gate."""

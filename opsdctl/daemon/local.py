@@ -73,16 +73,18 @@ class LocalExecutor:
         with self._lock:
             return len(self._running)
 
-    def start(self, chain_id: int) -> None:
-        thread = threading.Thread(target=self._run, args=(chain_id,), name=f"opsdctl-chain-{chain_id}", daemon=True)
+    def start(self, chain_id: int, gpus: Optional[int] = None) -> None:
+        """Run the claimed chain in a thread of its own (`gpus`: the planner's wider slot for it)."""
+        thread = threading.Thread(target=self._run, args=(chain_id, gpus), name=f"opsdctl-chain-{chain_id}",
+                                  daemon=True)
         with self._lock:
             self._running[chain_id] = thread
         thread.start()
 
-    def _run(self, chain_id: int) -> None:
+    def _run(self, chain_id: int, gpus: Optional[int]) -> None:
         state: Optional[State] = None
         try:
-            state = ChainRun(self.ctx, chain_id).run()
+            state = ChainRun(self.ctx, chain_id, gpus).run()
         except BaseException as exc:  # the worker's own error: raised in its thread by poll()
             with self._lock:
                 self._errors.append(exc)

@@ -328,7 +328,7 @@ class RayExecutor:
         with self.store.read() as s:
             return s.scalar(select(func.count()).select_from(Chain).where(Chain.state == State.QUEUED.value)) > 0
 
-    def start(self, chain_id: int) -> None:
+    def start(self, chain_id: int, gpus: Optional[int] = None) -> None:  # a node slot's GPUs are gpus_per_chain
         pg, self._slot = self._slot, None
         try:
             node_id = placement_group_table(pg)["bundles_to_node_id"][0]

@@ -8,7 +8,10 @@ Pure functions of seconds. `usable` is the budget's time left minus the margin
   a shorter one: another cost key, or history that says it is quicker);
 - before the eval stage the eval alone is checked again (training may have run long, or the
   GPUs may have made it wait): an eval that would be cut by the deadline is not started;
-- before the train stage (after a possible GPU wait) the whole chain is checked again.
+- before the train stage (after a possible GPU wait) the whole chain is checked again;
+- with several chains at once (gpus_per_chain), a chain's end is projected on the slot it will
+  get: the waits for its GPUs behind the chains running now, then its own high estimates
+  (`fits_after_wait`; the planner runs the projection, opsdctl.plan.timeline).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Fit:
     need_s: float
     usable_s: Optional[float]
     reason: str = ""  # "needs ~46 min, 31 min left" when not ok
+    wait_s: float = 0.0  # before it can start: its GPUs are projected busy this long
 
 
 def fits(need_s: float, usable_s: Optional[float], what: str = "") -> Fit:
@@ -44,6 +48,17 @@ def fits(need_s: float, usable_s: Optional[float], what: str = "") -> Fit:
     left = max(0.0, usable_s)
     prefix = f"{what} " if what else ""
     return Fit(False, need_s, usable_s, f"{prefix}needs ~{minutes_text(need_s)}, {minutes_text(left)} left")
+
+
+def fits_after_wait(need_s: float, end_s: float, usable_s: Optional[float]) -> Fit:
+    """Work of `need_s` (high quantile) that is projected to end at `end_s` from now, after
+    waiting for its GPUs (several chains at once: opsdctl.plan.timeline), against `usable_s`."""
+    wait = max(0.0, end_s - need_s)
+    if usable_s is None or end_s <= usable_s:
+        return Fit(True, need_s, usable_s, wait_s=wait)
+    after = f" after ~{minutes_text(wait)} for its GPUs" if wait >= 0.5 else ""
+    return Fit(False, need_s, usable_s, f"needs ~{minutes_text(need_s)}{after}, "
+                                        f"{minutes_text(max(0.0, usable_s))} left", wait)
 
 
 def admit_chain(train_high_s: float, eval_high_s: float, usable_s: Optional[float]) -> Fit:

@@ -6,7 +6,8 @@ points. A run action (repeat, baseline, new) counts the runs it opens: its gain 
 KG(r) / r over the r <= RUNS_AHEAD runs of it that fit (one run of a close race often cannot
 change the submission where three can; with r = 1 best, the gain is the one run's). Each action is priced at the planner's high-quantile durations (the figures admission
 uses) and `fits` when admission would start it in the usable time left. Ranked: the actions that
-fit and are worth at least MIN_GAIN, by gain per minute; then `stop` (gain 0: submit the best
+fit and are worth at least MIN_GAIN, by gain per GPU-minute of the slot they will use (per
+minute without GPUs: with one layout for every action that is the same order); then `stop` (gain 0: submit the best
 forecast now); then the rest. `opsdctl advise`, compare's `Next:` line and the adaptive policy
 read this one ranking. A re-eval is offered only for an arm with a checkpoint that may be
 evaluated again (opsdctl.plan.reeval: our evaluator, checkpoint on disk), and names the chain.
@@ -42,11 +43,24 @@ class Action(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Costs:
-    """High-quantile seconds: a full chain, an eval alone (re-eval), a chain with a screen eval."""
+    """High-quantile seconds: a full chain, an eval alone (re-eval), a chain with a screen eval;
+    and the GPUs each stage holds (several chains at once: opsdctl.plan.slots), so an action is
+    priced in GPU-minutes of the slot it will use. 0 GPUs (a CPU profile): priced in minutes."""
 
     chain_s: float
     eval_s: float
     screen_s: float
+    train_s: float = 0.0  # of chain_s and screen_s: the train stage's share
+    train_gpus: int = 0
+    eval_gpus: int = 0
+    slots: int = 1  # chains the worker runs at once
+
+    def gpu_minutes(self, seconds: float, with_train: bool = True) -> float:
+        """GPU-minutes of an action of `seconds` (a chain, or an eval alone without its train)."""
+        if not (self.train_gpus or self.eval_gpus):
+            return seconds / 60.0
+        train = self.train_s if with_train else 0.0
+        return (train * max(1, self.train_gpus) + (seconds - train) * max(1, self.eval_gpus)) / 60.0
 
 
 @dataclass(frozen=True)
@@ -57,13 +71,17 @@ class Advice:
     fits: bool
     gain: float  # points of expected official score (per run, for an action that pays off over several)
     chain: Optional[int] = None  # re-eval: the training chain whose checkpoint it evaluates again
+    gpu_minutes: Optional[float] = None  # what it costs the GPUs (None: its minutes)
 
     @property
     def rate(self) -> float:
-        return self.gain / self.minutes if self.minutes > 0 else 0.0
+        """Points per GPU-minute of the slot it uses (per minute without GPUs)."""
+        cost = self.gpu_minutes if self.gpu_minutes is not None else self.minutes
+        return self.gain / cost if cost > 0 else 0.0
 
     def to_json(self) -> dict:
         return {"action": self.action.value, "variant": self.variant, "minutes": round(self.minutes, 3),
+                "gpu_minutes": round(self.gpu_minutes if self.gpu_minutes is not None else self.minutes, 3),
                 "fits": self.fits, "gain": round(self.gain, 4)}
 
     def text(self) -> str:
@@ -90,8 +108,10 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
         return admission.fits(seconds, usable_s).ok
 
     chain_min, eval_min, screen_min = costs.chain_s / 60.0, costs.eval_s / 60.0, costs.screen_s / 60.0
-    runs = max(1, min(RUNS_AHEAD, int(usable_s // costs.chain_s) if usable_s is not None and costs.chain_s > 0
-                      else RUNS_AHEAD))
+    chain_gpu, eval_gpu = costs.gpu_minutes(costs.chain_s), costs.gpu_minutes(costs.eval_s, with_train=False)
+    screen_gpu = costs.gpu_minutes(costs.screen_s)
+    runs = max(1, min(RUNS_AHEAD, int(usable_s // costs.chain_s) * max(1, costs.slots)
+                      if usable_s is not None and costs.chain_s > 0 else RUNS_AHEAD))
 
     def per_run(gain_of) -> float:
         """A run action's worth per run: the best KG(r) / r over r runs of it that fit (r runs of one
@@ -100,32 +120,35 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
         return max(gain_of(belief.s2 / r) / r for r in range(1, runs + 1))
 
     out = [Advice(Action.BASELINE, belief.arms[0], chain_min, fit(costs.chain_s),
-                  per_run(lambda n: belief.gain_run(0, n)))]
+                  per_run(lambda n: belief.gain_run(0, n)), gpu_minutes=chain_gpu)]
     for i, name in enumerate(belief.arms[1:], start=1):
         out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s),
-                          per_run(lambda n, i=i: belief.gain_run(i, n))))
+                          per_run(lambda n, i=i: belief.gain_run(i, n)), gpu_minutes=chain_gpu))
     for i, name in enumerate(belief.arms):
         target = (reevals or {}).get(name)
         noise = belief.reeval_noise(target.evals) if target is not None else None
         if noise is not None:
             out.append(Advice(Action.REEVAL, name, eval_min, fit(costs.eval_s), belief.gain_run(i, noise),
-                              chain=target.train_id))
+                              chain=target.train_id, gpu_minutes=eval_gpu))
     idea = new_ideas[0] if new_ideas else None
-    out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new)))
+    out.append(Advice(Action.NEW, idea, chain_min, fit(costs.chain_s), per_run(belief.gain_new), gpu_minutes=chain_gpu))
     if full_samples:
         noise = belief.screen_noise(SCREEN[0] * SCREEN[1] / float(full_samples))
         if noise is not None:
-            out.append(Advice(Action.SCREEN, idea, screen_min, fit(costs.screen_s), belief.gain_new(noise)))
+            out.append(Advice(Action.SCREEN, idea, screen_min, fit(costs.screen_s), belief.gain_new(noise),
+                              gpu_minutes=screen_gpu))
     worth = sorted((a for a in out if a.fits and a.gain >= MIN_GAIN), key=lambda a: -a.rate)
     rest = sorted((a for a in out if a not in worth), key=lambda a: (not a.fits, -a.rate))
     return [*worth, Advice(Action.STOP, None, 0.0, True, 0.0), *rest]
 
 
-def costs_of(estimator, profile: str, hparams=None) -> Costs:
-    """The actions' high-quantile seconds from the learned durations (opsdctl.plan.durations)."""
-    train, evaluate = estimator.chain(profile, hparams)
-    _, screen = estimator.chain(profile, hparams, partial=SCREEN)
-    return Costs(train.high_s + evaluate.high_s, evaluate.high_s, train.high_s + screen.high_s)
+def costs_of(estimator, profile: str, hparams=None, gpus: tuple[int, int] = (0, 0), slots: int = 1) -> Costs:
+    """The actions' high-quantile seconds from the learned durations (opsdctl.plan.durations), on
+    `gpus` (train's, eval's GPUs: the slot they will use), `slots` chains at once."""
+    train, evaluate = estimator.chain(profile, hparams, gpus=gpus)
+    _, screen = estimator.chain(profile, hparams, partial=SCREEN, gpus=gpus)
+    return Costs(train.high_s + evaluate.high_s, evaluate.high_s, train.high_s + screen.high_s, train.high_s,
+                 gpus[0], gpus[1], slots)
 
 
 def from_report(report, costs: Costs, usable_s: Optional[float], new_ideas: Sequence[str] = (),

@@ -13,15 +13,20 @@ frozen by the profile, so its key is the profile alone; a partial evaluation (`q
     train: "train|<profile>|mcl=<max_completion_length>"
     eval:  "eval|<profile>"      partial eval: "eval|<profile>|partial=15x4"
 
+A stage run on GPUs also keys on how many ("...|gpus=1"): a 1-GPU train of the same recipe is
+another cost from a 4-GPU one (opsdctl.plan.slots). A stage without GPUs (a CPU profile) has no
+such part, so a store's history keeps its keys.
+
 The rule (ESTIMATE_RULE, shown by `opsdctl durations`), over the succeeded stages with the
 same cost_key:
 - n >= QUANTILE_MIN_N (5): median, and high = the HIGH_Q (0.9) quantile x TAIL_FACTOR (1.05);
 - 1 <= n < 5: median, and high = max x FEW_FACTOR (1.15): with few samples the 0.9 quantile is
   not estimable, so the largest seen plus a safety margin stands in for it;
 - n = 0: the configured default ([planner] train_minutes / eval_minutes, else the profile's:
-  19 and 27 min for qwen3-1.7b, the top of the observed ranges) for both median and high; if
-  history with other knobs of the same stage and profile has a larger max, high is at least
-  that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one);
+  19 and 27 min for qwen3-1.7b, the top of the observed ranges, on 4 GPUs) times the layout
+  factor of the stage's GPU count (opsdctl.plan.layout_costs) for both median and high; if
+  history with other knobs of the same stage, profile and GPU count has a larger max, high is
+  at least that max x FEW_FACTOR (never estimate an unseen setting as cheaper than a seen one);
 - n = 0 for a partial eval: median = the full eval's median x its share of the samples
   (problems x k over the full protocol's), high = the full eval's high (admission stays safe
   until the partial setting has history of its own).
@@ -34,8 +39,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Optional, Sequence
+
+from opsdctl.plan.layout_costs import factor
 
 HIGH_Q = 0.90
 QUANTILE_MIN_N = 5
@@ -46,22 +53,31 @@ HISTORY_MAX_STAGES = 4000  # estimates read the latest this many succeeded stage
 
 ESTIMATE_RULE = (
     f"n >= {QUANTILE_MIN_N}: high = p{int(HIGH_Q * 100)} x {TAIL_FACTOR}; "
-    f"1 <= n < {QUANTILE_MIN_N}: high = max x {FEW_FACTOR}; n = 0: configured/profile default "
+    f"1 <= n < {QUANTILE_MIN_N}: high = max x {FEW_FACTOR}; n = 0: configured/profile default x the layout "
+    f"factor of its GPU count "
     f"(at least max of other-knob history x {FEW_FACTOR}), a partial eval: the full eval's median x "
     f"its share of the samples, the full eval's high; median for timelines"
 )
 
 
-def cost_key(stage: str, profile: str, hparams: Optional[Mapping] = None, partial: Optional[tuple] = None) -> str:
+def cost_key(stage: str, profile: str, hparams: Optional[Mapping] = None, partial: Optional[tuple] = None,
+             gpus: int = 0) -> str:
     """The cost key of a stage of a recipe (see the module docstring); `partial`: (problems, k)
-    of a partial evaluation, None for the full protocol."""
+    of a partial evaluation, None for the full protocol; `gpus`: how many GPUs it runs on."""
     parts = [stage, profile]
     for knob in COST_KNOBS.get(stage, ()):
         value = (hparams or {}).get(knob)
         parts.append(f"{'mcl' if knob == 'max_completion_length' else knob}={value}")
     if stage == "eval" and partial is not None:
         parts.append(f"partial={partial[0]}x{partial[1]}")
+    if gpus:
+        parts.append(f"gpus={gpus}")
     return "|".join(parts)
+
+
+def gpus_of_text(text: Optional[str]) -> int:
+    """How many GPUs a stage row's `gpus` text names ("0,1" -> 2, "" -> 0)."""
+    return len([g for g in (text or "").split(",") if g.strip()])
 
 
 def _partial_of_key(key: str) -> Optional[tuple[int, int]]:
@@ -70,6 +86,11 @@ def _partial_of_key(key: str) -> Optional[tuple[int, int]]:
             n, k = part.removeprefix("partial=").split("x")
             return int(n), int(k)
     return None
+
+
+def _gpus_of_key(key: str) -> int:
+    last = key.rsplit("|", 1)[-1]
+    return int(last.removeprefix("gpus=")) if last.startswith("gpus=") else 0
 
 
 @dataclass(frozen=True)
@@ -136,36 +157,39 @@ class Estimator:
         self._memo: dict[str, Estimate] = {}
 
     def stage(self, stage: str, profile: str, hparams: Optional[Mapping] = None,
-              partial: Optional[tuple] = None) -> Estimate:
-        key = cost_key(stage, profile, hparams, partial)
+              partial: Optional[tuple] = None, gpus: int = 0) -> Estimate:
+        key = cost_key(stage, profile, hparams, partial, gpus)
         got = self._memo.get(key)
         if got is None:
             same = self.by_key.get(key, [])
             if partial is not None and stage == "eval" and not same:
-                got = _scaled_partial(key, self.stage("eval", profile, hparams), partial, profile)
+                got = _scaled_partial(key, self.stage("eval", profile, hparams, gpus=gpus), partial, profile)
             else:
                 # only the largest of the other knob values matters (estimate_from_samples);
                 # partial evals are cheaper by design and never stand in for a full one
                 sp = _stage_profile(key)
                 other = [m for k, m in self._max.items()
                          if k != key and _stage_profile(k) == sp and _partial_of_key(k) is None]
-                got = estimate_from_samples(stage, key, same, self.defaults_s[stage], other)
+                got = estimate_from_samples(stage, key, same, self.defaults_s[stage] * factor(stage, gpus), other)
+                if not same and gpus and factor(stage, gpus) != 1.0:
+                    got = replace(got, source=f"{got.source} x layout {factor(stage, gpus):g}")
             self._memo[key] = got
         return got
 
     def chain(self, profile: str, hparams: Optional[Mapping] = None, partial: Optional[tuple] = None,
-              eval_only: bool = False) -> tuple[Estimate, Estimate]:
-        """(train, eval) of a chain; an eval-only chain's train is 0 s."""
+              eval_only: bool = False, gpus: tuple[int, int] = (0, 0)) -> tuple[Estimate, Estimate]:
+        """(train, eval) of a chain whose stages run on `gpus` (train's, eval's) GPUs; an eval-only
+        chain's train is 0 s."""
         train = (Estimate("train", "none", 0, 0.0, 0.0, "eval-only: no train stage") if eval_only
-                 else self.stage("train", profile, hparams))
-        return train, self.stage("eval", profile, hparams, partial)
+                 else self.stage("train", profile, hparams, gpus=gpus[0]))
+        return train, self.stage("eval", profile, hparams, partial, gpus=gpus[1])
 
-    def of_chain(self, chain, hparams: Optional[Mapping] = None) -> tuple[Estimate, Estimate]:
+    def of_chain(self, chain, hparams: Optional[Mapping] = None, gpus: tuple[int, int] = (0, 0)) -> tuple[Estimate, Estimate]:
         """(train, eval) of a store chain row or a ChainInfo (anything with profile, eval_problems,
-        eval_k, eval_only)."""
+        eval_k, eval_only) on `gpus` (train's, eval's)."""
         p = getattr(chain, "eval_problems", None), getattr(chain, "eval_k", None)
         return self.chain(chain.profile, hparams if hparams is not None else getattr(chain, "hparams", None),
-                          None if p == (None, None) else p, bool(getattr(chain, "eval_only", False)))
+                          None if p == (None, None) else p, bool(getattr(chain, "eval_only", False)), gpus)
 
 
 def _scaled_partial(key: str, full: Estimate, partial: tuple, profile: str) -> Estimate:
@@ -183,7 +207,8 @@ def _scaled_partial(key: str, full: Estimate, partial: tuple, profile: str) -> E
 
 
 def _stage_profile(key: str) -> str:
-    return "|".join(key.split("|")[:2])
+    """The part of a key other knob values share: stage, profile and GPU count."""
+    return "|".join(key.split("|")[:2]) + f"|gpus={_gpus_of_key(key)}"
 
 
 def default_seconds(cfg) -> dict[str, float]:
@@ -215,11 +240,13 @@ def history(reader, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
         hparams = dict(r.tuples(queries.VARIANT_HPARAMS))
     keys: dict[tuple, str] = {}
     out = []
-    for name, secs, est, cid, profile, vid, ep, ek in rows:
+    for name, secs, est, cid, profile, vid, ep, ek, gpus_text in rows:
         part = None if (ep, ek) == (None, None) else (ep, ek)
-        key = keys.get((name, profile, vid, part))
+        n_gpus = gpus_of_text(gpus_text)
+        key = keys.get((name, profile, vid, part, n_gpus))
         if key is None:
-            key = keys[(name, profile, vid, part)] = cost_key(name, profile, hparams.get(vid) or {}, part)
+            key = keys[(name, profile, vid, part, n_gpus)] = cost_key(name, profile, hparams.get(vid) or {}, part,
+                                                                     n_gpus)
         out.append(Sample(name, key, float(secs), est, cid))
     return out
 
@@ -228,15 +255,20 @@ def estimator_for(cfg, reader) -> Estimator:
     return Estimator(history(reader) if reader is not None else [], default_seconds(cfg))
 
 
-def chain_minutes(cfg, reader) -> float:
+def chain_minutes(cfg, reader, layout=None) -> float:
     """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
     the high-quantile estimate from the store's history (the figure admission uses), falling back
-    to [planner] train_minutes/eval_minutes or the profile's defaults."""
+    to [planner] train_minutes/eval_minutes or the profile's defaults. `layout`: the worker's
+    (opsdctl.plan.store_facts.known_layout), whose GPU counts the stages' history is keyed by."""
     hparams = {}
     if cfg.baseline_variant:
         versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
         hparams = dict(versions[-1].hparams) if versions else {}
-    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams)
+    from opsdctl.plan.slots import configured_layout
+
+    lay = layout if layout is not None else configured_layout(cfg)  # a stage's history is its GPU count's
+    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams, gpus=(lay.gpus_of("train"),
+                                                                                  lay.gpus_of("eval")))
     return (train.high_s + evaluate.high_s) / 60.0
 
 

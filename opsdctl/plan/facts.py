@@ -7,10 +7,22 @@ them without probing. `NoFacts` is a world with no store: no history, no runs, n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
 from opsdctl.plan.durations import Sample
 from opsdctl.plan.gate import ChainInfo
+
+
+@dataclass(frozen=True)
+class LiveChain:
+    """A chain running now: where it is, and the GPUs its stage holds (what the slots' timeline
+    and admission on slots start from)."""
+
+    info: ChainInfo
+    stage: Optional[str]  # None: claimed, waiting for its first stage's GPUs
+    elapsed_s: float  # in that stage
+    gpus: tuple[int, ...] = ()  # CUDA indices its stage holds (() : none, or not indices)
 
 
 class Facts(Protocol):
@@ -35,6 +47,8 @@ class Facts(Protocol):
     def queue_reeval(self, train_id: int, why: str) -> Optional[ChainInfo]: ...
 
     def save_plan(self, doc: dict) -> None: ...
+
+    def running(self) -> list[LiveChain]: ...  # the chains running now, in chain order
 
 
 class NoFacts:
@@ -73,3 +87,6 @@ class NoFacts:
 
     def save_plan(self, doc: dict) -> None:
         return None
+
+    def running(self) -> list[LiveChain]:
+        return []

@@ -3,11 +3,13 @@
 The worker asks its Gate, in this order:
 
   order(queued)                 -> the queued chains in the order to try them
-  admit(chain)                  -> Start() | Skip(reason) | Wait(seconds, reason)   before a chain
+  admit(chain)                  -> Start(gpus=None) | Skip(reason) | Wait(seconds, reason)   before a chain
   grant(chain, stage)           -> Grant(gpus) | Skip(reason) | Wait(seconds, reason) before each stage
   on_progress(chain, stage, rec)-> None | Stop(reason, state)   for every progress record of a stage
   released(chain, stage, pids)  -> returns once the stage's own processes freed their GPU memory
 
+`Start(gpus=k)` runs the chain on a wider slot than the layout's (the planner's last resort near
+the deadline; only stages whose command takes {num_gpus} or {gpus} widen).
 `Skip` from `admit` marks the chain `skipped` with the reason and the worker tries the next one;
 `Wait` keeps it queued and the worker asks again after the given seconds (waits are bounded by
 the gate, which turns them into a Skip when it gives up). `Skip` from `grant` ends a running chain
@@ -84,7 +86,7 @@ def chain_info(chain, variant) -> ChainInfo:
 
 @dataclass(frozen=True)
 class Start:
-    pass
+    gpus: Optional[int] = None  # run each stage that can (its command takes {num_gpus}) on this many GPUs
 
 
 @dataclass(frozen=True)

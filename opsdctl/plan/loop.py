@@ -46,7 +46,8 @@ class Executor(Protocol):
 
     def has_room(self) -> bool: ...  # may another chain start now (a free slot, a free node)?
 
-    def start(self, chain_id: int) -> None: ...  # run a claimed (`running`) chain
+    def start(self, chain_id: int, gpus: Optional[int] = None) -> None: ...  # run a claimed (`running`) chain
+    # (`gpus`: the planner's wider slot for it, gate.Start)
 
     def poll(self) -> list[tuple[int, State]]: ...  # chains that ended since the last poll
 
@@ -124,8 +125,9 @@ class WorkerLoop:
                 self.clock.sleep(min(opts.poll_s, BUSY_POLL_S) if busy else opts.poll_s)
                 continue
             self._holding = None
+            wide = None
             if ex.has_room():
-                picked, wait = self.pick()
+                picked, wait, wide = self.pick()
             elif busy or self.queue.queued():  # a slot frees up, or one is being reserved
                 self.clock.sleep(BUSY_POLL_S)
                 continue
@@ -153,18 +155,22 @@ class WorkerLoop:
                 continue
             idle, last_idle_note = False, None
             self.started.append(picked)
-            ex.start(picked)
+            if wide:
+                ex.start(picked, wide)
+            else:
+                ex.start(picked)
         return ran
 
     def _idle_reason(self) -> Optional[str]:
         fn = getattr(self.gate, "idle_reason", None)
         return fn() if fn is not None else None
 
-    def pick(self) -> tuple[Optional[int], Optional[Wait]]:
+    def pick(self) -> tuple[Optional[int], Optional[Wait], Optional[int]]:
         """Claim the first chain the gate starts, in the gate's order; mark the ones it skips. A
         pass that skipped chains asks the gate again (at most PICK_PASSES times): with them gone it
         may order otherwise (auto-repeat waits for the user's queued chains), so the loop neither
-        idles a poll nor drains while something it would add fits."""
+        idles a poll nor drains while something it would add fits. Returns (chain id, the
+        shortest wait, the wider slot's GPUs the gate started it on)."""
         shortest_wait: Optional[Wait] = None
         for _ in range(PICK_PASSES):
             skipped = False
@@ -182,7 +188,7 @@ class WorkerLoop:
                 if not isinstance(decision, Start):
                     raise TypeError(f"gate.admit returned {decision!r}; expected Start, Skip or Wait")
                 if self.queue.claim(info.chain_id):
-                    return info.chain_id, None
+                    return info.chain_id, None, decision.gpus
             if not skipped:
                 break
-        return None, shortest_wait
+        return None, shortest_wait, None

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
-from opsdctl.plan import admission, advise, policy
+from opsdctl.plan import admission, advise, policy, timeline
 from opsdctl.plan.durations import Estimator
 from opsdctl.plan.facts import Facts, NoFacts
 from opsdctl.plan.futility import FutilityContext, judge_look
@@ -31,6 +31,7 @@ from opsdctl.plan.policy import SUBMISSION
 from opsdctl.plan.gate import ChainInfo, Grant, Skip, Start, Stop
 from opsdctl.plan.slots import Layout
 from opsdctl.plan.store_facts import StoreFacts
+from opsdctl.templates import takes_gpu_count
 from opsdctl.stats.report import Report
 from opsdctl.store.states import State
 
@@ -49,6 +50,7 @@ class PlannerSettings:
     reference: object = None  # config.Reference
     defaults_s: tuple = (("train", 19 * 60.0), ("eval", 27 * 60.0))
     layout: Layout = Layout()  # the worker's GPUs and slots (no GPUs: one chain at a time)
+    widen: tuple[str, ...] = ()  # stages whose command takes {num_gpus} or {gpus}: they may run wider
     poll_s: float = 2.0
 
     @property
@@ -88,6 +90,7 @@ class PlannerGate:
         self.compare: Optional[Report] = None  # the compare report of the last refresh (None: fifo)
         self.extra_queued = 0
         self._futility: dict[int, Optional[FutilityContext]] = {}
+        self._started_on: dict[int, int] = {}  # chain id -> the wider slot's GPUs it was started on
         self.looks: list[tuple[int, object]] = []  # (chain id, futility.Look), for reports
         self._last_saved: Optional[str] = None
         self.auto_next: Optional[AutoNext] = None  # what auto-repeat queues at this order
@@ -112,8 +115,25 @@ class PlannerGate:
             self.compare, self.runs = None, []
         self.estimator = Estimator(self.facts.samples(), self.settings.defaults)
 
-    def chain_estimate(self, chain: ChainInfo):
-        return self.estimator.of_chain(chain)
+    def widths(self, at_least: int = 0) -> tuple[int, int]:
+        """The GPUs (train's, eval's) a chain's stages run on: the layout's, or `at_least` for the
+        stages that may run wider."""
+        lay, s = self.settings.layout, self.settings
+        return tuple(max(lay.gpus_of(st), at_least if st in s.widen else 0) if lay.devices else 0
+                     for st in ("train", "eval"))
+
+    def chain_estimate(self, chain: ChainInfo, at_least: int = 0):
+        """(train, eval) estimates of `chain` on the GPUs its stages will run on."""
+        return self.estimator.of_chain(chain, gpus=self.widths(at_least))
+
+    def running_now(self) -> list[timeline.Running]:
+        """The chains running now (Facts.running), with their estimates, for the slots' timeline."""
+        out = []
+        for live in self.facts.running():
+            tr, ev = self.chain_estimate(live.info)
+            out.append(timeline.Running(live.info.chain_id, live.info.variant, live.stage, live.elapsed_s, tr, ev,
+                                        live.gpus))
+        return out
 
     def usable(self) -> Optional[float]:
         return self.budget_left()
@@ -131,7 +151,7 @@ class PlannerGate:
         basis = self._cost_basis(queued)
         ests = [self.chain_estimate(c) for c in queued]
         if not ests and basis is not None:  # nothing queued: what auto-repeat would add costs a chain like the last
-            ests = [self.estimator.chain(basis.profile, basis.hparams)]
+            ests = [self.estimator.chain(basis.profile, basis.hparams, gpus=self.widths())]
         chain_s = max((sum(e.high_s for e in est) for est in ests), default=sum(self.settings.defaults.values()))
         chain_median_s = max((sum(e.median_s for e in est) for est in ests), default=chain_s)
         known = [e.name for e in self.compare.full] if self.compare is not None else []
@@ -145,8 +165,8 @@ class PlannerGate:
         advice, self.reevals = None, {}
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:  # objective verdicts: for what settles nothing
             self.reevals = self.facts.reeval_targets(self.runs)
-            costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams) if basis is not None else
-                     advise.Costs(chain_s, s.defaults["eval"], chain_s))
+            costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams, self.widths(), s.layout.max_chains)
+                     if basis is not None else advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,
                                         list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))),
                                         self.reevals)
@@ -155,7 +175,8 @@ class PlannerGate:
             return policy.plan(items, self.compare, policy.PlanInputs(
                 policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
                 dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
-                voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals), objective=s.objective))
+                voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals), objective=s.objective,
+                slots=s.layout.max_chains))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -229,7 +250,7 @@ class PlannerGate:
         doc = {"policy": s.policy, "futility": s.futility, "auto_repeat": s.auto_repeat,
                "auto_repeat_max": s.auto_repeat_max, "auto_repeat_first": s.auto_repeat_first,
                "try_every_variant": s.try_every_variant, "objective": s.objective, "auto_queued": self.extra_queued,
-               "idle": self.idle_note, **p.to_json()}
+               "idle": self.idle_note, "layout": s.layout.to_json(), **p.to_json()}
         text = json.dumps(doc, sort_keys=True)
         if text != self._last_saved:
             self._last_saved = text
@@ -246,14 +267,54 @@ class PlannerGate:
         usable = self.usable()
         if usable is not None and usable <= 0:
             return Skip("budget exhausted: no time left before the deadline margin")
-        train, evaluate = self.chain_estimate(chain)
-        fit = admission.admit_chain(train.high_s, evaluate.high_s, usable)
-        return Start() if fit.ok else Skip(fit.reason)
+        lay = self.settings.layout
+        if lay.serial:  # one chain at a time: it starts now, on every device
+            train, evaluate = self.chain_estimate(chain)
+            fit = admission.admit_chain(train.high_s, evaluate.high_s, usable)
+            return Start() if fit.ok else Skip(fit.reason)
+        running = self.running_now()
+        fit = self._fit_on_slot(chain, running, usable)
+        if fit.ok:
+            return Start()
+        wider = self._wider(chain, running, usable)
+        return wider if wider is not None else Skip(fit.reason)
+
+    def _fit_on_slot(self, chain: ChainInfo, running, usable, at_least: int = 0) -> admission.Fit:
+        """Can `chain` finish before the deadline on the GPUs it will get: its stages' high
+        estimates on their GPU count, after the waits the slots' timeline projects for them
+        behind the chains running now (opsdctl.plan.timeline.project, medians for those)."""
+        train, evaluate = self.chain_estimate(chain, at_least)
+        high = lambda e: replace(e, median_s=e.high_s)  # noqa: E731  (this chain: its high estimates)
+        entry = timeline.project(None, running, [timeline.Queued(chain.chain_id, chain.variant, high(train),
+                                                                 high(evaluate), at_least)],
+                                 layout=self.settings.layout)[-1]
+        if entry.end_in_s is None:
+            return admission.Fit(False, train.high_s + evaluate.high_s, usable, "its GPUs never come free")
+        return admission.fits_after_wait(train.high_s + evaluate.high_s, entry.end_in_s, usable)
+
+    def _wider(self, chain: ChainInfo, running, usable) -> Optional[Start]:
+        """Near the deadline: the narrowest wider slot (a multiple of gpus_per_chain, free now) on
+        which a chain that no longer fits its own would, for the stages whose command takes
+        {num_gpus} or {gpus}; None when there is none."""
+        lay = self.settings.layout
+        if not self.settings.widen or not lay.devices:
+            return None
+        n = len(lay.devices)
+        for k in range(lay.width * 2, n + 1, lay.width):
+            if n % k:
+                continue
+            fit = self._fit_on_slot(chain, running, usable, at_least=k)
+            if fit.ok and fit.wait_s == 0:
+                self.report(f"chain {chain.chain_id} {chain.variant}: does not fit on {lay.width} GPU(s) in the "
+                            f"time left; runs on {k}")
+                self._started_on[chain.chain_id] = k
+                return Start(gpus=k)
+        return None
 
     # --- grant ----------------------------------------------------------------------------
 
     def grant(self, chain: ChainInfo, stage: str):
-        train, evaluate = self.chain_estimate(chain)
+        train, evaluate = self.chain_estimate(chain, self._started_on.get(chain.chain_id, 0))
         usable = self.usable()
         fit = (admission.admit_chain(train.high_s, evaluate.high_s, usable) if stage == "train"
                else admission.admit_eval(evaluate.high_s, usable))
@@ -312,6 +373,7 @@ def settings_from_config(cfg, layout: Layout = Layout()) -> PlannerSettings:
         reference=cfg.reference,
         defaults_s=tuple(default_seconds(cfg).items()),
         layout=layout,
+        widen=tuple(st for st in ("train", "eval") if takes_gpu_count(cfg.stages[st].command)),
         poll_s=min(cfg.poll_seconds, 5.0),
     )
 

@@ -146,6 +146,7 @@ class PlanInputs:
     advice: Optional[Sequence[Advice]] = None
     reevals: Sequence[str] = ()  # variants with a checkpoint --auto-repeat may re-evaluate (opsdctl.plan.reeval)
     objective: str = SUBMISSION
+    slots: int = 1  # chains the worker runs at once (opsdctl.plan.slots): r chains take ceil(r / slots) turns
 
 
 @dataclass
@@ -167,19 +168,21 @@ class Plan:
 
 
 class _Cost:
-    """Do r more chains fit? (r - 1) x median + high <= usable (None: no budget)."""
+    """Do r more chains fit? (turns - 1) x median + high <= usable, with r chains taking
+    turns = ceil(r / slots) (None: no budget)."""
 
-    def __init__(self, high_s: Optional[float], median_s: Optional[float], usable_s: Optional[float]):
+    def __init__(self, high_s: Optional[float], median_s: Optional[float], usable_s: Optional[float], slots: int = 1):
         self.high = high_s
         self.median = median_s if median_s is not None else high_s
         self.usable = usable_s
+        self.slots = max(1, slots)
 
     def fits(self, chains: Optional[int]) -> bool:
         if chains is None or chains < 1:
             return False
         if self.usable is None or self.high is None:
             return True
-        return (chains - 1) * self.median + self.high <= self.usable
+        return (-(-chains // self.slots) - 1) * self.median + self.high <= self.usable
 
     def most(self) -> Optional[int]:
         """The most chains that fit (None: no budget, no bound)."""
@@ -187,7 +190,7 @@ class _Cost:
             return None
         if self.high > self.usable:
             return 0
-        return 1 + int((self.usable - self.high) // self.median) if self.median > 0 else None
+        return self.slots * (1 + int((self.usable - self.high) // self.median)) if self.median > 0 else None
 
 
 def new_arms_allowed(report: Optional[Report], cost: _Cost) -> Optional[int]:
@@ -215,7 +218,7 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
         return Plan([q.chain_id for q in queued], slots=[Slot(q.chain_id, q.variant, Tier.QUEUE_ORDER, "queue order") for q in queued])
     baseline, auto_repeat, known_variants, voi, advice = (inputs.baseline, inputs.auto_repeat, inputs.known_variants,
                                                           inputs.voi, inputs.advice)
-    cost = _Cost(inputs.chain_s, inputs.chain_median_s, inputs.usable_s)
+    cost = _Cost(inputs.chain_s, inputs.chain_median_s, inputs.usable_s, inputs.slots)
     verdicts = inputs.objective == VERDICTS
     if verdicts:
         voi = False  # the tiers decide: they rank by what settles, advise by the submission

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Collection, Optional, Sequence
 
 from opsdctl.config import check_gpu_layout
+from opsdctl.errors import UserError
 
 STAGE_NAMES = ("train", "eval")
 
@@ -56,6 +57,16 @@ class Layout:
     def serial(self) -> bool:
         """One chain at a time over every device: the layout of an unset gpus_per_chain."""
         return self.max_chains == 1
+
+    def to_json(self) -> dict:
+        return {"devices": list(self.devices), "gpus_per_chain": self.per_chain,
+                "stage_gpus": dict(self.stage_gpus), "slots": [list(x) for x in self.slots] if self.devices else [],
+                "max_chains": self.max_chains}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Layout":
+        return cls(tuple(int(d) for d in doc.get("devices") or ()), doc.get("gpus_per_chain"),
+                   tuple(sorted((str(k), int(v)) for k, v in (doc.get("stage_gpus") or {}).items())))
 
     def describe(self) -> str:
         if not self.devices:
@@ -99,6 +110,19 @@ def slot_of(layout: Layout, gpus: Sequence[int]) -> Optional[int]:
 
 def _ids(devices: Sequence[int]) -> str:
     return ",".join(str(d) for d in devices)
+
+
+def configured_layout(cfg, saved: Optional[dict] = None) -> Layout:
+    """The layout without probing a GPU (status, compare, advise): the config's device list, or
+    for `devices = "all"` the layout the worker resolved and saved with its plan (`saved`), else
+    none known (no GPUs)."""
+    devices = cfg.devices
+    if devices == "all":
+        return Layout.from_json(saved) if saved else Layout()
+    try:
+        return layout_of(cfg, tuple(devices))
+    except UserError:
+        return Layout()
 
 
 def layout_of(cfg, devices: Sequence[int]) -> Layout:

@@ -50,6 +50,22 @@ class StoreFacts:
         versions = self.reader.variants_named(base)
         return versions[-1].label if versions else base
 
+    def running(self) -> list:
+        """The chains running now (facts.LiveChain): their stage, its time so far, its GPUs."""
+        from opsdctl.plan.facts import LiveChain
+        from opsdctl.store.values import utcnow
+
+        out = []
+        with self.reader.snapshot() as r:
+            for c in r.chains_in_state(State.RUNNING):
+                rows = r.stages_of(c.id)
+                cur = next((st for st in reversed(rows) if st.name == c.stage and st.state == State.RUNNING.value), None)
+                elapsed = (utcnow() - cur.started_at).total_seconds() if cur is not None else 0.0
+                gpus = tuple(int(g) for g in (cur.gpus or "").split(",") if g.strip().isdigit()) if cur else ()
+                out.append(LiveChain(chain_info(c, r.variant(c.variant_id)), c.stage if cur is not None else None,
+                                     max(0.0, elapsed), gpus))
+        return out
+
     def dropped(self) -> dict[str, str]:
         from opsdctl.store.values import variant_label
 
@@ -114,3 +130,12 @@ def load_plan(reader) -> Optional[dict]:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
         return None
+
+
+def known_layout(cfg, reader):
+    """The worker's GPU layout as status, compare and advise know it without probing a GPU:
+    the config's device list, or for `devices = "all"` what the worker saved with its plan."""
+    from opsdctl.plan.slots import configured_layout
+
+    plan = load_plan(reader) if cfg.devices == "all" else None
+    return configured_layout(cfg, (plan or {}).get("layout"))

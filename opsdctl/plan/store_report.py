@@ -143,12 +143,15 @@ def _advice_for(cfg, reader, report: Report, runs: list) -> list:
     checkpoints that may be re-evaluated (opsdctl.plan.reeval)."""
     from opsdctl.plan import advise, reeval
     from opsdctl.plan.durations import estimator_for
+    from opsdctl.plan.store_facts import known_layout
 
     hparams = {}
     if cfg.baseline_variant:
         versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
         hparams = dict(versions[-1].hparams) if versions else {}
-    costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams)
+    lay = known_layout(cfg, reader)
+    costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams,
+                            (lay.gpus_of("train"), lay.gpus_of("eval")), lay.max_chains)
     budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
     tried = {e.name for e in report.entries if e.n} | {report.baseline.name}
     labels = {v.id: v.label for v in reader.all_variants()}

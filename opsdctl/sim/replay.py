@@ -16,6 +16,7 @@ against the true effects, and the bet: the true effect of what the submission ru
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional, Sequence
 
 from opsdctl.config import Reference
@@ -23,6 +24,7 @@ from opsdctl.plan.loop import LoopOptions, WorkerLoop
 from opsdctl.plan.planner import PlannerGate, PlannerSettings
 from opsdctl.plan.submission import pick_leader
 from opsdctl.sim.seams import SimClock, SimExecutor, SimQueue
+from opsdctl.sim.slots import SlotClock, SlotExecutor, slot_layout
 from opsdctl.sim.session import Session, SessionFacts, SessionResult, run_stage
 from opsdctl.sim.world import BASELINE, DEFAULT_EFFECTS, HPARAMS, PROFILE, REFERENCE, STAGE_GAP_S, World
 from opsdctl.stats import inference
@@ -80,9 +82,15 @@ def run_planner(s: Session, res: SessionResult, settings: PlannerSettings) -> No
     """The worker's own loop (opsdctl.plan.loop.WorkerLoop) over the planner's gate, with the
     session as its queue, a fake executor and a fake clock. The user keeps the GPUs busy: when
     the worker drains the queue, they queue another round of it and start it again, until a
-    round starts nothing."""
+    round starts nothing. With GPU slots in the settings' layout (`--gpus-per-chain`), the
+    executor runs several chains at once on their own GPUs (opsdctl.sim.slots)."""
     gate = PlannerGate(settings, SessionFacts(s), budget_left=s.usable, clock=lambda: s.t, sleep=lambda x: None)
-    loop = WorkerLoop(gate, SimQueue(s, res, gate), SimExecutor(s, res, gate), SimClock(s),
+    if settings.layout.devices:
+        executor = SlotExecutor(s, res, gate, settings.layout)
+        clock = SlotClock(s, executor)
+    else:
+        executor, clock = SimExecutor(s, res, gate), SimClock(s)
+    loop = WorkerLoop(gate, SimQueue(s, res, gate), executor, clock,
                       options=LoopOptions(drain=True, poll_s=settings.poll_s))
     while True:
         before = len(loop.started)
@@ -101,7 +109,8 @@ def _idle_while_action_fits(s: Session, gate: PlannerGate) -> float:
 
     usable = s.usable()
     rep = build_report(s.runs, baseline=BASELINE, reference=s.reference)
-    ranked = advise.from_report(rep, advise.costs_of(gate.estimator, PROFILE, HPARAMS), usable,
+    costs = advise.costs_of(gate.estimator, PROFILE, HPARAMS, gate.widths(), gate.settings.layout.max_chains)
+    ranked = advise.from_report(rep, costs, usable,
                                 reevals=s.reeval_targets(s.runs))
     top = ranked[0] if ranked else None
     takes = (advise.Action.REPEAT, advise.Action.BASELINE, advise.Action.REEVAL)
@@ -141,12 +150,15 @@ def judge(s: Session, res: SessionResult) -> None:
 
 def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: Sequence[float] = DEFAULT_EFFECTS,
                      world: Optional[World] = None, offset: float = 0.0,
-                     settings: Optional[PlannerSettings] = None, reference: Reference = REFERENCE) -> SessionResult:
+                     settings: Optional[PlannerSettings] = None, reference: Reference = REFERENCE, *,
+                     gpus_per_chain: Optional[int] = None) -> SessionResult:
     """One session: `policy_name` from POLICIES (its user queue and planner settings); `settings`
     replaces the planner settings (another benchmark's own policy). `effects`: true effects of
     the candidates, points; `offset`: the local setup's offset from the published mean (every
     run); `world`: the benchmark's noise and the stage durations (World.make); `reference`: the
-    published baseline the config gives (its sd need not be the world's). The result holds
+    published baseline the config gives (its sd need not be the world's); `gpus_per_chain`: the
+    planner policies run on the session's 4 GPUs in slots of that many (None: one chain at a
+    time on all four, the executor of opsdctl.sim.seams). The result holds
     the figures, the chains in run order (`run_order`, `chains`) and compare's final `report`."""
     kind, repeats, overrides = POLICIES[policy_name]
     world = world or World.make()
@@ -157,6 +169,8 @@ def simulate_session(policy_name: str, seed: int, hours: float = 6.0, effects: S
     else:
         settings = settings or PlannerSettings(baseline=BASELINE, reference=reference, poll_s=1.0,
                                                defaults_s=(("train", 19 * 60.0), ("eval", 27 * 60.0)), **overrides)
+        if gpus_per_chain is not None:  # our trainer and evaluator follow {num_gpus}: they may run wider
+            settings = replace(settings, layout=slot_layout(gpus_per_chain), widen=("train", "eval"))
         run_planner(s, res, settings)
     judge(s, res)
     res.chains = list(s.chains)

@@ -19,6 +19,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from opsdctl.plan.layout_costs import MEASURED as LAYOUT_MEASURED
+from opsdctl.plan.layout_costs import factor as layout_factor
 from opsdctl.sim.replay import POLICIES, simulate_session
 from opsdctl.sim.session import ORACLE_IDEAS, SessionResult
 from opsdctl.sim.world import (BASE_MEAN, DEFAULT_EFFECTS, EVAL_MIN, K, LOOKS, MARGIN_MIN, N_PROBLEMS, REFERENCE,
@@ -79,14 +81,20 @@ def summarize(results: Sequence[SessionResult]) -> dict:
 
 
 def run_benchmark(sessions: int = 200, seed: int = 0, hours: float = 6.0,
-                  effects: Sequence[float] = DEFAULT_EFFECTS, policies: Optional[Sequence[str]] = None) -> dict:
-    """Every policy over the same seeded sessions (same variant order, same world)."""
+                  effects: Sequence[float] = DEFAULT_EFFECTS, policies: Optional[Sequence[str]] = None,
+                  gpus_per_chain: Optional[int] = None) -> dict:
+    """Every policy over the same seeded sessions (same variant order, same world). With
+    `gpus_per_chain`, the planner policies run the session's 4 GPUs in slots of that many
+    (opsdctl.sim.slots; stage durations per layout from opsdctl.plan.layout_costs); the policies
+    by hand stay one chain at a time on all four, today's way, as the comparison."""
     t0 = time.time()
     world = World.make()
     names = list(policies or POLICIES)
     out = {}
     for name in names:
-        out[name] = summarize([simulate_session(name, seed + i, hours, effects, world) for i in range(sessions)])
+        per_chain = gpus_per_chain if POLICIES[name][0] == "planner" else None
+        out[name] = summarize([simulate_session(name, seed + i, hours, effects, world, gpus_per_chain=per_chain)
+                               for i in range(sessions)])
     hand = [n for n in names if POLICIES[n][0] == "hand"]
     best_hand = max(hand, key=lambda n: out[n]["correct"]["mean"]) if hand else None
     doc = {
@@ -97,6 +105,11 @@ def run_benchmark(sessions: int = 200, seed: int = 0, hours: float = 6.0,
             "problems": N_PROBLEMS, "k": K, "looks": list(LOOKS), "train_min": list(TRAIN_MIN),
             "eval_min": list(EVAL_MIN), "stage_gap_s": STAGE_GAP_S, "margin_min": MARGIN_MIN,
             "duration_defaults_min": {"train": 19, "eval": 27},
+            "gpus_per_chain": gpus_per_chain,
+            "layout_factors": None if gpus_per_chain is None else {
+                "train": round(layout_factor("train", gpus_per_chain), 3),
+                "eval": round(layout_factor("eval", gpus_per_chain), 3),
+                "measured": LAYOUT_MEASURED},
         },
         "policies": out,
         "best_fifo_by_hand": best_hand,
@@ -118,7 +131,8 @@ def markdown(doc: dict) -> str:
         f"points vs the reference {st['baseline_reference']['mean']} (sd {st['sigma_run_to_run']}, n = "
         f"{st['baseline_reference']['n']}); train {st['train_min'][0]:g}-{st['train_min'][1]:g} min, eval "
         f"{st['eval_min'][0]:g}-{st['eval_min'][1]:g} min, tau^2 = {st['tau2']}, V_eval = {st['v_eval']}. "
-        "Every planner policy runs the worker's own loop (opsdctl.plan.loop.WorkerLoop) and gate.",
+        "Every planner policy runs the worker's own loop (opsdctl.plan.loop.WorkerLoop) and gate."
+        + _layout_words(st),
         "",
         "| policy | GPU busy (until the last admissible chain) | idle min while an action fits | chains scored "
         "| cut by deadline | baseline share | auto-repeat chains (re-evals) | variants tried | correct / session | vs best FIFO "
@@ -153,6 +167,16 @@ def markdown(doc: dict) -> str:
               "every policy), scored by its true effect over the baseline (the number a researcher is paid on, "
               "less the official re-trains' noise); regret: the best idea queued (or the baseline) minus that."]
     return "\n".join(lines)
+
+
+def _layout_words(st: dict) -> str:
+    per_chain, f = st.get("gpus_per_chain"), st.get("layout_factors")
+    if per_chain is None:
+        return ""
+    return (f" The planner policies run {4 // per_chain} chain(s) at once on {per_chain}-GPU slots; a stage on "
+            f"{per_chain} GPU(s) takes the 4-GPU figures x {f['train']:g} (train), x {f['eval']:g} (eval)"
+            + ("" if f["measured"] else " (PLACEHOLDER layout factors, opsdctl/plan/layout_costs.py: not measured)")
+            + "; the policies by hand run one chain at a time on all four.")
 
 
 LEGEND = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -92,6 +92,7 @@ class Session:
         self.chains: list[SimChain] = []
         self.runs: list[RunRecord] = []
         self.stage_samples: list[Sample] = []
+        self.live: Callable[[], list] = lambda: []  # the chains running now (a slot executor's), as Facts.running
         self.repeats = repeats
         self.queue_rng = np.random.default_rng([seed, 1])
         ideas = sorted((n for n in self.effects if n != BASELINE), key=lambda n: -abs(self.effects[n]))
@@ -197,6 +198,9 @@ class SessionFacts:
 
     def save_plan(self, doc):
         return None
+
+    def running(self):
+        return self.s.live()
 
 
 def run_stage(s: Session, res: SessionResult, seconds: float) -> bool:

@@ -53,7 +53,7 @@ META_VALUE = "SELECT meta.value FROM meta WHERE meta.key = :key"
 # --- the planner's duration history (opsdctl.plan.durations.history) -----------------------
 DURATION_HISTORY = (
     "SELECT stage.name, stage.seconds, stage.estimate_seconds, stage.chain_id, chain.profile, chain.variant_id, "
-    "chain.eval_problems, chain.eval_k FROM stage JOIN chain ON chain.id = stage.chain_id "
+    "chain.eval_problems, chain.eval_k, stage.gpus FROM stage JOIN chain ON chain.id = stage.chain_id "
     "WHERE stage.state = 'succeeded' AND stage.seconds IS NOT NULL ORDER BY stage.id DESC LIMIT :limit"
 )
 VARIANT_HPARAMS = "SELECT variant.id, variant.hparams FROM variant"

@@ -8,7 +8,8 @@ def test_advise_json_over_a_real_store(ws):
     ws.run("worker", "--drain")
     ws.cli("queue", "cosine")
     got = ws.cli_json("advise", "--json")
-    assert got and all(set(a) == {"action", "variant", "minutes", "fits", "gain"} for a in got)
+    assert got and all(set(a) == {"action", "variant", "minutes", "gpu_minutes", "fits", "gain"} for a in got)
+    assert all(a["gpu_minutes"] == a["minutes"] for a in got)  # no GPUs here: priced in minutes
     kinds = {a["action"] for a in got}
     assert {"repeat", "baseline", "new", "stop"} <= kinds <= {"repeat", "baseline", "re-eval", "screen", "new", "stop"}
     assert next(a for a in got if a["action"] == "new")["variant"] == "cosine"

@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 
-from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, wait_for
+from conftest import FAKE_EVAL, FAKE_TRAIN, default_config, pid_alive, stop_process, wait_for
 from support.gpus import h100, write_gpus
 
 PY = sys.executable
@@ -117,6 +117,30 @@ def test_cancel_one_chain_leaves_the_others_and_sigterm_requeues_every_running_c
                         (4, "interrupted", None)], rows
     assert sorted((r[2], r[1]) for r in rows[4:]) == [(1, "queued"), (3, "queued"), (4, "queued")], out
     assert "stopping the running stage(s)" in out
+
+
+def test_status_shows_every_running_chain_and_each_slots_projected_timeline(ws, tmp_path):
+    _slots(ws, tmp_path, per_chain=1)
+    for _ in range(6):
+        ws.cli("queue", "baseline")
+    worker = ws.popen("worker", env={"TRAIN_S": "120"})
+    try:
+        wait_for(lambda: _running_trains(ws, 4), timeout=90, what="four trains at once")
+        doc = ws.status()
+        activity = doc["worker"]["activity"]
+        assert all(f"chain {c}: train (pid" in activity for c in (1, 2, 3, 4)), activity
+        planner = doc["planner"]
+        assert planner["layout"].startswith("up to 4 chains at once in 4 slot(s) of 1 GPU(s)")
+        slots = planner["slots"]
+        assert [s["gpus"] for s in slots] == [[0], [1], [2], [3]]
+        lanes = [(x["chain_id"], x["stage"]) for s in slots for x in s["timeline"]]
+        assert {(c, "train") for c in range(1, 7)} <= set(lanes) and (5, "eval") in lanes
+        by_chain = {e["chain_id"]: e for e in planner["timeline"]}
+        assert by_chain[5]["start_in_s"] > 0 and len(by_chain[5]["gpus"]) == 1  # on the first slot to free up
+        text = ws.cli("status").stdout
+        assert "slots" in text and "GPU 3  chain" in text
+    finally:
+        stop_process(worker)
 
 
 def test_recovery_stops_and_requeues_every_chain_a_killed_worker_left(ws, tmp_path):

@@ -16,6 +16,15 @@ def test_cli(ws, tmp_path):
     assert doc["setup"]["effects"] == [0.0, 3.0]
 
 
+def test_cli_gpu_slots(ws):
+    doc = ws.cli_json("simulate", "-n", "1", "--gpus-per-chain", "1")
+    assert doc["setup"]["gpus_per_chain"] == 1 and doc["setup"]["layout_factors"]["measured"] is False
+    pol = doc["policies"]
+    assert pol["planner fifo"]["chains_scored"]["mean"] > pol["fifo-by-hand x2"]["chains_scored"]["mean"]
+    bad = ws.cli("simulate", "--gpus-per-chain", "3", check=False)
+    assert bad.returncode == 2 and "slots of 1, 2 or 4" in bad.stderr and bad.stderr.strip().count("\n") == 0
+
+
 def test_gpu_gate_check_fake_mode(tmp_path):
     out = tmp_path / "gate.json"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_gate_check.py"), "--fake", "--out", str(out)],

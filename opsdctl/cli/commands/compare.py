@@ -63,10 +63,11 @@ def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseli
     """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
     baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
     from opsdctl.plan.durations import chain_minutes
+    from opsdctl.plan.store_facts import known_layout
     from opsdctl.plan.store_report import compare_doc
 
-    return compare_doc(cfg, reader, variants, baseline, chain_minutes=chain_minutes(cfg, reader), pool_code=pool_code,
-                       family=family)
+    minutes = chain_minutes(cfg, reader, known_layout(cfg, reader))  # on the worker's GPU layout
+    return compare_doc(cfg, reader, variants, baseline, chain_minutes=minutes, pool_code=pool_code, family=family)
 
 
 def render_training(con: Console, rows: list[dict]) -> None:

@@ -20,6 +20,9 @@ def command(
     hours: float = typer.Option(6.0, "--hours", help="Budget of one session."),
     effects: Optional[str] = typer.Option(None, "--effects", metavar="E1,E2,...",
                                           help="True effects of the candidates, points [default: 0,0,+1,+2,+3,-2]."),
+    gpus_per_chain: Optional[int] = typer.Option(None, "--gpus-per-chain", metavar="N",
+                                                  help="Run the planner policies on the 4 GPUs in slots of N (1, 2 or 4): "
+                                                       "4 / N chains at once [default: one chain at a time on all four]."),
     out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Also write simulate.json and simulate.md here."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
@@ -27,13 +30,17 @@ def command(
 
     Runs the worker's own loop and gate (opsdctl.plan.loop.WorkerLoop, opsdctl.plan.planner.PlannerGate:
     order, auto-repeat, admission, futility) with a fake clock and a fake executor over simulated
-    stage durations and scores; needs no config or store.
+    stage durations and scores; needs no config or store. --gpus-per-chain N replays the planner
+    policies with 4 / N chains at once, each on its own N GPUs.
     """
+    from opsdctl.errors import UserError
     from opsdctl.sim.results import run_benchmark, write_results
     from opsdctl.sim.world import DEFAULT_EFFECTS
 
     eff = DEFAULT_EFFECTS if effects is None else tuple(float(x) for x in effects.split(",") if x.strip())
-    doc = run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=eff)
+    if gpus_per_chain is not None and gpus_per_chain not in (1, 2, 4):
+        raise UserError(f"--gpus-per-chain {gpus_per_chain}: the simulated session has 4 GPUs; slots of 1, 2 or 4")
+    doc = run_benchmark(sessions=sessions, seed=seed, hours=hours, effects=eff, gpus_per_chain=gpus_per_chain)
     if out is not None:
         write_results(doc, out)
     if as_json:

@@ -77,7 +77,7 @@ def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> di
             chains.append(view)
         chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
     from opsdctl.daemon.gpu_probe import gpus_status
-    from opsdctl.plan.timeline import planner_status
+    from opsdctl.plan.planner_status import planner_status
 
     from opsdctl.daemon.auto_export import current_bet
 
@@ -264,6 +264,7 @@ def render_status(con: Console, doc: dict) -> None:
         con.print("[dim]queue empty[/dim]")
     render_frozen_settings(con, queued)
     if planner:
+        render_slots(con, planner)
         render_auto_repeat(con, planner)
     if doc.get("gpus"):
         render_gpu_lines(con, doc["gpus"])
@@ -394,6 +395,19 @@ def render_queue_timeline(con: Console, queued: list[dict], planner: dict) -> No
         t.add_row(str(e["chain_id"]), _variant_cell(c), str(c["seed"]), _in(e["start_in_s"]), _in(e["end_in_s"]),
                   f"{fmt_duration(e['median_s'])}/{fmt_duration(e['high_s'])}", fits)
     con.print(t)
+
+
+def render_slots(con: Console, planner: dict) -> None:
+    """Each GPU slot's projected timeline (several chains at once: gpus_per_chain), one line a slot:
+    'GPU 0  chain 3 train until +12m (14:05), chain 3 eval until +40m (14:33), chain 7 train ...'."""
+    slots = planner.get("slots") or []
+    if len(slots) < 2:
+        return  # one slot of every GPU: the queue above is its timeline
+    con.print(f"[bold]slots[/bold] [dim]({escape(planner.get('layout') or '')})[/dim]")
+    for s in slots:
+        parts = [f"chain {x['chain_id']} {x['stage']} until {_in(x['end_in_s'])}" for x in s["timeline"]]
+        gpus = ",".join(str(g) for g in s["gpus"])
+        con.print(f"  GPU {gpus}  " + (escape(", ".join(parts)) if parts else "[dim]free[/dim]"))
 
 
 def render_auto_repeat(con: Console, planner: dict) -> None:
