@@ -1,6 +1,7 @@
 """The simulator: a smoke run of every policy over a few seeded sessions, its invariants (no cut
-chain for the planner's policies; FIFO by hand loses the chain running at the deadline), and that
-it drives the worker's own decision code."""
+chain for the planner's policies; FIFO by hand loses the chain running at the deadline), that it
+drives the worker's own decision code, and GPU slots (chains at once) through the same loop. Pure
+and in process, but whole sessions: seconds of CPU each, so here rather than in the unit loop."""
 
 from __future__ import annotations
 
@@ -92,3 +93,15 @@ def test_objective_verdicts_spends_the_session_on_few_ideas_through_the_loop():
     auto = next(i for i, c in enumerate(order) if c.auto)
     assert any(not c.auto and c.chain_id < order[auto].chain_id for c in order[auto + 1:])
     assert v.correct == 1 and v.wrong == 0
+
+
+def test_gpu_slots_replay_the_loop_with_chains_at_once_and_score_more_of_them():
+    """`opsdctl simulate --gpus-per-chain 1`: four 1-GPU chains at once through the same loop and
+    gate; more chains scored than one at a time on all four GPUs (with the layout table's factors)."""
+    for seed in (0, 1):
+        whole = simulate_session("planner fifo", seed=seed)
+        ones = simulate_session("planner fifo", seed=seed, gpus_per_chain=1)
+        assert ones.succeeded > whole.succeeded and ones.cut == 0
+        assert simulate_session("planner fifo", seed=seed, gpus_per_chain=4).succeeded == whole.succeeded
+    res = simulate_session("verdicts", seed=2, gpus_per_chain=1)
+    assert res.succeeded > 8 and res.idle_while_fits_s == 0.0 and res.report is not None

@@ -136,15 +136,3 @@ def test_the_benchmark_refuses_an_unknown_policy(tmp_path, capsys):
         bench.main(["--sessions", "1", "--policy", "adaptve", "--out", str(tmp_path)])
     assert e.value.code == 2 and "unknown policy 'adaptve'" in capsys.readouterr().err
     assert not (tmp_path / "simulate.json").exists()
-
-
-def test_gpu_slots_replay_the_loop_with_chains_at_once_and_score_more_of_them():
-    """`opsdctl simulate --gpus-per-chain 1`: four 1-GPU chains at once through the same loop and
-    gate; more chains scored than one at a time on all four GPUs (with the layout table's factors)."""
-    for seed in (0, 1):
-        whole = simulate_session("planner fifo", seed=seed)
-        ones = simulate_session("planner fifo", seed=seed, gpus_per_chain=1)
-        assert ones.succeeded > whole.succeeded and ones.cut == 0
-        assert simulate_session("planner fifo", seed=seed, gpus_per_chain=4).succeeded == whole.succeeded
-    res = simulate_session("verdicts", seed=2, gpus_per_chain=1)
-    assert res.succeeded > 8 and res.idle_while_fits_s == 0.0 and res.report is not None
