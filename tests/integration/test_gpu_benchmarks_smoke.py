@@ -30,7 +30,9 @@ def test_throughput_smoke_runs_every_part_and_combines(tmp_path):
     by = {x["gpus_per_chain"]: x for x in doc["layouts"]}
     assert by[2]["train_source"].startswith("interpolated") and by[1]["train_source"] == "measured"
     for x in by.values():
-        assert x["chain_gpu_min"] == pytest.approx(x["gpus_per_chain"] * x["chain_wall_min"], abs=0.02)
+        # both figures are rounded to 0.01 on their own: the product carries g x 0.005 of the wall's
+        rounding = 0.005 * (x["gpus_per_chain"] + 1) + 1e-9
+        assert x["chain_gpu_min"] == pytest.approx(x["gpus_per_chain"] * x["chain_wall_min"], abs=rounding)
         assert x["concurrent_chains"] * x["gpus_per_chain"] == 4
     # measured and predicted apart: the eval model's checks name what was measured
     val = doc["eval"]["validation"]
