@@ -58,7 +58,6 @@ from ray.util.scheduling_strategies import (
     NodeAffinitySchedulingStrategy,
     PlacementGroupSchedulingStrategy,
 )
-from sqlalchemy import func, select
 
 from opsdctl.errors import UserError
 from opsdctl.plan.budget import CLOCK_KEY, budget_now
@@ -67,7 +66,7 @@ from opsdctl.store.chain_copy import interrupt_and_requeue
 from opsdctl.daemon.local import make_context, run_chain_here
 from opsdctl.daemon.run_context import StopRequest
 from opsdctl.daemon.ray_local import local_init_kwargs
-from opsdctl.store.engine import Store, get_meta, open_store, stages_of
+from opsdctl.store.engine import Store, any_queued, get_meta, open_store, stages_of
 from opsdctl.store.models import Chain, Stage, WorkerRun, utcnow
 from opsdctl.store.states import State, transition
 
@@ -326,7 +325,7 @@ class RayExecutor:
 
     def _queued(self) -> bool:
         with self.store.read() as s:
-            return s.scalar(select(func.count()).select_from(Chain).where(Chain.state == State.QUEUED.value)) > 0
+            return any_queued(s)
 
     def start(self, chain_id: int, gpus: Optional[int] = None) -> None:  # a node slot's GPUs are gpus_per_chain
         pg, self._slot = self._slot, None

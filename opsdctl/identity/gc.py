@@ -28,8 +28,7 @@ from typing import Optional, Sequence
 from opsdctl.config import Config
 from opsdctl.identity import content_store, snapshot_check
 from opsdctl.identity.snapshot_lock import snapshot_lock
-from opsdctl.store.engine import Store, find_variant
-from opsdctl.store.models import Chain, CodeSnapshot
+from opsdctl.store.engine import Store, all_chains, all_snapshots, find_variant
 from opsdctl.store.states import State
 
 LIVE = (State.QUEUED.value, State.RUNNING.value)
@@ -95,12 +94,10 @@ def _inside(runs_dir: Path, path: Path) -> bool:
 
 def _needed(store: Store, keep: Sequence[str]) -> tuple[set[str], set[int], set[int]]:
     """(snapshot keys live chains run, chain ids whose outputs are needed, finished chain ids)."""
-    from sqlalchemy import select
-
     with store.read() as s:
         kept_variants = {find_variant(s, ref).id for ref in keep}
-        chains = s.scalars(select(Chain)).all()
-        snaps = {row.id: row for row in s.scalars(select(CodeSnapshot)).all()}
+        chains = all_chains(s)
+        snaps = {row.id: row for row in all_snapshots(s)}
     by_id = {c.id: c for c in chains}
     needed: set[int] = set()
     for c in chains:

@@ -255,6 +255,18 @@ def finished_chains(session: Session, limit: Optional[int]) -> list[Chain]:
     return _chains(session, queries.FINISHED_CHAINS_LIMITED, limit=limit)
 
 
+def all_chains(session: Session) -> list[Chain]:
+    return _chains(session, queries.ALL_CHAINS)
+
+
+def all_snapshots(session: Session) -> list[CodeSnapshot]:
+    return _rows(session, CodeSnapshot, queries.ALL_SNAPSHOTS)
+
+
+def any_queued(session: Session) -> bool:
+    return session.execute(text(queries.ANY_QUEUED)).first() is not None
+
+
 def _chains(session: Session, sql: str, **params) -> list[Chain]:
     return _rows(session, Chain, sql, **params)
 

@@ -40,6 +40,9 @@ SCORE_OF = "SELECT score.* FROM score WHERE score.chain_id = :chain_id"
 ALL_VARIANTS = "SELECT variant.* FROM variant ORDER BY variant.name, variant.version"
 VARIANTS_NAMED = "SELECT variant.* FROM variant WHERE variant.name = :name ORDER BY variant.version"
 CHAIN = "SELECT chain.* FROM chain WHERE chain.id = :chain_id"
+ALL_CHAINS = "SELECT chain.* FROM chain ORDER BY chain.id"  # gc's walk over what is still needed
+ALL_SNAPSHOTS = "SELECT code_snapshot.* FROM code_snapshot ORDER BY code_snapshot.id"
+ANY_QUEUED = f"SELECT chain.id FROM chain WHERE chain.state = '{State.QUEUED.value}' LIMIT 1"
 ACTIVE_CHAIN_IDS = (f"SELECT chain.id FROM chain WHERE chain.state IN ('{State.QUEUED.value}', '{State.RUNNING.value}') "
                     "ORDER BY chain.id")
 REQUEUED_AS = ("SELECT chain.* FROM chain WHERE chain.requeued_from = :chain_id "
