@@ -7,22 +7,15 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import sys
 
 import pytest
 
-from conftest import REPO
+from support.bench_import import bench_module
 
 
 @pytest.fixture(scope="module")
 def em():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from throughput import eval_model
-
-        yield eval_model
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("throughput.eval_model")
 
 
 def two_requests(em, prompt=4, target=8):

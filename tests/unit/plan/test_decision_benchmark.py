@@ -11,17 +11,12 @@ import pytest
 from scipy import stats
 
 from conftest import REPO
+from support.bench_import import bench_module
 
 
 @pytest.fixture(scope="module")
 def decision():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import decision
-
-        yield decision
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("decision")
 
 
 def test_the_exact_posterior_is_calibrated_on_the_world_it_knows(decision):

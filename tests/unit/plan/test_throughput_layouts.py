@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from conftest import REPO
+from support.bench_import import bench_module
 
 
 @pytest.fixture(scope="module")
 def lay():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from throughput import layouts
-
-        yield layouts
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("throughput.layouts")
 
 
 def test_chain_minutes_and_chains_per_session_by_hand(lay):

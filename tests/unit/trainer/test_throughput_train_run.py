@@ -3,22 +3,15 @@ step 1, start-up from the process start, and two processes' rate while both step
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from conftest import REPO
+from support.bench_import import bench_module
 
 
 @pytest.fixture(scope="module")
 def tr():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from throughput import train_run
-
-        yield train_run
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("throughput.train_run")
 
 
 def events(t0: float, ready: float, go: float, steps: list[float], rollout_share: float = 0.7) -> list[dict]:
