@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from support.gpus import h100, write_gpus
 from conftest import clean_env, default_config, opsdctl_argv, pid_alive, stop_process, wait_for
 from sqlalchemy.engine import make_url
 
@@ -110,6 +111,30 @@ def test_queue_worker_status_round_trip(ws, pg_url):
     with store.engine.connect() as conn:
         assert migrations.schema_diff(conn) == []
     assert pg_count(pg_url, "select count(*) from transition") == [(8,)]
+
+
+def test_four_chains_at_once_write_one_postgres_store(ws, pg_url, tmp_path):
+    """gpus_per_chain = 1 on four fake GPUs: four chains run in the worker's threads at once, each
+    writing its stages, transitions and score through its own sessions of one PostgreSQL store."""
+    gpus = tmp_path / "gpus.json"
+    write_gpus(gpus, [h100(i) for i in range(4)])
+    pg_workspace(ws, pg_url, extra="gpus_per_chain = 1")
+    config = ws.root / "opsdctl.toml"
+    config.write_text(config.read_text().replace("[gpus]\ndevices = []", "[gpus]\ndevices = [0, 1, 2, 3]\nmin_free_mib = 1000"))
+    ws.env["OPSDCTL_GPU_PROBE"] = f"fake:{gpus}"
+    ws.cli("queue", "baseline", "token-clip", "--repeats", "2")
+    worker = ws.run("worker", "--drain", env={"FAKE_STEP_SECONDS": "0.3"})
+    assert "up to 4 chains at once in 4 slot(s) of 1 GPU(s): 0, 1, 2, 3" in worker.stdout, worker.stdout
+    chains = ws.status()["chains"]
+    assert len(chains) == 4 and {c["state"] for c in chains} == {"succeeded"}, chains
+    assert all(c["score"] is not None for c in chains)
+    spans = pg_count(pg_url, "SELECT min(started_at), max(finished_at) FROM stage WHERE name = 'train' GROUP BY chain_id")
+    assert max(a for a, _ in spans) < min(b for _, b in spans), spans  # the four trains overlapped
+    assert sorted(g for (g,) in pg_count(pg_url, "SELECT gpus FROM stage WHERE name = 'train'")) == ["0", "1", "2", "3"]
+    assert pg_count(pg_url, "SELECT count(*) FROM score") == [(4,)]
+    # every chain's states in order, none lost to another thread's write
+    per_chain = pg_count(pg_url, "SELECT chain_id, count(*) FROM transition GROUP BY chain_id ORDER BY chain_id")
+    assert len(per_chain) == 4 and len({n for _, n in per_chain}) == 1, per_chain
 
 
 def test_concurrent_queues_while_a_worker_runs(ws, pg_url):
