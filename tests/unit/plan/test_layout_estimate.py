@@ -115,3 +115,13 @@ def test_chains_per_session_by_hand(le):
         assert got[g]["chains_per_6h_fluid"] == pytest.approx(slots * 360 / chain, abs=0.005)
     f = le.factors_from({1: (20.0, 60.0), 4: (10.0, 20.0)})
     assert f == {"train": {1: 2.0, 4: 1.0}, "eval": {1: 3.0, 4: 1.0}}
+
+
+def test_the_readme_states_the_committed_estimate():
+    doc = json.loads((REPO / "benchmarks" / "results" / "layout_estimate.json").read_text())
+    h100 = doc["gpus"]["h100"]
+    c, r = h100["chains_per_6h"], h100["vs_one_chain_at_a_time"]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert (f"**{c['1']} chains per 6 hours against {c['4']} one at a time ({r['1']:.2f}x; {c['2']} with two GPUs "
+            "per chain)**") in readme
+    assert "*estimate*" in readme and r["1"] < doc["goal_vs_one_chain_at_a_time"]  # the README says "not 2x"
