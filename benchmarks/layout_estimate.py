@@ -39,7 +39,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +245,7 @@ def measured_startups() -> tuple[Startups, dict]:
     return starts, doc
 
 
-def eval_calibration() -> tuple[em.StepCost, dict]:
+def eval_calibration() -> tuple[em.StepCost, em.StepCost, dict]:
     """The H200 eval step cost: base and KV read fitted on DECODE_POINTS, the KV read calibrated on
     eval_h200_vllm.json's one-engine run (bi-off-1w: the evaluator's default, no batch invariance)."""
     from bench_eval import JITTER, item_lengths
@@ -274,33 +274,85 @@ def eval_calibration() -> tuple[em.StepCost, dict]:
            "calibrated": {"per_ctx_ns": round(1e9 * cost.per_ctx, 3),
                           "kv_read_tb_per_s": round(em.KV_BYTES_PER_TOKEN / cost.per_ctx / 1e12, 2)},
            "step_cost_h200": cost.to_json()}
-    return cost, doc
+    return cost, decode_only, doc
 
 
 # --- the estimate ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What a layout's chain is built from (the H200's figures; other GPUs by their ratios)."""
+
+    share: MeasuredShare
+    starts: Startups
+    eval_cost: em.StepCost  # H200
+    non_kv_mib: float  # an eval engine's memory that is not KV cache
+    points: tuple = DECODE_POINTS
+    law: em.LengthLaw = em.REAL_LAW
+
+
+def layouts_on(gpu: str, inp: Inputs, gpus=FACTOR_GPUS) -> tuple[dict[int, LayoutDurations], dict[int, list[float]], int]:
+    """Each layout's chain on 4 (or g) GPUs of kind `gpu`, the eval generation seconds per length
+    draw, and the eval engine's KV tokens."""
+    decode = HBM_TBPS[gpu] / HBM_TBPS["h200"]
+    flops = BF16_TFLOPS[gpu] / BF16_TFLOPS["h200"]
+    cost = on_gpu(inp.eval_cost, decode, flops)
+    kv = H200_EVAL_KV_TOKENS if gpu == "h200" else kv_tokens_on(GPU_MIB[gpu], EVAL_MEMORY_SHARE, inp.non_kv_mib)
+    spec = em.EngineSpec(64, kv // 16)
+    layouts: dict[int, LayoutDurations] = {}
+    gen: dict[int, list[float]] = {}
+    for g in gpus:
+        share = share_for(rows_per_gpu(g), inp.share, inp.points, decode_ratio=decode, flop_ratio=flops)
+        gen[g] = eval_generation_s(cost, spec, g, law=inp.law)
+        layouts[g] = layout_durations(g, share, statistics.fmean(gen[g]), inp.starts,
+                                      "eval_model.simulate (estimate)", host_gpus=max(HOST_GPUS, g))
+    return layouts, gen, kv
+
+
+def ratios(layouts: dict[int, LayoutDurations]) -> tuple[dict, dict]:
+    """Chains per 6 h of each layout over one chain at a time (4 GPUs per chain): whole, fluid."""
+    four = layouts[4]
+    return ({str(g): round(layouts[g].chains_per_6h / four.chains_per_6h, 2) for g in LAYOUTS},
+            {str(g): round(layouts[g].chains_per_6h_fluid / four.chains_per_6h_fluid, 2) for g in LAYOUTS})
+
+
+def sensitivity(inp: Inputs, decode_only: em.StepCost, gpu: str = FACTOR_GPU) -> list[dict]:
+    """The H100 estimate with one input changed at a time: how far the answer moves."""
+    flat = ((4, 3.0), (64, 3.0))
+    proportional = tuple((b, float(b)) for b in (4, 8, 16, 32, 64))
+    variants = [
+        ("as estimated", inp),
+        ("eval cost: the decode-point fit alone (not calibrated on eval_h200_vllm)", replace(inp, eval_cost=decode_only)),
+        ("eval lengths: median 9k tokens", replace(inp, law=replace(inp.law, median=9_000))),
+        ("eval lengths: median 15k tokens", replace(inp, law=replace(inp.law, median=15_000))),
+        ("rollout time flat in the batch (32 rows as fast as 8)", replace(inp, points=flat)),
+        ("rollout time in proportion to the rows (no batching gain)", replace(inp, points=proportional)),
+        ("no cold compiles (a warm cache on the host)", replace(inp, starts=replace(inp.starts, cold_extra_s=0.0))),
+    ]
+    out = []
+    for name, v in variants:
+        layouts, _, _ = layouts_on(gpu, v, LAYOUTS)
+        whole, fluid = ratios(layouts)
+        walls = {g: (x.train_wall_min, x.eval_wall_min) for g, x in layouts.items()}
+        out.append({"variant": name, "chains_per_6h": {str(g): layouts[g].chains_per_6h for g in LAYOUTS},
+                    "vs_one_chain_at_a_time": whole, "vs_one_chain_at_a_time_fluid": fluid,
+                    "factors": {k: {str(g): x for g, x in f.items()} for k, f in factors_from(walls).items()}})
+    return out
+
+
 def estimate() -> dict:
     m = measured_share()
     starts, start_doc = measured_startups()
-    cost200, cal_doc = eval_calibration()
+    cost200, decode_only, cal_doc = eval_calibration()
     non_kv = GPU_MIB["h200"] * EVAL_MEMORY_SHARE - H200_EVAL_KV_TOKENS * em.KV_BYTES_PER_TOKEN / 2**20
+    inp = Inputs(m, starts, cost200, non_kv)
     gpus_doc = {}
     for gpu in ("h200", "h100"):
-        decode = HBM_TBPS[gpu] / HBM_TBPS["h200"]
-        flops = BF16_TFLOPS[gpu] / BF16_TFLOPS["h200"]
-        cost = on_gpu(cost200, decode, flops)
-        kv = H200_EVAL_KV_TOKENS if gpu == "h200" else kv_tokens_on(GPU_MIB[gpu], EVAL_MEMORY_SHARE, non_kv)
-        spec = em.EngineSpec(64, kv // 16)
-        layouts: dict[int, LayoutDurations] = {}
-        gen: dict[int, list[float]] = {}
-        for g in FACTOR_GPUS:
-            share = share_for(rows_per_gpu(g), m, decode_ratio=decode, flop_ratio=flops)
-            gen[g] = eval_generation_s(cost, spec, g)
-            layouts[g] = layout_durations(g, share, statistics.fmean(gen[g]), starts,
-                                          "eval_model.simulate (estimate)", host_gpus=max(HOST_GPUS, g))
+        layouts, gen, kv = layouts_on(gpu, inp)
         walls = {g: (x.train_wall_min, x.eval_wall_min) for g, x in layouts.items()}
-        one_at_a_time = layouts[4].chains_per_6h
+        whole, fluid = ratios(layouts)
+        decode, flops = HBM_TBPS[gpu] / HBM_TBPS["h200"], BF16_TFLOPS[gpu] / BF16_TFLOPS["h200"]
         gpus_doc[gpu] = {
             "decode_speed_vs_h200": round(decode, 4), "train_flops_vs_h200": round(flops, 4), "eval_kv_tokens": kv,
             "train_shares": {str(g): {k: (round(v, 3) if isinstance(v, float) else v)
@@ -311,9 +363,7 @@ def estimate() -> dict:
             "layouts": [layouts[g].to_json() for g in LAYOUTS],
             "chains_per_6h": {str(g): layouts[g].chains_per_6h for g in LAYOUTS},
             "chains_per_6h_fluid": {str(g): round(layouts[g].chains_per_6h_fluid, 2) for g in LAYOUTS},
-            "vs_one_chain_at_a_time": {str(g): round(layouts[g].chains_per_6h / one_at_a_time, 2) for g in LAYOUTS},
-            "vs_one_chain_at_a_time_fluid": {str(g): round(layouts[g].chains_per_6h_fluid / layouts[4].chains_per_6h_fluid, 2)
-                                             for g in LAYOUTS},
+            "vs_one_chain_at_a_time": whole, "vs_one_chain_at_a_time_fluid": fluid,
             "eight_gpu_chain_on_8_gpus": layouts[8].to_json(),
             "factors": {k: {str(g): v for g, v in f.items()} for k, f in factors_from(walls).items()},
         }
@@ -342,6 +392,7 @@ def estimate() -> dict:
                          "by_gpus_per_chain": {str(g): v for g, v in planner.items()},
                          "vs_one_chain_at_a_time": {str(g): round(v["chains_per_6h"] / planner[4]["chains_per_6h"], 2)
                                                     for g, v in planner.items()}},
+        "sensitivity_h100": sensitivity(inp, decode_only),
         "goal_vs_one_chain_at_a_time": 2.0,
     }
 
@@ -391,6 +442,14 @@ def markdown(doc: dict) -> str:
     for k, v in pv["by_gpus_per_chain"].items():
         lines.append(f"| {k} | {v['chain_wall_min']:.1f} | {v['chain_gpu_min']:.1f} | {v['chains_per_6h']} "
                      f"| {pv['vs_one_chain_at_a_time'][k]:.2f}x | {v['chains_per_6h_fluid']:.1f} |")
+    lines += ["", "## How far the answer moves (H100, one input changed at a time)", "",
+              "| variant | chains per 6 h (1 / 2 / 4 GPUs per chain) | 1 GPU vs one at a time (fluid) "
+              "| 2 GPUs vs one at a time (fluid) | factors train 1 / 2, eval 1 / 2 |", "|---|---|---|---|---|"]
+    for v in doc["sensitivity_h100"]:
+        c, w, f, fa = v["chains_per_6h"], v["vs_one_chain_at_a_time"], v["vs_one_chain_at_a_time_fluid"], v["factors"]
+        lines.append(f"| {v['variant']} | {c['1']} / {c['2']} / {c['4']} | {w['1']:.2f}x ({f['1']:.2f}x) "
+                     f"| {w['2']:.2f}x ({f['2']:.2f}x) | {fa['train']['1']:g} / {fa['train']['2']:g}, "
+                     f"{fa['eval']['1']:g} / {fa['eval']['2']:g} |")
     cal = doc["inputs"]["eval_calibration"]
     chk = cal["check_on_eval_h200_vllm"]
     lines += ["", "## Inputs and checks", "",
