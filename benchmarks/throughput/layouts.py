@@ -88,6 +88,14 @@ def rows_per_gpu(gpus_per_chain: int, global_batch: int = GLOBAL_BATCH) -> int:
     return global_batch // gpus_per_chain
 
 
+def chains_in_session(slots: int, chain_min: float, usable_min: float) -> tuple[int, float]:
+    """Whole chains `slots` slots finish back to back in `usable_min` minutes, and the rate without
+    rounding to whole chains per slot (what a session could average with chains of other lengths)."""
+    if chain_min <= 0:
+        return 0, 0.0
+    return slots * max(0, math.floor(usable_min / chain_min)), slots * max(0.0, usable_min) / chain_min
+
+
 def layout_durations(gpus_per_chain: int, share: TrainShare, eval_generation_s: float, starts: Startups,
                      eval_source: str, *, global_batch: int = GLOBAL_BATCH, host_gpus: int = HOST_GPUS,
                      session_min: float = SESSION_MINUTES, steps: int = STEPS) -> LayoutDurations:
@@ -100,12 +108,11 @@ def layout_durations(gpus_per_chain: int, share: TrainShare, eval_generation_s: 
     train_s = starts.train_ready_s + share.first_step_s + (steps - 1) * share.step_s + starts.train_exit_s
     eval_s = starts.eval_ready_s + eval_generation_s
     chain_min = (train_s + eval_s) / 60
-    usable = session_min - starts.cold_extra_s / 60
-    whole = slots * max(0, math.floor(usable / chain_min)) if chain_min > 0 else 0
+    whole, fluid = chains_in_session(slots, chain_min, session_min - starts.cold_extra_s / 60)
     return LayoutDurations(
         gpus_per_chain=gpus_per_chain, concurrent_chains=slots, train_rows_per_gpu=share.rows,
         train_wall_min=train_s / 60, train_gpu_min=gpus_per_chain * train_s / 60,
         eval_wall_min=eval_s / 60, eval_gpu_min=gpus_per_chain * eval_s / 60,
         chain_wall_min=chain_min, chain_gpu_min=gpus_per_chain * chain_min,
-        chains_per_6h=whole, chains_per_6h_fluid=slots * usable / chain_min if chain_min > 0 else 0.0,
+        chains_per_6h=whole, chains_per_6h_fluid=fluid,
         train_source=share.source, eval_source=eval_source)

@@ -4,14 +4,15 @@ simulator's stage durations per layout (opsdctl simulate --gpus-per-chain N) bot
 
 A profile's default minutes (opsdctl.recipes.profiles: train_minutes, eval_minutes) are of a
 stage on REFERENCE_GPUS GPUs; a stage on k GPUs is expected to take default x FACTORS[stage][k].
-Fewer GPUs take longer but cost fewer GPU-minutes: one GPU decodes a batch four times as large
-for little more time per step (issue figures: 4.52 s a step for a rank's share of the 4-GPU
-recipe, about 9.5 s for the whole global batch on one GPU).
+Fewer GPUs take longer but cost fewer GPU-minutes: a GPU that samples the whole step's 32 rollouts
+takes little more time per token than one that samples 8, and an evaluation on one engine keeps
+its batch full where four engines each end on a tail of long samples.
 
-PLACEHOLDERS: these figures are not measured yet. They come from the first single-GPU timings
-(training 9.5 / 4.52 s a step; evaluation guessed from its fuller batch) and are to be replaced
-by the measured GPU-minutes per chain of benchmarks/results/throughput_<gpu>.json. Until then,
-every figure the planner or the simulator derives from them says so ("default x layout").
+ESTIMATED by benchmarks/layout_estimate.py from H200 measurements of one GPU (its H100 figures:
+decode scaled by memory bandwidth, results in benchmarks/results/layout_estimate.json, which a unit
+test holds these to); replace with benchmarks/gpu_throughput.py's measured figures when a GPU run
+exists. Until then MEASURED stays False and every figure the planner or the simulator derives from
+them says so ("default x layout").
 A GPU count not in the table is interpolated on log(k); no GPUs (a CPU profile) is 1.
 """
 
@@ -20,11 +21,11 @@ from __future__ import annotations
 import math
 
 REFERENCE_GPUS = 4
-MEASURED = False  # True once FACTORS hold measured figures
+MEASURED = False  # True once FACTORS hold measured figures (benchmarks/gpu_throughput.py)
 
 FACTORS: dict[str, dict[int, float]] = {
-    "train": {1: 2.1, 2: 1.45, 4: 1.0, 8: 0.7},  # PLACEHOLDER
-    "eval": {1: 2.8, 2: 1.6, 4: 1.0, 8: 0.6},  # PLACEHOLDER
+    "train": {1: 1.8, 2: 1.25, 4: 1.0, 8: 0.85},  # estimated (benchmarks/layout_estimate.py, H100)
+    "eval": {1: 3.25, 2: 1.75, 4: 1.0, 8: 0.77},  # estimated (benchmarks/layout_estimate.py, H100)
 }
 
 
