@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -39,6 +39,8 @@ def command(
     a variant on one code state (code tree and stage commands): runs on edited code are another
     candidate.
     """
+    from opsdctl.cli.documents.compare import compare_report
+
     app = App.of(ctx)
     cfg = app.config()
     report = compare_report(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code)
@@ -56,18 +58,6 @@ def command(
     render_training(con, list(report.training or ()))
     if plot is not None:
         con.print(f"plot: {escape(str(plot))}")
-
-
-def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
-                   family: Optional[str] = None, pool_code: bool = False):
-    """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
-    baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
-    from opsdctl.plan.durations import chain_minutes
-    from opsdctl.plan.store_facts import known_layout
-    from opsdctl.plan.store_report import compare_doc
-
-    minutes = chain_minutes(cfg, reader, known_layout(cfg, reader))  # on the worker's GPU layout
-    return compare_doc(cfg, reader, variants, baseline, chain_minutes=minutes, pool_code=pool_code, family=family)
 
 
 def render_training(con: Console, rows: list[dict]) -> None:

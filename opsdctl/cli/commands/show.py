@@ -24,7 +24,7 @@ def command(
                                              "your [stages.train.metrics]) to this PNG, the baseline's greyed behind."),
 ) -> None:
     """One variant: its recipe and every run, with per-problem counts and training statistics."""
-    from opsdctl.stats.scores import show_doc
+    from opsdctl.cli.documents.variant import variant_doc as show_doc
 
     app = App.of(ctx)
     cfg = app.config()

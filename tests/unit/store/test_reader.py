@@ -28,8 +28,8 @@ def steady(doc):
 
 
 def documents(cfg, reader) -> tuple[dict, dict, dict]:
-    from opsdctl.cli.commands.compare import compare_report
-    from opsdctl.cli.commands.status import gather_status
+    from opsdctl.cli.documents.compare import compare_report
+    from opsdctl.cli.documents.status import gather_status
     from opsdctl.plan.store_report import compare_doc
 
     status = gather_status(cfg, reader, None)
@@ -57,7 +57,7 @@ def test_status_and_compare_read_the_same_through_sqlite3_and_sqlalchemy(filled)
 
 def run_documents(reader) -> tuple[dict, dict]:
     """`show --json` of every variant and `chain --json` of every chain of the filled store."""
-    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.cli.documents.chain import chain_doc
     from opsdctl.stats.scores import show_doc
 
     return ({ref: show_doc(reader, ref) for ref in ("baseline", "cosine@v1", "cosine", "token-clip", "base")},
@@ -67,7 +67,7 @@ def run_documents(reader) -> tuple[dict, dict]:
 def test_show_and_chain_read_the_same_through_sqlite3_and_sqlalchemy(filled):
     """`show`, `chain` and the dashboard's variant and chain pages read a variant's runs through
     the Reader (never an ORM session): the same documents through either driver."""
-    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.cli.documents.chain import chain_doc
     from opsdctl.stats.scores import show_doc
     from opsdctl.store.open_read import open_reader
 
