@@ -10,10 +10,11 @@ from typing import Optional, Sequence
 def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
                    family: Optional[str] = None, pool_code: bool = False):
     """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
-    baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
-    from opsdctl.plan.durations import chain_minutes
-    from opsdctl.plan.store_facts import known_layout
+    baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered, and the
+    ranked next actions; the time left, the layout, the baseline and the durations read once
+    (opsdctl.plan.read_context), in one snapshot of the store."""
+    from opsdctl.plan.read_context import read_context
     from opsdctl.plan.store_report import compare_doc
 
-    minutes = chain_minutes(cfg, reader, known_layout(cfg, reader))  # on the worker's GPU layout
-    return compare_doc(cfg, reader, variants, baseline, chain_minutes=minutes, pool_code=pool_code, family=family)
+    with reader.snapshot() as r:
+        return compare_doc(read_context(cfg, r), variants, baseline, pool_code=pool_code, family=family)

@@ -12,7 +12,6 @@ processes holding each GPU) complete it.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -21,49 +20,64 @@ if TYPE_CHECKING:
 
 
 def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> dict:
+    """The status document, read in one snapshot of the store: the time left and the worker
+    first (the planner plans with the deadline a running worker keeps), then the chains, then the
+    planner's dry run of the queue (the worker's own order), then the GPUs and the bet."""
     from opsdctl.client.worker_view import worker_view
-    from opsdctl.daemon import frozen_stages
-    from opsdctl.plan.budget import budget_now, clock_start
-    from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
-    from opsdctl.store.states import State
+    from opsdctl.daemon.auto_export import current_bet
+    from opsdctl.daemon.gpu_probe import gpus_status
+    from opsdctl.plan.budget_keeper import hold_reason
+    from opsdctl.plan.planner_status import planner_status
+    from opsdctl.plan.read_context import read_context
     from opsdctl.store.values import iso, utcnow
 
-    started = clock_start(reader) if cfg.budget.kind == "hours" else None
-    now = time.time()
-    budget = budget_now(cfg.budget, started, now)
     with reader.snapshot() as r:
         worker = worker_view(r.latest_worker())
-        if budget.error and worker["state"] == "running":  # plan with the deadline that worker keeps
-            kept = r.get_meta(LAST_DEADLINE_KEY)
-            budget = with_kept_deadline(budget, float(kept) if kept else None, now)
-        running = r.chains_in_state(State.RUNNING)
-        queued = r.queued_chains()
-        finished = r.finished_chains(recent)
-        variants = {v.id: v for v in r.all_variants()}
-        chains = [chain_view(r, c, variants[c.variant_id]) for c in running]
-        for c in chains:
-            if worker["state"] != "running":
-                c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
-        for c in queued:
-            view = chain_view(r, c, variants[c.variant_id], with_stages=False)
-            # Frozen when queued: what of opsdctl.toml as it is now this chain will not run.
-            view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
-            chains.append(view)
-        chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
-    from opsdctl.daemon.gpu_probe import gpus_status
-    from opsdctl.plan.planner_status import planner_status
-
-    from opsdctl.daemon.auto_export import current_bet
-
-    planner = planner_status(cfg, reader, budget.usable_seconds, worker_running=worker["state"] == "running")
-    # the bet, as the worker keeps it current: what `export-recipe --leader` would submit now
-    bet = current_bet(reader)
+        running = worker["state"] == "running"
+        ctx = read_context(cfg, r)
+        ctx = ctx.with_budget(_planning_budget(ctx, running))
+        chains = _chains(cfg, r, recent, running)
+        planner = planner_status(ctx, worker_running=running)
+        bet = current_bet(r)  # the bet, as the worker keeps it current: what `export-recipe --leader` submits now
+        export = export_view(cfg, r, ctx.budget, bet)
     _in_run_order(chains, planner)
     _running_details(chains, planner)
+    budget = ctx.budget
     return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
             "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, reader, budget, bet), "bet": bet, "generated_at": iso(utcnow()),
-            "store": reader.safe_url}
+            "export": export, "bet": bet, "generated_at": iso(utcnow()), "store": reader.safe_url}
+
+
+def _planning_budget(ctx, worker_running: bool):
+    """The budget status shows and plans with: when its source cannot be read, the deadline a
+    running worker keeps (opsdctl.plan.budget_keeper)."""
+    from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, with_kept_deadline
+
+    budget = ctx.budget
+    if budget.error and worker_running:
+        kept = ctx.reader.get_meta(LAST_DEADLINE_KEY)
+        budget = with_kept_deadline(budget, float(kept) if kept else None, ctx.now)
+    return budget
+
+
+def _chains(cfg: Config, r: Reader, recent: Optional[int], worker_running: bool) -> list[dict]:
+    """Running chains, then queued ones (as the store lists them; _in_run_order sorts them), then
+    the `recent` finished ones, newest first (None: every one)."""
+    from opsdctl.daemon import frozen_stages
+    from opsdctl.store.states import State
+
+    variants = {v.id: v for v in r.all_variants()}
+    chains = [chain_view(r, c, variants[c.variant_id]) for c in r.chains_in_state(State.RUNNING)]
+    for c in chains:
+        if not worker_running:
+            c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
+    for c in r.queued_chains():
+        view = chain_view(r, c, variants[c.variant_id], with_stages=False)
+        # Frozen when queued: what of opsdctl.toml as it is now this chain will not run.
+        view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
+        chains.append(view)
+    chains += [chain_view(r, c, variants[c.variant_id]) for c in r.finished_chains(recent)]
+    return chains
 
 
 def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
