@@ -99,7 +99,21 @@ def store_report(cfg, reader) -> Report:
     extras compare prints: what the submission rule, the export header and the verdict watcher
     read (the worker's threads build it every few seconds, so it skips the training columns and
     the ranking)."""
-    return _inputs(read_context(cfg, reader), None, False, None).report(None, None)
+    return submission_report(read_context(cfg, reader))
+
+
+def submission_report(ctx: ReadContext) -> Report:
+    """store_report of a command's read context."""
+    return _inputs(ctx, None, False, None).report(None, None)
+
+
+def store_leader(reader, report: Report):
+    """What to submit now (opsdctl.plan.submission.pick_leader) on a report of the store: only a
+    variant with a recipe may lead (not the base model, not a checkpoint trained outside)."""
+    from opsdctl.plan.submission import pick_leader
+
+    kinds = {v.label: v.kind for v in reader.all_variants()}
+    return pick_leader(report, lambda label: kinds.get(label) == "recipe")
 
 
 @dataclass(frozen=True)

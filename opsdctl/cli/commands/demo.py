@@ -38,7 +38,7 @@ def command(
     from opsdctl.cli.documents.status import gather_status
     from opsdctl.config import load_config
     from opsdctl.fsutil import atomic_write_text
-    from opsdctl.cli.documents.compare import compare_report
+    from opsdctl.cli.documents.compare import compare_document
     from opsdctl.recipes.export import export_recipe
     from opsdctl.cli.compare_table import render_compare
     from opsdctl.stats.plots import plot_compare
@@ -56,9 +56,10 @@ def command(
     con.print("[bold]4/4[/bold] results\n")
     reader = App.of(ctx).reader(cfg)
     render_status(con, gather_status(cfg, reader, None))
-    report = compare_report(cfg, reader)
+    doc = compare_document(cfg, reader)
+    report = doc.report
     con.print()
-    render_compare(report, con)
+    render_compare(report, con, submit=doc.submit)
     plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
     best = best_variant(report)
     if best:

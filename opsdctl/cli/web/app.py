@@ -79,10 +79,10 @@ class Pages:
         return self._read(lambda reader: gather_status(self.cfg, reader, int(recent)))
 
     def compare_doc(self, request: Request) -> dict:
-        from opsdctl.cli.documents.compare import compare_report
+        from opsdctl.cli.documents.compare import compare_document
 
         q = request.query_params
-        return self._read(lambda reader: compare_report(
+        return self._read(lambda reader: compare_document(
             self.cfg, reader, q.getlist("variant") or None, q.get("baseline"), q.get("family"),
             q.get("pool_code") in ("1", "true")).to_json())  # the page's document
 
