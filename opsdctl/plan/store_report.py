@@ -69,12 +69,14 @@ def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") 
 
 
 def compare_doc(ctx: ReadContext, variant_refs: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
-                pool_code: bool = False, family: Optional[str] = None) -> Report:
+                pool_code: bool = False, family: Optional[str] = None, training: bool = True) -> Report:
     """The `opsdctl compare` report for the configured baseline, family and the time left, with
     what compare prints besides (its notes, training columns and the ranked next actions).
     Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates). `ctx`: the
     command's read context (opsdctl.plan.read_context): the time left, the layout, the baseline
-    and the learned durations, each read once for the report and its advice alike.
+    and the learned durations, each read once for the report and its advice alike. `training`:
+    False leaves out the training columns (what `advise` and compare's first screen do not show;
+    at 10,000 chains they are a fifth of the time).
 
     Every scored run of the store goes in (the noise pools them all, whatever is shown; the family
     counts every candidate tried). An explicit `baseline` (`--baseline NAME`) must name a variant
@@ -89,7 +91,7 @@ def compare_doc(ctx: ReadContext, variant_refs: Optional[Sequence[str]] = None, 
                                  if k != inputs.base]
     report = everything if shown is None else inputs.report(shown, chain_minutes)
     report = replace(report, notes=(*inputs.notes, *report.notes), pool_code=pool_code,
-                     training=tuple(training_rows(reader, report)))  # compare's training columns
+                     training=tuple(training_rows(reader, report)) if training else None)
     # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
     return replace(report, advice=tuple(_advice_for(ctx, everything, inputs.runs)))
 

@@ -48,7 +48,8 @@ def command(
 
     app = App.of(ctx)
     cfg = app.config()
-    doc = compare_document(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code)
+    doc = compare_document(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code,
+                           training=as_json or explain)  # the first screen shows no training columns
     report = doc.report
     if plot is not None:
         from opsdctl.stats.plots import plot_compare

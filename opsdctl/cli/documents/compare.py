@@ -31,7 +31,7 @@ class CompareDocument:
 
 def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
                    family: Optional[str] = None, pool_code: bool = False):
-    """The report `opsdctl advise` ranks from: compare's, with the minutes a baseline chain takes
+    """The report `opsdctl advise` ranks from: compare's (without its training columns), with the minutes a baseline chain takes
     (the planner's estimate), so "do the runs needed fit" is answered, and the ranked next actions;
     the time left, the layout, the baseline and the durations read once (opsdctl.plan.read_context),
     in one snapshot of the store."""
@@ -39,12 +39,14 @@ def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseli
     from opsdctl.plan.store_report import compare_doc
 
     with reader.snapshot() as r:
-        return compare_doc(read_context(cfg, r), variants, baseline, pool_code=pool_code, family=family)
+        return compare_doc(read_context(cfg, r), variants, baseline, pool_code=pool_code, family=family,
+                           training=False)
 
 
 def compare_document(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
-                     family: Optional[str] = None, pool_code: bool = False) -> CompareDocument:
-    """`opsdctl compare` and the dashboard's compare page: compare_report and what to submit now.
+                     family: Optional[str] = None, pool_code: bool = False, training: bool = True) -> CompareDocument:
+    """`opsdctl compare` and the dashboard's compare page: the report (with its training columns
+    unless `training` is False: compare's first screen does not show them) and what to submit now.
     The pick is `export-recipe --leader`'s: over every candidate, against the configured baseline
     and family; so when the options shown differ, its report is built apart."""
     from opsdctl.plan.read_context import read_context
@@ -52,7 +54,7 @@ def compare_document(cfg, reader, variants: Optional[Sequence[str]] = None, base
 
     with reader.snapshot() as r:
         ctx = read_context(cfg, r)
-        report = compare_doc(ctx, variants, baseline, pool_code=pool_code, family=family)
+        report = compare_doc(ctx, variants, baseline, pool_code=pool_code, family=family, training=training)
         default = not variants and baseline is None and family is None and not pool_code
         leader = store_leader(r, report if default else submission_report(ctx))
     return CompareDocument(report, leader)

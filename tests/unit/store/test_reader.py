@@ -28,13 +28,13 @@ def steady(doc):
 
 
 def documents(cfg, reader) -> tuple[dict, dict, dict]:
-    from opsdctl.cli.documents.compare import compare_report
+    from opsdctl.cli.documents.compare import compare_document
     from opsdctl.cli.documents.status import gather_status
     from opsdctl.plan.read_context import read_context
     from opsdctl.plan.store_report import compare_doc
 
     status = gather_status(cfg, reader, None)
-    compare = compare_report(cfg, reader).to_json()  # what `compare --json` prints
+    compare = compare_document(cfg, reader).to_json()  # what `compare --json` prints
     some = compare_doc(read_context(cfg, reader), ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01",
                        pool_code=True).to_json()
     return steady(status), steady(compare), steady(some)
