@@ -68,9 +68,22 @@ def time_all(trees: dict[str, Path], cwd: Path, repeats: int) -> dict:
                    for cmd in COMMANDS} for name in trees}
 
 
+def commit_of(tree: Path) -> str:
+    """The tree's git commit (with '+' when it has uncommitted changes), or '?'."""
+    try:
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+" if dirty else "")
+
+
 def markdown(doc: dict) -> str:
     trees = list(doc["trees"])
     lines = ["# CLI speed: whole processes, medians of %d" % doc["repeats"], "",
+             "Trees: " + ", ".join(f"{k} = {v['path']} @ {v['commit']}" for k, v in doc["trees"].items()) + ".", "",
              f"Machine: {doc['machine']['cpus']} CPUs, Python {doc['machine']['python']}. Wall seconds "
              "(CPU seconds of the process in brackets); load average (1 min) before -> after each store.", ""]
     for row in doc["rows"]:
@@ -114,7 +127,8 @@ def main(argv=None) -> int:
                 print(f"{n:>6} chains, {name}: " + ", ".join(f"{c} {v['median_s']:.2f} s ({v['cpu_median_s']:.2f} cpu)"
                                                            for c, v in times[name].items()), flush=True)
     doc = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-           "repeats": args.repeats, "trees": {k: str(v) for k, v in trees.items()}, "goals_s": GOALS_S, "rows": rows,
+           "repeats": args.repeats,
+           "trees": {k: {"path": str(v), "commit": commit_of(v)} for k, v in trees.items()}, "goals_s": GOALS_S, "rows": rows,
            "note": "whole `python -m opsdctl.cli` processes at COLUMNS=100; median wall seconds and the process's "
                    "CPU seconds; the stores of benchmarks/bench_store_scale.py"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
