@@ -139,18 +139,23 @@ def baseline_label(cfg, reader) -> Optional[str]:
 
 def baseline_version(cfg, reader) -> tuple[Optional[str], Optional[object]]:
     """(the configured baseline's label, its variant record or None while the store has none)."""
+    return latest_version(reader, cfg.baseline_variant)
+
+
+def latest_version(reader, ref: Optional[str]) -> tuple[Optional[str], Optional[object]]:
+    """(label, variant record) of `ref`: NAME@vN as given, a bare NAME its latest version, as
+    everywhere else; (ref, None) when the store has no such variant."""
     from opsdctl.errors import UserError
 
-    base = cfg.baseline_variant
-    if not base:
-        return base, None
-    if "@" in base:
+    if not ref:
+        return ref, None
+    if "@" in ref:
         try:
-            return base, reader.find_variant(base)
+            return ref, reader.find_variant(ref)
         except UserError:
-            return base, None
-    versions = reader.variants_named(base)
-    return (versions[-1].label, versions[-1]) if versions else (base, None)
+            return ref, None
+    versions = reader.variants_named(ref)
+    return (versions[-1].label, versions[-1]) if versions else (ref, None)
 
 
 def known_layout(cfg, reader):

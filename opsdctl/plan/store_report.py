@@ -15,6 +15,7 @@ from typing import Optional, Sequence, Union
 
 from opsdctl.errors import UserError
 from opsdctl.plan.read_context import ReadContext, read_context
+from opsdctl.plan.store_facts import latest_version
 from opsdctl.stats.compare import build_report
 from opsdctl.stats.report import Report
 from opsdctl.stats.scores import candidate_runs
@@ -146,10 +147,7 @@ def _inputs(ctx: ReadContext, baseline: Optional[str], pool_code: bool, family: 
         except UserError as exc:
             raise UserError(f"--baseline {baseline}: {exc}; leave it out to use [baseline] variant "
                             f"({cfg.baseline_variant or 'unset'})") from None
-        base = baseline
-        if "@" not in base:  # a bare name means its latest version, as everywhere else
-            versions = reader.variants_named(base)
-            base = versions[-1].label if versions else base
+        base = latest_version(reader, baseline)[0]
     shown_labels = [reader.find_variant(r).label for r in refs]
     spec = parse_family(family, "--family") if family is not None else parse_family(
         cfg.section("compare").get("family", "all"), f"{cfg.where}: [compare] family")
