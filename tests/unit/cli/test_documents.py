@@ -79,3 +79,22 @@ def test_the_context_is_what_the_parts_read(reader):
 def ctx_now(r) -> float:
     """Two hours after the store's budget clock started."""
     return float(r.get_meta(CLOCK_KEY)) + 2 * 3600.0
+
+
+def test_compare_document_adds_submit_and_run_next_to_the_reports_keys(reader):
+    from opsdctl.cli.documents.compare import compare_document
+    from opsdctl.plan.store_report import store_leader, store_report
+
+    cfg, r = reader
+    doc = compare_document(cfg, r)
+    got = doc.to_json()
+    report_keys = list(doc.report.to_json())
+    assert list(got) == report_keys + ["submit", "run_next"]  # the report's keys, in order, then the two
+    assert got["run_next"] == got["advice"][0]
+    lead = store_leader(r, store_report(cfg, r))  # what `export-recipe --leader` writes
+    assert got["submit"] == {"leader": lead.name, "variant": lead.variant, "verdict": lead.verdict,
+                             "forecast": lead.forecast.to_json(), "rule": lead.rule}
+    # whatever is shown, the pick is over every candidate against the configured baseline
+    some = compare_document(cfg, r, ["cosine@v1"], family="cosine@v1,token-clip").to_json()
+    assert some["submit"] == got["submit"] and [v["name"] for v in some["variants"]] != [
+        v["name"] for v in got["variants"]]
