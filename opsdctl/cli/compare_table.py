@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from types import MappingProxyType
 
-from opsdctl.cli.cells import num
+from opsdctl.cli.cells import num, settle_cell
 from opsdctl.stats import inference
 from opsdctl.stats import report as rp
 from opsdctl.stats.compare import PARTIAL_LABEL
@@ -108,19 +108,6 @@ def _ci(lo, hi) -> str:
     return "" if lo is None else f" [{lo:+.1f}, {hi:+.1f}]"
 
 
-def _settle_cell(e: rp.Entry) -> str:
-    """The runs that would settle the question, short: '+2 runs', '+1 (worse)', '+47 each' (the
-    baseline too), 'out of reach', 'settled', '-'; --explain says it in full with minutes and fit."""
-    if e.runs_needed is not None:
-        return f"+{e.runs_needed} run" + ("s" if e.runs_needed > 1 else "")
-    if e.runs_needed_worse is not None:
-        return f"+{e.runs_needed_worse} (worse)"
-    if e.needs_baseline_runs:
-        both = e.runs_needed_both_arms
-        return f"+{both} each" if both else "out of reach"
-    return "settled" if e.verdict in ("better", "worse") else "-"
-
-
 def compare_table(report: rp.Report):
     """The table, one row a candidate, no line wrapped in 100 columns: mean, delta with its 95% CI,
     P(beat), verdict, the forecast official mean with its 80% interval, the runs to settle."""
@@ -157,7 +144,7 @@ def compare_table(report: rp.Report):
         t.add_row(escape(e.name), str(e.n), num(e.mean, PT), num(e.delta, "{:+.2f}") + _ci(e.ci_low, e.ci_high),
                   "-" if e.p_beat is None else f"{e.p_beat:.3f}",
                   f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
-                  _forecast_cell(e.forecast), _settle_cell(e))
+                  _forecast_cell(e.forecast), settle_cell(e))
     return t
 
 

@@ -125,7 +125,9 @@ class Pages:
         entries = doc.get("variants", [])
         full = [e for e in entries if not e.get("partial")]
         lo, hi = svg.axis_range([x for e in full for x in (e.get("ci_low"), e.get("ci_high"), e.get("delta"))])
-        return {"full": full, "partial": [e for e in entries if e.get("partial")],
+        from opsdctl.cli.cells import settle_cell
+
+        return {"full": full, "partial": [e for e in entries if e.get("partial")], "settle": settle_cell,
                 "bar": lambda e: svg.interval_bar(e.get("ci_low"), e.get("ci_high"), e.get("delta"), lo, hi)}
 
     def variant_view(self, doc: dict) -> dict:
