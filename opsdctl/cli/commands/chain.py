@@ -1,8 +1,9 @@
-"""`opsdctl chain`: one chain, its stages, run, checks and the tail of its log (the dashboard's chain page too)."""
+"""`opsdctl chain`: one chain, its stages, run, checks and the tail of its log: the chain document
+(opsdctl.cli.documents.chain, the dashboard's chain page too) drawn with rich."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
