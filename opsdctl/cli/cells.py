@@ -43,3 +43,18 @@ def eval_words(c) -> str:
     if c.partial:
         out += f", [yellow]partial eval {c.partial['num_problems']} x {c.partial['k']}[/yellow] (screening only)"
     return out
+
+
+def settle_cell(e) -> str:
+    """The runs that would settle a compare entry's question, short: '+2 runs', '+1 (worse)',
+    '+47 each' (the baseline needs runs too), 'out of reach', 'settled', '-'. `e`: a typed
+    opsdctl.stats.report.Entry or its `compare --json` dict (the dashboard's)."""
+    get = e.get if isinstance(e, dict) else (lambda k: getattr(e, k, None))
+    if get("runs_needed") is not None:
+        return f"+{get('runs_needed')} run" + ("s" if get("runs_needed") > 1 else "")
+    if get("runs_needed_worse") is not None:
+        return f"+{get('runs_needed_worse')} (worse)"
+    if get("needs_baseline_runs"):
+        both = get("runs_needed_both_arms")
+        return f"+{both} each" if both else "out of reach"
+    return "settled" if get("verdict") in ("better", "worse") else "-"

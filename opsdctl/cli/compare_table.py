@@ -1,12 +1,15 @@
-"""compare's table and notes in the terminal: opsdctl.stats.compare.build_report's Report, printed
-with rich (the JSON twin is Report.to_json)."""
+"""compare in the terminal, the answer first: what to submit now (the submission rule's pick, as
+`export-recipe --leader` makes it), what to run next (the top of `advise`'s ranking), then one
+table that fits a 100-column terminal; the statistics behind it (noise, verdict rule, forecast
+model, runs to settle, partial screens) only with `compare --explain`. The report is
+opsdctl.stats.compare.build_report's; its JSON twin is Report.to_json."""
 
 from __future__ import annotations
 
 import math
 from types import MappingProxyType
 
-from opsdctl.cli.cells import num
+from opsdctl.cli.cells import num, settle_cell
 from opsdctl.stats import inference
 from opsdctl.stats import report as rp
 from opsdctl.stats.compare import PARTIAL_LABEL
@@ -55,69 +58,123 @@ def _next_cell(e: rp.Entry, with_time: bool = False) -> str:
     return text
 
 
-def _forecast_cells(f: rp.Forecast) -> list[str]:
-    """'56.10 [54.02, 58.18]' and P(best), or dashes."""
-    if f.mean is None:
-        return ["-", "-"]
-    return [f"{f.mean:.2f} [{f.low80:.2f}, {f.high80:.2f}]", f"{f.p_best:.2f}"]
+def render_compare(report: rp.Report, console, explain: bool = False, submit=None) -> None:
+    """Print the report: `submit` (opsdctl.plan.submission.Leader, when the caller picked it) and
+    the top of report.advice as the first two lines, then the table (baseline on top, candidates
+    by P(beat)); with `explain`, the notes behind it (render_notes), else one line saying where
+    they are."""
+    from rich.markup import escape
+
+    if submit is not None:
+        console.print(submit_line(submit, report), highlight=False)
+    if report.advice is not None:
+        console.print(run_next_line(report), highlight=False)
+    console.print(compare_table(report))
+    if explain:
+        render_notes(report, console)
+        return
+    hidden = len(report.partials)
+    console.print("[dim]Noise, verdict rule, forecast, runs to settle"
+                  + (f", {hidden} partial screen{'s' if hidden != 1 else ''}" if hidden else "")
+                  + ": opsdctl compare --explain[/dim]")
 
 
-def render_compare(report: rp.Report, console) -> None:
-    """Print the report: the table (baseline on top, candidates by P(beat)), then the
-    Bonferroni note, the noise line, the ranked next actions (report.advice, when the caller
-    added `opsdctl advise`'s ranking), what a screen resolves, and partial runs apart."""
+def submit_line(leader, report: rp.Report) -> str:
+    """'Submit now: token-clip, forecast 56.10 [54.02, 58.18], undecided': the submission rule's
+    pick (`export-recipe --leader` writes it)."""
+    from rich.markup import escape
+
+    f = leader.forecast
+    fc = "no forecast" if f.mean is None else f"forecast {f.mean:.2f} [{f.low80:.2f}, {f.high80:.2f}]"
+    if leader.variant is None:  # no candidate's forecast is above the baseline's
+        return f"[bold]Submit now:[/bold] the released recipe ({escape(leader.name)}), {fc} (export-recipe --leader)"
+    verdict = f", {leader.verdict}" if leader.verdict else ""
+    return f"[bold]Submit now:[/bold] [bold green]{escape(leader.name)}[/], {fc}{verdict} (export-recipe --leader)"
+
+
+def run_next_line(report: rp.Report, width: int = 100) -> str:
+    """'Run next: one more run of a: +0.08 expected official points, 48 min': the top of
+    `opsdctl advise`'s ranking (report.advice), naming advise when the line has room in `width`."""
+    from rich.markup import escape
+
+    if not report.advice:
+        return "[bold]Run next:[/bold] no ranking yet: no noise estimate (repeat a variant)"
+    text = f"Run next: {report.advice[0].text()}"
+    more = " (opsdctl advise ranks the rest)"
+    return "[bold]Run next:[/bold]" + escape(text.removeprefix("Run next:") + (more if len(text + more) <= width else ""))
+
+
+def _ci(lo, hi) -> str:
+    return "" if lo is None else f" [{lo:+.1f}, {hi:+.1f}]"
+
+
+def compare_table(report: rp.Report):
+    """The table, one row a candidate, no line wrapped in 100 columns: mean, delta with its 95% CI,
+    P(beat), verdict, the forecast official mean with its 80% interval, the runs to settle."""
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    b, nz = report.baseline, report.noise
-    full = [e for e in report.entries if not e.partial]
-    part = report.partials
-
+    b = report.baseline
     if b.source == "runs":
         title = f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store)"
     elif b.source == "runs+reference":
-        ref = b.reference
-        title = (f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store, "
-                 f"combined with the published {ref.mean:.2f}; setup offset sd {b.offset_sd:.3g})")
+        title = (f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store "
+                 f"+ the published {b.reference.mean:.2f})")
     elif b.source == "reference":
         title = f"Against the published reference {b.mean:.2f} (n = {b.n}; no store runs of the baseline)"
     else:
         title = "No baseline"
-    paired = any(e.paired_se is not None for e in report.full)  # the column only when it has values
-    t = Table(title=title, title_justify="left")
-    cols = [
-        ("variant", "left"), ("runs", "right"), ("mean", "right"), ("sd", "right"), ("delta", "right"),
-        ("95% CI of delta", "center"), ("P(beat)", "right"), ("verdict", "left"), ("next", "left"),
-        ("forecast [80%]", "center"), ("P(best)", "right"),
-    ] + ([("by-problem SE", "right")] if paired else [])
-    for col, justify in cols:
-        t.add_column(col, justify=justify)
-    blank = ["-"] * (len(cols) - 6)
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+              padding=0)  # the box's blank separator is the one space between columns
+    for col, justify in (("candidate", "left"), ("runs", "right"), ("mean", "right"), ("delta [95% CI]", "right"),
+                         ("P(beat)", "right"), ("verdict", "left"), ("forecast [80%]", "right"),
+                         ("to settle", "left")):
+        t.add_column(col, justify=justify, no_wrap=True, overflow="ellipsis" if col == "candidate" else "fold")
     bname = escape(b.name or ("reference" if b.source == "reference" else ""))
     bname = bname if bname == "baseline" else f"{bname} (baseline)".strip()
     if b.source == "reference" and b.name:
         bname += " (reference)"
-    t.add_row(bname, str(b.n), num(b.mean, PT), num(b.sd, PT), *blank[:5], *_forecast_cells(b.forecast),
-              *blank[5:], style="bold")
-    t.add_section()
-    for e in full:
+    t.add_row(bname, str(b.n), num(b.mean, PT), "-", "-", "-", _forecast_cell(b.forecast), "-", style="bold")
+    for e in (e for e in report.entries if not e.partial):  # the full candidates, and those with no runs
         if e.n == 0:
-            t.add_row(escape(e.name), "0", *["-"] * 6, "no runs", "-", "-", *(["-"] if paired else []))
+            t.add_row(escape(e.name), "0", "-", "-", "-", "no runs", _forecast_cell(e.forecast), "-")
             continue
-        ci = "-" if e.ci_low is None else f"[{e.ci_low:+.2f}, {e.ci_high:+.2f}]"
         v = e.verdict or "-"
-        row = [
-            escape(e.name), str(e.n), num(e.mean, PT), num(e.sd, PT), num(e.delta, "{:+.2f}"), ci,
-            "-" if e.p_beat is None else f"{e.p_beat:.3f}",
-            f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
-            _next_cell(e, with_time=True),
-            *_forecast_cells(e.forecast),
-        ]
-        if paired:
-            row.append("-" if e.paired_se is None else f"±{e.paired_se:.2f}")
-        t.add_row(*row)
-    console.print(t)
+        t.add_row(escape(e.name), str(e.n), num(e.mean, PT), num(e.delta, "{:+.2f}") + _ci(e.ci_low, e.ci_high),
+                  "-" if e.p_beat is None else f"{e.p_beat:.3f}",
+                  f"[{_VERDICT_STYLE.get(v, '')}]{v}[/]" if v in _VERDICT_STYLE else v,
+                  _forecast_cell(e.forecast), settle_cell(e))
+    return t
 
+
+def _forecast_cell(f: rp.Forecast) -> str:
+    """'56.10 [54.0, 58.2]' (the official mean and its 80% interval) or '-'."""
+    return "-" if f.mean is None else f"{f.mean:.2f} [{f.low80:.1f}, {f.high80:.1f}]"
+
+
+def render_notes(report: rp.Report, console) -> None:
+    """`compare --explain`: how the table is read. Each candidate's sd, runs to settle in full (with
+    minutes and fit), P(best) and by-problem SE; the forecast model, the verdict rule, the noise,
+    the next actions, what a screen resolves, the notes; the partial screens apart."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    b, nz = report.baseline, report.noise
+    part = report.partials
+    paired = any(e.paired_se is not None for e in report.full)
+    if b.source == "runs+reference":
+        console.print(f"Baseline: {b.n} run{'s' if b.n != 1 else ''} in the store combined with the published "
+                      f"{b.reference.mean:.2f}; setup offset sd {b.offset_sd:.3g}; sd {num(b.sd, PT)}; "
+                      f"P(best) {num(b.forecast.p_best, '{:.2f}')}.")
+    for e in report.full:
+        if e.n == 0:
+            continue
+        bits = [f"sd {num(e.sd, PT)}", f"to settle: {_next_cell(e, with_time=True)}",
+                f"P(best) {num(e.forecast.p_best, '{:.2f}')}"]
+        if paired:
+            bits.append("by-problem SE " + ("-" if e.paired_se is None else f"±{e.paired_se:.2f}"))
+        console.print(f"  {escape(e.name)}: " + "; ".join(bits) + ".", highlight=False)
     fm = report.forecast_model
     if fm:
         console.print(

@@ -9,20 +9,19 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from opsdctl.plan.budget import budget_now, clock_start
 
 
 def unfit_warnings(cfg, reader, chain_ids: Sequence[int]) -> list[str]:
     """One line per newly queued chain that the projected timeline says will not fit."""
     from opsdctl.plan.planner_status import planner_status
+    from opsdctl.plan.read_context import read_context
 
-    started = clock_start(reader) if cfg.budget.kind == "hours" else None
-    budget = budget_now(cfg.budget, started)
-    if budget.usable_seconds is None:
+    ctx = read_context(cfg, reader)
+    if ctx.budget.usable_seconds is None:
         return []  # no budget: everything fits
     wanted = set(chain_ids)
     out = []
-    for e in planner_status(cfg, reader, budget.usable_seconds)["timeline"]:
+    for e in planner_status(ctx)["timeline"]:
         if e["chain_id"] in wanted and not e["fits"]:
             why = (e.get("reason") or "").removeprefix("will not fit: ")
             out.append(f"chain {e['chain_id']} {e['variant']} cannot fit in the time left ({why}); "

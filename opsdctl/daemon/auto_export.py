@@ -33,7 +33,7 @@ from opsdctl.config import export_path
 from opsdctl.errors import UserError
 from opsdctl.fsutil import atomic_write_text
 from opsdctl.plan.budget import BudgetView, fmt_duration
-from opsdctl.plan.submission import Leader, pick_leader
+from opsdctl.plan.submission import Leader
 from opsdctl.recipes import knobs
 from opsdctl.stats.report import Baseline, Entry, Forecast, PartialEntry, Report
 from opsdctl.store.open_read import open_reader
@@ -168,7 +168,7 @@ class AutoExporter:
     def check(self) -> Optional[dict]:
         """Write the leader's recipe.env if it is time and the leader or its evidence changed (or
         the file is gone); return the record written, or None."""
-        from opsdctl.plan.store_report import store_report
+        from opsdctl.plan.store_report import store_leader, store_report
         from opsdctl.store import outbox
         from opsdctl.store.engine import set_meta
 
@@ -177,8 +177,7 @@ class AutoExporter:
             return None
         reader = open_reader(self.store)
         report = store_report(self.cfg, reader)
-        kinds = {v.label: v.kind for v in reader.all_variants()}
-        leader = pick_leader(report, lambda label: kinds.get(label) == "recipe")
+        leader = store_leader(reader, report)
         if not now:  # no file to write (yet): keep the bet current for `status`
             self._bet_at = time.monotonic()
             bet = json.dumps({"leader": leader.name, "variant": leader.variant, "forecast": leader.forecast.to_json()})

@@ -251,27 +251,6 @@ def history(reader, limit: int = HISTORY_MAX_STAGES) -> list[Sample]:
     return out
 
 
-def estimator_for(cfg, reader) -> Estimator:
-    return Estimator(history(reader) if reader is not None else [], default_seconds(cfg))
-
-
-def chain_minutes(cfg, reader, layout=None) -> float:
-    """Minutes of one train -> eval chain of the baseline's recipe, for "do the runs needed fit":
-    the high-quantile estimate from the store's history (the figure admission uses), falling back
-    to [planner] train_minutes/eval_minutes or the profile's defaults. `layout`: the worker's
-    (opsdctl.plan.store_facts.known_layout), whose GPU counts the stages' history is keyed by."""
-    hparams = {}
-    if cfg.baseline_variant:
-        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
-        hparams = dict(versions[-1].hparams) if versions else {}
-    from opsdctl.plan.slots import configured_layout
-
-    lay = layout if layout is not None else configured_layout(cfg)  # a stage's history is its GPU count's
-    train, evaluate = estimator_for(cfg, reader).chain(cfg.profile, hparams, gpus=(lay.gpus_of("train"),
-                                                                                  lay.gpus_of("eval")))
-    return (train.high_s + evaluate.high_s) / 60.0
-
-
 def durations_doc(cfg, reader, recent: int = 20) -> dict:
     """`opsdctl durations --json`: the estimates per cost key, and estimate vs actual."""
     samples = history(reader)

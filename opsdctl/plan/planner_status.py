@@ -6,32 +6,30 @@ the worker would idle with budget left."""
 
 from __future__ import annotations
 
-from typing import Optional
-
-from opsdctl.plan.slots import Layout
+from opsdctl.plan.read_context import ReadContext
 from opsdctl.plan.timeline import Queued, project, slot_timelines
 
 
-def planner_status(cfg, reader, usable_s: Optional[float], worker_running: bool = False,
-                   layout: Optional[Layout] = None) -> dict:
+def planner_status(ctx: ReadContext, worker_running: bool = False) -> dict:
     """The planner part of the status document: settings, the order the worker will follow (the
     worker's own decision, PlannerGate.order, taken without queuing anything), where auto-repeat
     will insert its chains, the projected timeline of the running and queued chains, and why the
     worker would idle with budget left. With a worker running, its settings (its command-line
-    flags) as it saved them; else the config's, which the next `opsdctl worker` uses. `layout`:
-    the worker's GPUs and slots (default: as the config and the worker's saved plan say: the
-    planner never probes a GPU)."""
+    flags) as it saved them; else the config's, which the next `opsdctl worker` uses. `ctx`: the
+    command's read context: its usable time, its layout (the config's and the worker's saved plan:
+    the planner never probes a GPU), its baseline and duration history."""
     from dataclasses import replace
 
     from opsdctl.plan.gate import chain_info
     from opsdctl.plan.planner import PlannerGate, settings_from_config
-    from opsdctl.plan.store_facts import StoreFacts, known_layout, load_plan
+    from opsdctl.plan.store_facts import StoreFacts, load_plan
 
+    cfg, reader, usable_s = ctx.cfg, ctx.reader, ctx.budget.usable_seconds
     plan = load_plan(reader) if worker_running else None
-    settings = settings_from_config(cfg, layout if layout is not None else known_layout(cfg, reader))
+    settings = settings_from_config(cfg, ctx.layout)
     if plan:
         settings = replace(settings, **{k: plan[k] for k in WORKER_SETTINGS if k in plan})
-    gate = PlannerGate(settings, StoreFacts(cfg, reader=reader), budget_left=lambda: usable_s)
+    gate = PlannerGate(settings, StoreFacts(cfg, reader=reader, context=ctx), budget_left=lambda: usable_s)
     gate.extra_queued = int((plan or {}).get("auto_queued") or 0)
     with reader.snapshot() as r:
         variants = {v.id: v for v in r.all_variants()}

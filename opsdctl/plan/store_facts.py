@@ -21,12 +21,15 @@ PLAN_KEY = "planner_plan"  # Meta: the worker's latest plan and settings, for `o
 
 class StoreFacts:
     """The store as Facts: reads through `reader` (the worker's open_reader(store), or status's own
-    reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only)."""
+    reader), writes (an auto-repeat chain, the plan for status) through `store` (None: read-only).
+    `context`: a command's opsdctl.plan.read_context.ReadContext, whose baseline and duration
+    history it reads instead of the store (the worker has none: its facts move)."""
 
-    def __init__(self, cfg, store=None, reader=None):
+    def __init__(self, cfg, store=None, reader=None, context=None):
         self.cfg = cfg
         self.store = store
         self.reader = reader if reader is not None else open_reader(store)
+        self.context = context
 
     def runs(self) -> list:
         from opsdctl.stats.scores import run_records
@@ -41,14 +44,10 @@ class StoreFacts:
     def samples(self) -> list[Sample]:
         from opsdctl.plan.durations import history
 
-        return history(self.reader)
+        return self.context.samples if self.context is not None else history(self.reader)
 
     def baseline_label(self) -> Optional[str]:
-        base = self.cfg.baseline_variant
-        if not base or "@" in base:
-            return base
-        versions = self.reader.variants_named(base)
-        return versions[-1].label if versions else base
+        return self.context.baseline if self.context is not None else baseline_label(self.cfg, self.reader)
 
     def running(self) -> list:
         """The chains running now (facts.LiveChain): their stage, its time so far, its GPUs."""
@@ -130,6 +129,33 @@ def load_plan(reader) -> Optional[dict]:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
         return None
+
+
+def baseline_label(cfg, reader) -> Optional[str]:
+    """The configured baseline's label: a bare name means its latest version, as everywhere else
+    (the name itself while the store has none)."""
+    return baseline_version(cfg, reader)[0]
+
+
+def baseline_version(cfg, reader) -> tuple[Optional[str], Optional[object]]:
+    """(the configured baseline's label, its variant record or None while the store has none)."""
+    return latest_version(reader, cfg.baseline_variant)
+
+
+def latest_version(reader, ref: Optional[str]) -> tuple[Optional[str], Optional[object]]:
+    """(label, variant record) of `ref`: NAME@vN as given, a bare NAME its latest version, as
+    everywhere else; (ref, None) when the store has no such variant."""
+    from opsdctl.errors import UserError
+
+    if not ref:
+        return ref, None
+    if "@" in ref:
+        try:
+            return ref, reader.find_variant(ref)
+        except UserError:
+            return ref, None
+    versions = reader.variants_named(ref)
+    return (versions[-1].label, versions[-1]) if versions else (ref, None)
 
 
 def known_layout(cfg, reader):

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Union
 
 from opsdctl.errors import UserError
-from opsdctl.plan.budget import budget_now, clock_start
+from opsdctl.plan.read_context import ReadContext, read_context
+from opsdctl.plan.store_facts import latest_version
 from opsdctl.stats.compare import build_report
 from opsdctl.stats.report import Report
 from opsdctl.stats.scores import candidate_runs
@@ -68,26 +69,32 @@ def family_labels(reader, spec: Union[str, list[str]], where: str = "--family") 
     return out
 
 
-def compare_doc(cfg, reader, variant_refs: Optional[Sequence[str]], baseline: Optional[str],
-                chain_minutes: Optional[float] = None, pool_code: bool = False, family: Optional[str] = None) -> Report:
+def compare_doc(ctx: ReadContext, variant_refs: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
+                pool_code: bool = False, family: Optional[str] = None, training: bool = True) -> Report:
     """The `opsdctl compare` report for the configured baseline, family and the time left, with
     what compare prints besides (its notes, training columns and the ranked next actions).
-    Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates).
+    Candidates are (variant, code tree) unless `pool_code` (opsdctl.stats.candidates). `ctx`: the
+    command's read context (opsdctl.plan.read_context): the time left, the layout, the baseline
+    and the learned durations, each read once for the report and its advice alike. `training`:
+    False leaves out the training columns (what `advise` and compare's first screen do not show;
+    at 10,000 chains they are a fifth of the time).
 
     Every scored run of the store goes in (the noise pools them all, whatever is shown; the family
     counts every candidate tried). An explicit `baseline` (`--baseline NAME`) must name a variant
     in the store: a typo would otherwise silently compare against the published reference."""
-    inputs = _inputs(cfg, reader, baseline, pool_code, family, list(variant_refs or []))
+    reader = ctx.reader
+    inputs = _inputs(ctx, baseline, pool_code, family, list(variant_refs or []))
+    chain_minutes = ctx.chain_minutes()  # a baseline chain on the worker's layout
+    everything = inputs.report(None, chain_minutes)
     shown = None
     if inputs.shown_labels:
         shown = [inputs.base] + [k for k in dict.fromkeys(r.key for r in inputs.runs if r.variant in inputs.shown_labels)
                                  if k != inputs.base]
-    report = inputs.report(shown, chain_minutes)
+    report = everything if shown is None else inputs.report(shown, chain_minutes)
     report = replace(report, notes=(*inputs.notes, *report.notes), pool_code=pool_code,
-                     training=tuple(training_rows(reader, report)))  # compare's training columns
+                     training=tuple(training_rows(reader, report)) if training else None)
     # the ranking weighs every candidate, whichever are shown: the same as `opsdctl advise`
-    ranked = _advice_for(cfg, reader, report if shown is None else inputs.report(None, chain_minutes), inputs.runs)
-    return replace(report, advice=tuple(ranked))
+    return replace(report, advice=tuple(_advice_for(ctx, everything, inputs.runs)))
 
 
 def store_report(cfg, reader) -> Report:
@@ -95,7 +102,21 @@ def store_report(cfg, reader) -> Report:
     extras compare prints: what the submission rule, the export header and the verdict watcher
     read (the worker's threads build it every few seconds, so it skips the training columns and
     the ranking)."""
-    return _inputs(cfg, reader, None, False, None).report(None, None)
+    return submission_report(read_context(cfg, reader))
+
+
+def submission_report(ctx: ReadContext) -> Report:
+    """store_report of a command's read context."""
+    return _inputs(ctx, None, False, None).report(None, None)
+
+
+def store_leader(reader, report: Report):
+    """What to submit now (opsdctl.plan.submission.pick_leader) on a report of the store: only a
+    variant with a recipe may lead (not the base model, not a checkpoint trained outside)."""
+    from opsdctl.plan.submission import pick_leader
+
+    kinds = {v.label: v.kind for v in reader.all_variants()}
+    return pick_leader(report, lambda label: kinds.get(label) == "recipe")
 
 
 @dataclass(frozen=True)
@@ -116,45 +137,36 @@ class _Inputs:
                             family=self.family, chain_minutes=chain_minutes, minutes_left=self.minutes_left)
 
 
-def _inputs(cfg, reader, baseline: Optional[str], pool_code: bool, family: Optional[str],
+def _inputs(ctx: ReadContext, baseline: Optional[str], pool_code: bool, family: Optional[str],
             refs: Sequence[str] = ()) -> _Inputs:
-    base = baseline or cfg.baseline_variant
+    cfg, reader = ctx.cfg, ctx.reader
+    base = ctx.baseline
     if baseline is not None:
         try:
             reader.find_variant(baseline)
         except UserError as exc:
             raise UserError(f"--baseline {baseline}: {exc}; leave it out to use [baseline] variant "
                             f"({cfg.baseline_variant or 'unset'})") from None
-    if base and "@" not in base:  # a bare name means its latest version, as everywhere else
-        versions = reader.variants_named(base)
-        base = versions[-1].label if versions else base
+        base = latest_version(reader, baseline)[0]
     shown_labels = [reader.find_variant(r).label for r in refs]
     spec = parse_family(family, "--family") if family is not None else parse_family(
         cfg.section("compare").get("family", "all"), f"{cfg.where}: [compare] family")
     fam = family_labels(reader, spec, "--family" if family is not None else f"{cfg.where}: [compare] family")
     runs, notes = candidate_runs(reader, None, pool_code=pool_code, baseline=base)
-    usable = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None).usable_seconds
-    return _Inputs(cfg, base, shown_labels, fam, runs, notes, None if usable is None else max(0.0, usable / 60.0))
+    return _Inputs(cfg, base, shown_labels, fam, runs, notes, ctx.minutes_left)
 
 
-def _advice_for(cfg, reader, report: Report, runs: list) -> list:
-    """The ranked next actions (opsdctl.plan.advise) for a compare report: the baseline recipe's
-    learned durations, the usable time left, the queued ideas not yet run (queue order) and the
-    checkpoints that may be re-evaluated (opsdctl.plan.reeval)."""
+def _advice_for(ctx: ReadContext, report: Report, runs: list) -> list:
+    """The ranked next actions (opsdctl.plan.advise) for a compare report over every candidate:
+    the baseline recipe's learned durations, the usable time left, the queued ideas not yet run
+    (queue order) and the checkpoints that may be re-evaluated (opsdctl.plan.reeval)."""
     from opsdctl.plan import advise, reeval
-    from opsdctl.plan.durations import estimator_for
-    from opsdctl.plan.store_facts import known_layout
 
-    hparams = {}
-    if cfg.baseline_variant:
-        versions = reader.variants_named(cfg.baseline_variant.split("@")[0])
-        hparams = dict(versions[-1].hparams) if versions else {}
-    lay = known_layout(cfg, reader)
-    costs = advise.costs_of(estimator_for(cfg, reader), cfg.profile, hparams,
+    cfg, reader, lay = ctx.cfg, ctx.reader, ctx.layout
+    costs = advise.costs_of(ctx.estimator, cfg.profile, ctx.baseline_hparams,
                             (lay.gpus_of("train"), lay.gpus_of("eval")), lay.max_chains)
-    budget = budget_now(cfg.budget, clock_start(reader) if cfg.budget.kind == "hours" else None)
     tried = {e.name for e in report.entries if e.n} | {report.baseline.name}
     labels = {v.id: v.label for v in reader.all_variants()}
     ideas = [labels[c.variant_id] for c in reader.queued_chains() if labels.get(c.variant_id) not in tried]
-    return advise.from_report(report, costs, budget.usable_seconds, list(dict.fromkeys(ideas)),
+    return advise.from_report(report, costs, ctx.budget.usable_seconds, list(dict.fromkeys(ideas)),
                               reeval.targets(reader, cfg, runs))

@@ -419,13 +419,13 @@ def _hyper_grid(prior: FamilyPrior) -> _Hyper:
     """Every hyperparameter node: the null share and the first side's share on midpoints of equal
     cells under their Beta priors, the scale on a log grid under its log-normal prior; a fixed one is
     a single point."""
-    from scipy import stats
+    from opsdctl.stats.distributions import beta_logpdf
 
     def beta_cells(centre: float, strength: float, cells: int) -> tuple[np.ndarray, np.ndarray]:
         if strength <= 0:
             return np.array([centre]), np.zeros(1)
         x = (np.arange(cells) + 0.5) / cells
-        return x, stats.beta.logpdf(x, max(centre * strength, 1e-3), max((1.0 - centre) * strength, 1e-3))
+        return x, beta_logpdf(x, max(centre * strength, 1e-3), max((1.0 - centre) * strength, 1e-3))
 
     pi, lp_pi = beta_cells(prior.null_share, prior.null_strength, NULL_GRID)
     if len(prior.sides) == 2:
@@ -514,10 +514,10 @@ def sigma_nodes(noise: NoiseParts) -> tuple[SigmaNode, ...]:
     of 5 nodes put the 99% point of t on 2 dof 42% short."""
     if not noise.dof:
         return (SigmaNode(noise, 1.0, 0.0),)
-    from scipy import stats
+    from opsdctl.stats.distributions import chi2_ppf
 
     nu, s2 = float(noise.dof), noise.run_var
-    lo, hi = (math.log(float(stats.chi2.ppf(q, nu))) for q in (SIGMA_TAILS[0], 1.0 - SIGMA_TAILS[1]))
+    lo, hi = (math.log(chi2_ppf(q, nu)) for q in (SIGMA_TAILS[0], 1.0 - SIGMA_TAILS[1]))
     t = np.linspace(lo, hi, SIGMA_NODES)
     lw = 0.5 * nu * t - 0.5 * np.exp(t)  # log density of log X, up to a constant
     lw -= np.logaddexp.reduce(lw)

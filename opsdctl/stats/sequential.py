@@ -120,9 +120,11 @@ def boundary_constant(level: float) -> float:
     return _solve(level)
 
 
+@lru_cache(maxsize=4096)
 def nominal_level(j: int, level: float) -> float:
     """One-sided nominal level of a verdict at look j (local runs in the comparison) when the
-    family-wise level over every look is `level`; 0 for j < J_MIN (no verdict yet)."""
+    family-wise level over every look is `level`; 0 for j < J_MIN (no verdict yet). Remembered:
+    compare's runs-needed search asks the same few looks a thousand times a report."""
     from scipy.special import ndtr
 
     s = _shape(int(j))

@@ -23,8 +23,11 @@ def test_advise_json_over_a_real_store(ws):
     assert ws.cli_json("compare", "baseline")["advice"] == report["advice"]  # whatever is shown
     out = " ".join(ws.cli("compare").stdout.split())
     first = report["advice"][0]
-    assert "Next (`opsdctl advise`" in out
-    assert (first["text"].split(":")[0] if first["action"] != "stop" else "stop: nothing left is worth") in out
+    assert f"Run next: {first['text']}" in out  # its first line after what to submit
+    assert report["run_next"] == first
+    explained = " ".join(ws.cli("compare", "--explain").stdout.split())
+    assert "Next (`opsdctl advise`" in explained
+    assert (first["text"].split(":")[0] if first["action"] != "stop" else "stop: nothing left is worth") in explained
 
 
 def test_advise_without_a_noise_estimate_says_so(ws):

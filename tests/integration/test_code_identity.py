@@ -59,7 +59,7 @@ def test_two_code_states_are_two_candidates_unless_pooled(ws):
     assert report["baseline"]["n"] == 2 and report["alpha_spending"]["m"] == 2
     assert any("token-clip ran on 2 code states" in n and "--pool-code merges them" in n for n in report["notes"])
     text = ws.cli("compare").stdout
-    assert edited in text and "--pool-code" in text
+    assert edited in text and "--pool-code" in ws.cli("compare", "--explain").stdout  # the note
 
     pooled = ws.cli_json("compare", "--pool-code")
     entries = _entries(pooled)

@@ -40,7 +40,7 @@ def test_compare_subset_keeps_the_baseline_and_renders(scored):
     report = scored.cli_json("compare", "cosine")
     assert [v["name"] for v in report["variants"]] == ["cosine"]
     assert report["baseline"]["n"] == 2
-    text = scored.cli("compare").stdout
+    text = scored.cli("compare", "--explain").stdout
     assert "baseline" in text and "token-clip" in text and "Bonferroni" in text
 
 
@@ -109,3 +109,32 @@ def test_compare_family_from_the_config(scored):
     cfg.write_text(cfg.read_text().replace('family = ["token-clip"]', 'family = "sometimes"'))
     bad = scored.cli("compare", check=False)
     assert bad.returncode == 2 and "[compare] family" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_compare_leads_with_the_answer_and_fits_100_columns(scored):
+    """At COLUMNS=100: the first line is what to submit (the pick `export-recipe --leader` makes),
+    the second what to run next (the top of `advise`), then a table whose rows and headers are
+    whole; the statistics notes only with --explain, and whole in --json."""
+    doc = scored.cli_json("compare")
+    out = scored.run("compare", env={"COLUMNS": "100"}).stdout
+    lines = out.splitlines()
+    assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
+    lead, top = doc["submit"], doc["run_next"]
+    named = lead["leader"] if lead["variant"] else f"the released recipe ({lead['leader']})"
+    assert lines[0].startswith(f"Submit now: {named}, forecast {lead['forecast']['mean']:.2f} ")
+    assert lines[1].startswith(f"Run next: {top['text']}") and top == doc["advice"][0]
+    header = next(line for line in lines if line.startswith("candidate "))
+    assert header.split() == ["candidate", "runs", "mean", "delta", "[95%", "CI]", "P(beat)", "verdict", "forecast",
+                              "[80%]", "to", "settle"]
+    rows = lines[lines.index(header) + 2:]
+    for name in ["baseline"] + [v["name"] for v in doc["variants"]]:
+        assert sum(line.startswith(f"{name} ") for line in rows) == 1  # one whole line each, never cut
+    assert "…" not in out and "Noise:" not in out and "Verdicts:" not in out
+    explained = scored.run("compare", "--explain", env={"COLUMNS": "100"}).stdout
+    assert explained.startswith(out.splitlines()[0]) and "Noise: s =" in explained and "Bonferroni" in explained
+    assert {"noise", "alpha_spending", "forecast_model", "notes"} <= set(doc)
+    # the pick is the submission rule's on the report (every candidate here has a recipe)
+    from opsdctl.plan.submission import pick_leader
+    from tests.support.report_doc import report as typed
+
+    assert pick_leader(typed(doc)).name == lead["leader"]

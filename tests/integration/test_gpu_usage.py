@@ -65,7 +65,7 @@ def test_worker_records_each_stage_gpu_peak_and_utilisation(ws, tmp_path, foreig
     assert "train GPU peak/util" in table and "eval GPU peak/util" in table and "3000 MiB" in table
     stages = {st["name"]: st for st in ws.status()["chains"][0]["stages"]}
     assert stages["train"]["gpu_peak_mib"] == 3000
-    compare = ws.cli("compare").stdout
+    compare = ws.cli("compare", "--explain").stdout
     assert "GPU peak MiB" in compare and "3000" in compare[compare.index("Training"):]
 
 

@@ -10,3 +10,18 @@ def test_import_is_cheap():
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_compare_and_advise_never_import_scipy_stats(ws):
+    """scipy.stats costs compare about half a second to import (every distribution's docstring is
+    built); the statistics take their functions from scipy.special (opsdctl.stats.distributions)."""
+    from conftest import clean_env
+
+    ws.cli("queue", "baseline", "token-clip", "--repeats", "2", "--seed", "3")
+    ws.run("worker", "--drain")
+    for args in (["compare"], ["compare", "--json"], ["advise"]):
+        res = subprocess.run([sys.executable, "-X", "importtime", "-m", "opsdctl.cli", *args], cwd=ws.root,
+                             env=clean_env(ws.env), capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-2000:]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in res.stderr.splitlines() if line.startswith("import time")}
+        assert "scipy.special" in imported and not any(m.startswith("scipy.stats") for m in imported), args

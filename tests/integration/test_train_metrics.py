@@ -48,8 +48,8 @@ def test_a_user_script_gets_kl_clipping_and_lr_per_step(ws):
     assert "kl_max" in header
     row = next(line for line in table.splitlines() if line.lstrip().startswith("1 "))
     assert f"{sum(kls) / 4:.4g}"[:5] in row and "30.0%" in row and "3.5" in row
-    # compare's training columns
-    out = ws.cli("compare").stdout
+    # compare's training columns (behind --explain)
+    out = ws.cli("compare", "--explain").stdout
     training = out[out.index("Training"):]
     assert "KL" in training and "clipped" in training and "kl_max" in training and "30.0%" in training
     doc = ws.cli_json("compare")

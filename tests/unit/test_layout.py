@@ -472,6 +472,20 @@ def test_command_modules_import_only_the_cli_at_start():
     assert not {k: v for k, v in heavy.items() if v}, {k: v for k, v in heavy.items() if v}
 
 
+def test_pages_and_commands_share_documents_not_each_other():
+    """One document per page (status, compare, variant, chain) in opsdctl/cli/documents/: the
+    command renders it with rich, the dashboard with HTML. The dashboard imports no command
+    module, and a document imports neither a command nor the dashboard."""
+    g = graph("opsdctl")
+    bad = sorted(f"{m} imports {x}" for m, deps in g.items() for x in deps
+                 if (m.startswith("opsdctl.cli.web") and x.startswith("opsdctl.cli.commands"))
+                 or (m.startswith("opsdctl.cli.documents")
+                     and x.startswith(("opsdctl.cli.commands", "opsdctl.cli.web"))))
+    assert not bad, bad
+    documents = {p.stem for p in (ROOT / "opsdctl" / "cli" / "documents").glob("*.py")} - {"__init__"}
+    assert documents >= {"status", "compare", "variant", "chain"}
+
+
 # --- parameter objects and the two read paths ----------------------------------------------
 MAX_POSITIONAL = 8
 

@@ -18,7 +18,7 @@ def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
     minute (a cheap re-eval can rank above a larger but longer run); `stop` (gain 0) ranks above
     whatever does not fit or is not worth its minutes.
     """
-    from opsdctl.cli.commands.compare import compare_report
+    from opsdctl.cli.documents.compare import compare_report
 
     app = App.of(ctx)
     cfg = app.config()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -23,13 +23,18 @@ def command(
     family: Optional[str] = typer.Option(None, "--family", metavar="SPEC",
                                          help='What the verdicts correct for: "all" (every candidate tried), '
                                               '"since:2025-06-01" or "a,b,c" [default: [compare] family].'),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (every statistic, and what to "
+                                                       "submit now and run next)."),
+    explain: bool = typer.Option(False, "--explain", help="Also print how the table is read: the noise, the verdict "
+                                                          "rule, the forecast, the runs to settle each question, the "
+                                                          "partial screens and the training statistics."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="PNG", help="Also draw the runs, means and 95% CIs to this PNG."),
     pool_code: bool = typer.Option(False, "--pool-code", help="Pool a variant's runs across code trees and stage commands "
                                                              "(by default each code state is its own candidate, e.g. "
                                                              "`token-clip @3f2a1c`)."),
 ) -> None:
-    """Rank candidates against the baseline and the run-to-run noise floor.
+    """What to submit now, what to run next, and the candidates against the baseline and the
+    run-to-run noise floor.
 
     One shared run-to-run sigma pooled over every variant in the store (the published sd as a
     prior while the local scatter allows it), the published mean with a setup offset, t
@@ -39,35 +44,28 @@ def command(
     a variant on one code state (code tree and stage commands): runs on edited code are another
     candidate.
     """
+    from opsdctl.cli.documents.compare import compare_document
+
     app = App.of(ctx)
     cfg = app.config()
-    report = compare_report(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code)
+    doc = compare_document(cfg, app.reader(cfg), variants, baseline, family=family, pool_code=pool_code,
+                           training=as_json or explain)  # the first screen shows no training columns
+    report = doc.report
     if plot is not None:
         from opsdctl.stats.plots import plot_compare
 
         plot_compare(report, plot)
     if as_json:
-        print_json(report.to_json())
+        print_json(doc.to_json())
         return
     from opsdctl.cli.compare_table import render_compare
 
     con = console()
-    render_compare(report, con)
-    render_training(con, list(report.training or ()))
+    render_compare(report, con, explain=explain, submit=doc.submit)
+    if explain:
+        render_training(con, list(report.training or ()))
     if plot is not None:
         con.print(f"plot: {escape(str(plot))}")
-
-
-def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
-                   family: Optional[str] = None, pool_code: bool = False):
-    """`opsdctl compare --json`, and the dashboard's compare page: the report with the minutes a
-    baseline chain takes (the planner's estimate), so "do the runs needed fit" is answered."""
-    from opsdctl.plan.durations import chain_minutes
-    from opsdctl.plan.store_facts import known_layout
-    from opsdctl.plan.store_report import compare_doc
-
-    minutes = chain_minutes(cfg, reader, known_layout(cfg, reader))  # on the worker's GPU layout
-    return compare_doc(cfg, reader, variants, baseline, chain_minutes=minutes, pool_code=pool_code, family=family)
 
 
 def render_training(con: Console, rows: list[dict]) -> None:

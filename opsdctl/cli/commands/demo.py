@@ -34,10 +34,11 @@ def command(
     queues the baseline x3, token-clip x2 and cosine x2, runs the real trainer and evaluator
     through the worker, then prints status, the compare table (and PNG) and the winner's recipe.env.
     """
-    from opsdctl.cli.commands.status import gather_status, render_status
+    from opsdctl.cli.commands.status import render_status
+    from opsdctl.cli.documents.status import gather_status
     from opsdctl.config import load_config
     from opsdctl.fsutil import atomic_write_text
-    from opsdctl.cli.commands.compare import compare_report
+    from opsdctl.cli.documents.compare import compare_document
     from opsdctl.recipes.export import export_recipe
     from opsdctl.cli.compare_table import render_compare
     from opsdctl.stats.plots import plot_compare
@@ -55,9 +56,10 @@ def command(
     con.print("[bold]4/4[/bold] results\n")
     reader = App.of(ctx).reader(cfg)
     render_status(con, gather_status(cfg, reader, None))
-    report = compare_report(cfg, reader)
+    doc = compare_document(cfg, reader)
+    report = doc.report
     con.print()
-    render_compare(report, con)
+    render_compare(report, con, submit=doc.submit)
     plot_compare(report, paths.plot, title="opsdctl demo (tiny profile): avg@4 on 30 generated problems")
     best = best_variant(report)
     if best:
@@ -175,7 +177,7 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
         TimeElapsedColumn,
     )
 
-    from opsdctl.cli.commands.status import gather_status
+    from opsdctl.cli.documents.status import gather_status
     from opsdctl.store.open_read import open_reader
 
     reader = open_reader(store)

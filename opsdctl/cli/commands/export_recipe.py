@@ -71,15 +71,13 @@ def _leader_text(cfg, store) -> tuple[str, str, Optional[str]]:
     `export-recipe --leader`: the same rule and header as the worker's auto-export."""
     import datetime as dt
 
-    from opsdctl.plan.store_report import store_report
     from opsdctl.daemon.auto_export import render_file
-    from opsdctl.plan.submission import pick_leader
+    from opsdctl.plan.store_report import store_leader, store_report
     from opsdctl.store.open_read import open_reader
 
     reader = open_reader(store)
     report = store_report(cfg, reader)
-    kinds = {v.label: v.kind for v in reader.all_variants()}
-    lead = pick_leader(report, lambda label: kinds.get(label) == "recipe")
+    lead = store_leader(reader, report)
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     text = render_file(store, report, lead, when, "the leader by the forecast", source="opsdctl export-recipe --leader")
     return text, lead.name, lead.variant

@@ -24,12 +24,12 @@ def command(
                                              "your [stages.train.metrics]) to this PNG, the baseline's greyed behind."),
 ) -> None:
     """One variant: its recipe and every run, with per-problem counts and training statistics."""
-    from opsdctl.stats.scores import show_doc
+    from opsdctl.cli.documents.variant import variant_doc
 
     app = App.of(ctx)
     cfg = app.config()
     reader = app.reader(cfg)
-    doc = show_doc(reader, variant)
+    doc = variant_doc(reader, variant)
     drawn = None
     if plot is not None:
         from opsdctl.errors import UserError
@@ -38,7 +38,7 @@ def command(
         base = None
         if cfg.baseline_variant and cfg.baseline_variant.split("@")[0] != doc["name"]:
             try:
-                base = show_doc(reader, cfg.baseline_variant)
+                base = variant_doc(reader, cfg.baseline_variant)
             except UserError:  # not run yet: curves of the variant alone
                 base = None
         drawn = plot_training(doc, plot, base)

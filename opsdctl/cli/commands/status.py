@@ -1,19 +1,9 @@
-"""`opsdctl status`: what runs now, what is queued (in run order), what finished, time left.
-
-`gather_status` builds the `--json` document; `render_status` draws the same document with rich.
-JSON shape (contract): {"budget": {...}, "worker": {...}, "chains": [{"chain_id", "variant",
-"state", "stage", "score", "reason", "started_at", "finished_at", ...}]}: running chains first,
-then queued ones in run order (each with "stage_settings_differ": the stage settings, e.g.
-"[stages.eval] command", that it froze when queued and opsdctl.toml no longer holds), then
-finished ones, newest first. "planner" (opsdctl.plan.timeline:
-policy, the projected timeline, chains that will not fit) and "gpus" (opsdctl.daemon.gpu_probe: inventory
-with the processes holding each GPU) complete it.
-"""
+"""`opsdctl status`: what runs now, what is queued (in run order), what finished, time left: the
+status document (opsdctl.cli.documents.status) drawn with rich, or printed with `--json`."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -26,8 +16,6 @@ from opsdctl.cli.console import console, escape, print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from opsdctl.config import Config
-    from opsdctl.store.reader import Reader
 
 
 def command(
@@ -37,6 +25,8 @@ def command(
     show_all: bool = typer.Option(False, "--all", "-a", help="Show every finished chain."),
 ) -> None:
     """The running chain (stage, elapsed, progress), the queue in run order, recent results, time left."""
+    from opsdctl.cli.documents.status import gather_status
+
     app = App.of(ctx)
     cfg = app.config()
     doc = gather_status(cfg, app.reader(cfg), None if show_all else recent)
@@ -44,167 +34,6 @@ def command(
         print_json(doc)
         return
     render_status(console(), doc)
-
-
-def gather_status(cfg: Config, reader: Reader, recent: Optional[int] = 10) -> dict:
-    from opsdctl.client.worker_view import worker_view
-    from opsdctl.daemon import frozen_stages
-    from opsdctl.plan.budget import budget_now, clock_start
-    from opsdctl.plan.budget_keeper import LAST_DEADLINE_KEY, hold_reason, with_kept_deadline
-    from opsdctl.store.states import State
-    from opsdctl.store.values import iso, utcnow
-
-    started = clock_start(reader) if cfg.budget.kind == "hours" else None
-    now = time.time()
-    budget = budget_now(cfg.budget, started, now)
-    with reader.snapshot() as r:
-        worker = worker_view(r.latest_worker())
-        if budget.error and worker["state"] == "running":  # plan with the deadline that worker keeps
-            kept = r.get_meta(LAST_DEADLINE_KEY)
-            budget = with_kept_deadline(budget, float(kept) if kept else None, now)
-        running = r.chains_in_state(State.RUNNING)
-        queued = r.queued_chains()
-        finished = r.finished_chains(recent)
-        variants = {v.id: v for v in r.all_variants()}
-        chains = [chain_view(r, c, variants[c.variant_id]) for c in running]
-        for c in chains:
-            if worker["state"] != "running":
-                c["note"] = "its worker is gone; the next worker start marks it interrupted and re-queues it"
-        for c in queued:
-            view = chain_view(r, c, variants[c.variant_id], with_stages=False)
-            # Frozen when queued: what of opsdctl.toml as it is now this chain will not run.
-            view["stage_settings_differ"] = frozen_stages.differences(c.stage_spec, cfg)
-            chains.append(view)
-        chains += [chain_view(r, c, variants[c.variant_id]) for c in finished]
-    from opsdctl.daemon.gpu_probe import gpus_status
-    from opsdctl.plan.planner_status import planner_status
-
-    from opsdctl.daemon.auto_export import current_bet
-
-    planner = planner_status(cfg, reader, budget.usable_seconds, worker_running=worker["state"] == "running")
-    # the bet, as the worker keeps it current: what `export-recipe --leader` would submit now
-    bet = current_bet(reader)
-    _in_run_order(chains, planner)
-    _running_details(chains, planner)
-    return {"budget": {**budget.to_json(), "text": budget.text(), "hold": hold_reason(budget)},
-            "worker": worker, "chains": chains, "planner": planner, "gpus": gpus_status(cfg),
-            "export": export_view(cfg, reader, budget, bet), "bet": bet, "generated_at": iso(utcnow()),
-            "store": reader.safe_url}
-
-
-def chain_view(r: Reader, chain, variant, with_stages: bool = True) -> dict:
-    """One chain of the document; `chain`, `variant`: the reader's records (or model rows)."""
-    from opsdctl.recipes import partial
-    from opsdctl.store.states import State
-    from opsdctl.store.values import iso, seconds_since, utcnow
-
-    score = r.score_of(chain.id) if chain.state not in (State.QUEUED.value,) else None
-    out = {
-        "chain_id": chain.id,
-        "variant": variant.label,
-        "state": chain.state,
-        "stage": chain.stage,
-        "score": round(score.avg_at_k, 4) if score else None,
-        "reason": chain.reason,
-        "started_at": iso(chain.started_at),
-        "finished_at": iso(chain.finished_at),
-        "queued_at": iso(chain.queued_at),
-        "seed": chain.seed,
-        "repeat": chain.repeat,
-        "priority": chain.priority,
-        "requeued_from": chain.requeued_from,
-        "k": score.k if score else None,
-        "n_problems": score.n_problems if score else None,
-        # partial: queued `--partial` (known before it runs) or flagged by its evaluator
-        "partial": partial.run_is_partial(chain, score),
-        "eval": partial.of_chain(chain).to_json(),  # {"num_problems", "k"} asked for; None = full protocol
-        "eval_only": bool(chain.eval_only),
-        "checkpoint": chain.checkpoint,
-        "trained_by": chain.trained_by,
-        "eval_draw": int(chain.eval_draw or 0),  # a re-eval's fresh samples: 1, 2, ... (0: a first eval)
-        "score_source": score.source if score else None,
-    }
-    if chain.started_at is not None:
-        end = chain.finished_at or utcnow()
-        out["elapsed_seconds"] = round((end - chain.started_at).total_seconds(), 1)
-    if with_stages and chain.state != State.QUEUED.value:
-        stage_rows = r.stages_of(chain.id)
-        out["stages"] = [stage_view(st) for st in stage_rows]
-        current = next((st for st in reversed(stage_rows) if st.name == chain.stage), None)
-        if current is not None:
-            out["progress"] = current.progress
-            out["log"] = current.log_path
-            if current.state == "running":
-                out["stage_elapsed_seconds"] = round(seconds_since(current.started_at) or 0.0, 1)
-    return out
-
-
-def stage_view(st) -> dict:
-    from opsdctl.store.values import iso
-
-    return {
-        "name": st.name,
-        "state": st.state,
-        "pid": st.pid,
-        "gpus": st.gpus,
-        "started_at": iso(st.started_at),
-        "finished_at": iso(st.finished_at),
-        "seconds": st.seconds,
-        "estimate_seconds": st.estimate_seconds,
-        "exit_code": st.exit_code,
-        "checkpoint": st.checkpoint,
-        "log": st.log_path,
-        "progress": st.progress,
-        "reason": st.reason,
-        "gpu_peak_mib": st.gpu_peak_mib,
-        "gpu_util_pct": st.gpu_util_pct,
-    }
-
-
-def export_view(cfg: Config, reader: Reader, budget, bet: Optional[dict]) -> Optional[dict]:
-    """[export]: where the worker writes the best recipe.env, whether it has started, and what it
-    wrote last (leader, its forecast, verdict, when), and `bet`, the one the worker keeps current
-    before then; None when [export] path is unset. (status shows the worker's figures: computing
-    a forecast here would import scipy, which status must not.)"""
-    from opsdctl.config import export_path
-    from opsdctl.daemon.auto_export import due, last_written
-
-    sec = cfg.section("export")
-    if not sec.get("path"):
-        return None
-    path = export_path(cfg)
-    active, why = due(budget, float(sec.get("minutes_before_deadline", 10.0)))
-    last = last_written(reader)
-    if last is not None:
-        last = {k: v for k, v in last.items() if k != "key"}
-    return {"path": str(path), "active": active, "when": why, "last": last, "bet": bet}
-
-
-def _in_run_order(chains: list[dict], planner: dict) -> None:
-    """Queued chains in the order the worker will try them (the planner's timeline: skips first,
-    as the worker marks them before it starts the next chain)."""
-    from opsdctl.store.states import State
-
-    pos = {e["chain_id"]: i for i, e in enumerate(planner["timeline"]) if e["state"] == "queued"}
-    queued = sorted((c for c in chains if c["state"] == State.QUEUED.value), key=lambda c: pos.get(c["chain_id"], len(pos)))
-    at = [i for i, c in enumerate(chains) if c["state"] == State.QUEUED.value]
-    for i, c in zip(at, queued):
-        chains[i] = c
-
-
-def _running_details(chains: list[dict], planner: dict) -> None:
-    """Running chains get their projected end (from the timeline) and, when their stage has
-    made no progress for 3x its usual interval, `stalled` = {"for_s", "interval_s"}."""
-    from opsdctl.store.values import utcnow
-    from opsdctl.daemon.progress_clock import STORE_LAG_S, stalled
-
-    ends = {e["chain_id"]: e["end_in_s"] for e in planner.get("timeline", []) if e["state"] == "running"}
-    now = utcnow()
-    for c in chains:
-        if c["state"] != "running":
-            continue
-        c["projected_end_in_s"] = ends.get(c["chain_id"])
-        c["stalled"] = stalled(c.get("progress"), now, STORE_LAG_S) if c.get("stage_elapsed_seconds") is not None else None
 
 
 def render_status(con: Console, doc: dict) -> None:

@@ -13,11 +13,12 @@ from opsdctl.cli.console import console, escape, print_json
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from opsdctl.store.reader import Reader
 
 
 def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print the variants as JSON.")) -> None:
     """Recorded variants: name, version, hash, knobs that differ from the released recipe, runs."""
+    from opsdctl.cli.documents.variant import list_variants
+
     app = App.of(ctx)
     cfg = app.config()
     rows = list_variants(app.reader(cfg))
@@ -25,38 +26,6 @@ def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
         print_json(rows)
         return
     render_variants(console(), rows)
-
-
-def list_variants(reader: Reader) -> list[dict]:
-    from opsdctl.recipes import partial
-    from opsdctl.recipes.knobs import recipe_changes
-    from opsdctl.store.states import State
-
-    rows = []
-    with reader.snapshot():
-        for v in reader.all_variants():
-            chains = reader.chains_of_variant(v.id)
-            scored = [(c, reader.score_of(c.id)) for c in chains if c.state == State.SUCCEEDED.value]
-            scored = [(c, x) for c, x in scored if x is not None]
-            scores = [x.avg_at_k for c, x in scored if not partial.run_is_partial(c, x)]
-            partial_scores = [{"chain_id": c.id, "score": x.avg_at_k, "n_problems": x.n_problems, "k": x.k}
-                              for c, x in scored if partial.run_is_partial(c, x)]
-            rows.append({
-                "name": v.name,
-                "version": v.version,
-                "variant": v.label,
-                "hash": v.hash,
-                "description": v.description,
-                "changes": recipe_changes(v.hparams, v.method),
-                "chains": len(chains),
-                "succeeded": sum(c.state == State.SUCCEEDED.value for c in chains),
-                "queued": sum(c.state == State.QUEUED.value for c in chains),
-                "scores": scores,  # full evaluations only
-                "partial_scores": partial_scores,  # screening runs, kept apart
-                "kind": v.kind,
-                "source": v.source,
-            })
-    return rows
 
 
 def render_variants(con: Console, rows: list[dict]) -> None:

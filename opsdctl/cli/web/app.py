@@ -1,7 +1,7 @@
 """The dashboard's pages (Starlette): session, compare, a variant, a chain; read-only.
 
-Each page is built from the very document its command prints with `--json` (opsdctl.cli.commands:
-status, compare, chain; opsdctl.stats.scores) and `?format=json` returns that document as it is, so
+Each page is built from the very document its command prints with `--json` (opsdctl.cli.documents:
+status, compare, variant, chain; this package imports no command module) and `?format=json` returns that document as it is, so
 the page and the CLI cannot show different numbers. `?fragment=1` returns the page's body only:
 the page's script asks `/changes` every 2 s whether the store moved and, when it did, swaps the
 body in place (no reload). With a token, every request must carry it (`?token=`, which also sets
@@ -71,7 +71,7 @@ class Pages:
             reader.close()
 
     def session_doc(self, request: Request) -> dict:
-        from opsdctl.cli.commands.status import gather_status
+        from opsdctl.cli.documents.status import gather_status
 
         recent = request.query_params.get("recent", "10")
         if not recent.isdigit():
@@ -79,20 +79,20 @@ class Pages:
         return self._read(lambda reader: gather_status(self.cfg, reader, int(recent)))
 
     def compare_doc(self, request: Request) -> dict:
-        from opsdctl.cli.commands.compare import compare_report
+        from opsdctl.cli.documents.compare import compare_document
 
         q = request.query_params
-        return self._read(lambda reader: compare_report(
+        return self._read(lambda reader: compare_document(
             self.cfg, reader, q.getlist("variant") or None, q.get("baseline"), q.get("family"),
             q.get("pool_code") in ("1", "true")).to_json())  # the page's document
 
     def variant_doc(self, request: Request) -> dict:
-        from opsdctl.stats.scores import show_doc
+        from opsdctl.cli.documents.variant import variant_doc
 
-        return self._read(lambda reader: show_doc(reader, request.path_params["ref"]))
+        return self._read(lambda reader: variant_doc(reader, request.path_params["ref"]))
 
     def chain_doc(self, request: Request) -> dict:
-        from opsdctl.cli.commands.chain import chain_doc
+        from opsdctl.cli.documents.chain import chain_doc
 
         return self._read(lambda reader: chain_doc(reader, request.path_params["chain_id"]))
 
@@ -125,7 +125,9 @@ class Pages:
         entries = doc.get("variants", [])
         full = [e for e in entries if not e.get("partial")]
         lo, hi = svg.axis_range([x for e in full for x in (e.get("ci_low"), e.get("ci_high"), e.get("delta"))])
-        return {"full": full, "partial": [e for e in entries if e.get("partial")],
+        from opsdctl.cli.cells import settle_cell
+
+        return {"full": full, "partial": [e for e in entries if e.get("partial")], "settle": settle_cell,
                 "bar": lambda e: svg.interval_bar(e.get("ci_low"), e.get("ci_high"), e.get("delta"), lo, hi)}
 
     def variant_view(self, doc: dict) -> dict:

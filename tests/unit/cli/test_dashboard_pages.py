@@ -45,3 +45,22 @@ def test_interval_bar_sits_on_the_shared_axis():
 def test_text_from_the_store_is_escaped_in_svg():
     strip = svg.problem_strip([{"id": "<b>1</b>", "correct": 3, "samples": 4}])
     assert "<b>" not in strip and "&lt;b&gt;1&lt;/b&gt;: 3/4" in strip
+
+
+def test_compare_page_leads_with_the_answer_in_compares_order():
+    """The page follows `opsdctl compare`: what to submit now, what to run next, the table, then
+    the notes (the next actions in full, the noise)."""
+    top = {"action": "repeat", "variant": "a", "text": "one more run of a: +0.40 expected official points, 40 min"}
+    doc = {"baseline": {"name": "baseline", "mean": 54.2, "n": 5, "source": "runs"}, "noise": {"s": 1.4, "nu": 4},
+           "variants": [{**ENTRY, "forecast": {"mean": 55.1, "low80": 53.9, "high80": 56.3, "p_best": 0.6}}],
+           "advice": [top], "run_next": top, "notes": ["a note"],
+           "submit": {"leader": "a", "variant": "a", "verdict": "undecided", "rule": "r",
+                      "forecast": {"mean": 55.1, "low80": 53.9, "high80": 56.3, "p_best": 0.6}}}
+    html = _render("compare", doc)
+    at = [html.index(x) for x in ('id="submit"', 'id="run-next"', 'id="compare"', 'id="advice"', "<h2>Noise</h2>",
+                                  "a note")]
+    assert at == sorted(at)
+    assert 'Submit now:</b> <a href="/variant/a">a</a>, forecast 55.10' in html and "one more run of a" in html
+    released = _render("compare", {**doc, "submit": {**doc["submit"], "variant": None, "leader": "baseline"},
+                                   "run_next": None, "advice": []})
+    assert "the released recipe (baseline)" in released and "no ranking yet" in released

@@ -28,13 +28,14 @@ def steady(doc):
 
 
 def documents(cfg, reader) -> tuple[dict, dict, dict]:
-    from opsdctl.cli.commands.compare import compare_report
-    from opsdctl.cli.commands.status import gather_status
+    from opsdctl.cli.documents.compare import compare_document
+    from opsdctl.cli.documents.status import gather_status
+    from opsdctl.plan.read_context import read_context
     from opsdctl.plan.store_report import compare_doc
 
     status = gather_status(cfg, reader, None)
-    compare = compare_report(cfg, reader).to_json()  # what `compare --json` prints
-    some = compare_doc(cfg, reader, ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01",
+    compare = compare_document(cfg, reader).to_json()  # what `compare --json` prints
+    some = compare_doc(read_context(cfg, reader), ["cosine@v1", "token-clip"], "baseline", family="since:2000-01-01",
                        pool_code=True).to_json()
     return steady(status), steady(compare), steady(some)
 
@@ -57,7 +58,7 @@ def test_status_and_compare_read_the_same_through_sqlite3_and_sqlalchemy(filled)
 
 def run_documents(reader) -> tuple[dict, dict]:
     """`show --json` of every variant and `chain --json` of every chain of the filled store."""
-    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.cli.documents.chain import chain_doc
     from opsdctl.stats.scores import show_doc
 
     return ({ref: show_doc(reader, ref) for ref in ("baseline", "cosine@v1", "cosine", "token-clip", "base")},
@@ -67,7 +68,7 @@ def run_documents(reader) -> tuple[dict, dict]:
 def test_show_and_chain_read_the_same_through_sqlite3_and_sqlalchemy(filled):
     """`show`, `chain` and the dashboard's variant and chain pages read a variant's runs through
     the Reader (never an ORM session): the same documents through either driver."""
-    from opsdctl.cli.commands.chain import chain_doc
+    from opsdctl.cli.documents.chain import chain_doc
     from opsdctl.stats.scores import show_doc
     from opsdctl.store.open_read import open_reader
 
