@@ -2,7 +2,8 @@
 
 The bet, not the claim: the candidate with the highest forecast of its official 5-run mean
 (opsdctl.stats.forecast, shrunk across the family), provided that forecast is above the
-baseline's; else the baseline's empty recipe. Partial evaluations and what has no recipe never
+baseline's and its P(official mean above the baseline's) is at least opsdctl.stats.bet.P_SUBMIT;
+else the baseline's empty recipe (the rule itself: opsdctl.stats.bet.choose). Partial evaluations and what has no recipe never
 lead. `export-recipe --leader`, the worker's `[export]`, `opsdctl demo`, the simulator and the
 decision benchmark all call `pick_leader`, so what they score is what a user submits.
 """
@@ -13,10 +14,12 @@ import json
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, TypeVar
 
+from opsdctl.stats import bet
 from opsdctl.stats.report import NO_FORECAST, Entry, Forecast, Report
 
-RULE_CANDIDATE = "the highest forecast official mean, above the baseline's"
-RULE_BASELINE = "no candidate's forecast official mean is above the baseline's: the baseline's empty recipe"
+RULE_CANDIDATE = f"the highest forecast official mean, above the baseline's with P >= {bet.P_SUBMIT:.2f}"
+RULE_BASELINE = (f"no candidate's forecast official mean is above the baseline's with P >= {bet.P_SUBMIT:.2f}: "
+                 "the baseline's empty recipe")
 
 T = TypeVar("T")
 
@@ -53,10 +56,11 @@ def pick_leader(report: Report, exportable: Callable[[str], bool] = lambda label
 
 
 def leading(candidates: Sequence[T], forecast_of: Callable[[T], object], baseline_mean: Optional[float]) -> Optional[T]:
-    """The rule itself: of `candidates` (each with a forecast: `.mean`, `.p_best`), the highest
-    forecast mean, a tie to the higher p_best, if it is above the baseline's mean (or there is none
-    to beat); None: the baseline."""
+    """Of `candidates` (each with a forecast: `.mean`, `.p_above_baseline`, `.p_best`), the one
+    opsdctl.stats.bet.choose submits (a tie on the mean to the higher p_best); None: the baseline."""
     if not candidates:
         return None
-    best = max(candidates, key=lambda c: (forecast_of(c).mean, forecast_of(c).p_best or 0.0))
-    return best if baseline_mean is None or forecast_of(best).mean > baseline_mean else None
+    fs = [forecast_of(c) for c in candidates]
+    i = bet.choose([f.mean for f in fs], [getattr(f, "p_above_baseline", None) for f in fs], baseline_mean,
+                   tie=[getattr(f, "p_best", None) for f in fs])
+    return None if i is None else candidates[i]

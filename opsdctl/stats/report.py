@@ -50,6 +50,7 @@ class Forecast(_Json):
     high80: Optional[float] = None
     p_above_reference: Optional[float] = None
     p_best: Optional[float] = None
+    p_above_baseline: Optional[float] = None  # a candidate's P(its official mean beats the baseline's)
 
 
 NO_FORECAST = Forecast()

@@ -9,11 +9,12 @@ from opsdctl.plan.submission import Leader, leading, pick_leader
 from tests.support.report_doc import report as typed
 
 
-def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best=0.2):
+def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best=0.2, p_gain=0.9):
     return {"name": name, "variants": [name.split(" @")[0]], "verdict": verdict, "p_beat": p_beat, "mean": mean,
             "n": n, "partial": partial, "forecast": {"mean": fc, "low80": None if fc is None else fc - 2,
                                                      "high80": None if fc is None else fc + 2,
-                                                     "p_above_reference": 0.5, "p_best": p_best}}
+                                                     "p_above_reference": 0.5, "p_best": p_best,
+                                                     "p_above_baseline": None if fc is None else p_gain}}
 
 
 def _report(*entries, base_fc=50.0):
@@ -33,6 +34,8 @@ def test_leader_rule_is_the_highest_forecast():
     # partial evaluations never lead, even with the highest forecast
     r = _report(_entry("a", "undecided", 0.7, fc=51.0), _entry("p", "undecided", 0.99, partial=True, fc=60.0))
     assert pick_leader(r).name == "a"
+    # ahead on the forecast but P(above the baseline) short of the threshold: the baseline
+    assert pick_leader(_report(_entry("a", "undecided", 0.6, fc=51.0, p_gain=0.5))).variant is None
     # none forecast above the baseline: the baseline's empty recipe, with the baseline's forecast
     base = pick_leader(_report(_entry("a", "undecided", 0.6, fc=49.9), _entry("w", "worse", 0.01, fc=45.0)))
     assert base.variant is None and base.name == "baseline" and "empty recipe" in base.rule
@@ -49,12 +52,18 @@ def test_the_rule_alone_on_bare_forecasts():
     # what pick_leader and the decision benchmark's rebuilt forecasts both apply
     from types import SimpleNamespace as F
 
-    fc = {"a": F(mean=52.0, p_best=0.30), "b": F(mean=52.0, p_best=0.31), "c": F(mean=51.0, p_best=0.5)}
+    fc = {"a": F(mean=52.0, p_best=0.30, p_above_baseline=0.9), "b": F(mean=52.0, p_best=0.31, p_above_baseline=0.9),
+          "c": F(mean=51.0, p_best=0.5, p_above_baseline=0.95)}
     assert leading(list(fc), fc.__getitem__, 50.0) == "b"  # a tie on the mean goes to the higher p_best
     assert leading(list(fc), fc.__getitem__, 52.0) is None  # equal to the baseline's is not above it
     assert leading(list(fc), fc.__getitem__, None) == "b"  # nothing to beat
     assert leading([], fc.__getitem__, 40.0) is None
-    assert leading(["a"], lambda n: F(mean=53.0, p_best=None), 50.0) == "a"  # no p_best: 0 for the tie
+    assert leading(["a"], lambda n: F(mean=53.0, p_best=None, p_above_baseline=0.9), 50.0) == "a"  # no p_best: 0
+    # ahead on the mean but not sure enough to beat the baseline: the next one that is, else the baseline
+    fc["b"] = F(mean=52.0, p_best=0.31, p_above_baseline=0.6)
+    assert leading(list(fc), fc.__getitem__, 50.0) == "a"
+    unsure = {"a": F(mean=55.0, p_best=0.9, p_above_baseline=0.79)}
+    assert leading(list(unsure), unsure.__getitem__, 50.0) is None
 
 
 def test_when_it_is_due():

@@ -1,0 +1,71 @@
+"""The bet's rules as pure functions: the forecast's noise estimate and the submission rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opsdctl.stats import bet
+
+
+def test_noise_keeps_the_published_sd_at_its_full_dof():
+    # one discordant pair of baseline runs (8 points apart: SS = 32 on 1 dof) moves s^2 as 1 dof does
+    s2, nu = bet.noise_estimate(32.0, 1, 1.48, 4)
+    assert nu == 5
+    assert s2 == pytest.approx((4 * 1.48**2 + 32.0) / 5, rel=1e-12)
+    assert np.sqrt(s2) < 3.0  # the verdicts' pooling let it jump to 5.6 with the prior discounted
+    # data of many dof still win: a true sd of 3 seen on 40 dof
+    s2, nu = bet.noise_estimate(9.0 * 40, 40, 1.48, 4)
+    assert np.sqrt(s2) == pytest.approx(np.sqrt((4 * 1.48**2 + 360.0) / 44), rel=1e-12) and np.sqrt(s2) > 2.8
+    assert bet.noise_estimate(0.0, 0, None) == (None, 0.0)
+    assert bet.noise_estimate(5.0, 2, None) == (2.5, 2.0)  # no prior: the local scatter alone
+    assert bet.noise_estimate(0.0, 0, 1.48) == pytest.approx((1.48**2, bet.PRIOR_DOF))
+
+
+def test_choose_needs_the_threshold_and_the_lead():
+    m, p = [55.0, 56.0, 54.0], [0.85, 0.7, 0.99]
+    assert bet.choose(m, p, 54.22) == 0  # 56 is ahead but not sure enough; 54.0 is not ahead
+    assert bet.choose(m, p, 54.22, threshold=0.6) == 1
+    assert bet.choose(m, p, 55.5) is None
+    assert bet.choose(m, [None, None, None], 50.0) is None  # no probability: never over a baseline
+    assert bet.choose(m, p, None) == 1  # nothing to beat: the highest forecast
+    assert bet.choose([], [], 50.0) is None
+    assert bet.choose([55.0, 55.0], [0.9, 0.9], 50.0, tie=[0.2, 0.3]) == 1
+    assert bet.choose([55.0, 55.0], [0.9, 0.9], 50.0, tie=[0.3, None]) == 0
+
+
+def test_p_above_baseline_is_the_normal_families_closed_form():
+    # one normal side, no spike, fixed scale, the run sd known: theta | data is normal, in closed form
+    from scipy.stats import norm
+
+    from opsdctl.stats import forecast as F
+
+    fam = F.FamilyPrior(null_share=0.0, null_strength=0.0, sides=(F.Side(1.0, 0.0, 1.0),), side_strength=0.0,
+                        scale_log_sd=0.0)
+    base = F.ArmRuns("b", (49.0, 51.0, 50.5, 49.5))
+    cand = F.ArmRuns("c", (52.0,))
+    post = F.posterior(base, [cand], F.NoiseParts(1.0, 0.0), F.PublishedRef(50.0, 1.0, 5), fam)
+    v = 1.0 + 1.0 / 4  # the candidate's run against the baseline's four
+    mean, var = 2.0 / (1.0 + v), v / (1.0 + v)
+    assert post.p_effect_positive()[0] == pytest.approx(norm.cdf(mean / np.sqrt(var)), abs=1e-3)
+    fc = post.forecasts(draws=2000)
+    assert fc[0].p_above_baseline is None and fc[1].p_above_baseline == pytest.approx(norm.cdf(mean / np.sqrt(var)), abs=1e-3)
+
+
+def test_a_null_spike_counts_nothing_above_the_baseline():
+    from opsdctl.stats import forecast as F
+
+    fam = F.FamilyPrior(null_share=1.0 - 1e-9, null_strength=0.0, sides=(F.Side(1.0, 0.0, 1.0),), side_strength=0.0,
+                        scale_log_sd=0.0)
+    post = F.posterior(F.ArmRuns("b", (50.0, 50.0)), [F.ArmRuns("c", (50.5,))], F.NoiseParts(1.0, 0.0),
+                       F.PublishedRef(50.0, 1.0, 5), fam)
+    assert post.p_effect_positive()[0] < 1e-6
+
+
+def test_the_baseline_forecast_does_not_follow_candidates_without_local_baseline_runs():
+    from opsdctl.stats import forecast as F
+
+    noise, ref = F.NoiseParts(1.48**2, 0.0, 4.0), F.PublishedRef(54.22, 1.48, 5, 1.5)
+    low = F.posterior(F.ArmRuns("b"), [F.ArmRuns(f"c{i}", (50.0, 51.0)) for i in range(4)], noise, ref)
+    high = F.posterior(F.ArmRuns("b"), [F.ArmRuns(f"c{i}", (58.0, 59.0)) for i in range(4)], noise, ref)
+    assert low.mean[0] == pytest.approx(54.22, abs=1e-9) and high.mean[0] == pytest.approx(54.22, abs=1e-9)
