@@ -50,13 +50,24 @@ def choose(forecast_mean: Sequence[float], p_above_baseline: Sequence[Optional[f
     m = np.asarray(forecast_mean, dtype=np.float64)
     if m.size == 0:
         return None
-    if baseline_mean is None:
-        ok = np.ones(m.size, dtype=bool)
-    else:
-        p = np.array([-1.0 if x is None else float(x) for x in p_above_baseline])
-        ok = (p >= threshold) & (m > float(baseline_mean))
-    if not ok.any():
-        return None
+    nothing = baseline_mean is None
+    p = np.array([-1.0 if x is None else float(x) for x in p_above_baseline]) if not nothing else np.ones(m.size)
     t = np.zeros(m.size) if tie is None else np.array([0.0 if x is None else float(x) for x in tie])
-    order = np.lexsort((t, np.where(ok, m, -np.inf)))  # the last is the highest mean, then tie
-    return int(order[-1])
+    i = int(choose_many(m[None, :], p[None, :], np.array([-np.inf if nothing else float(baseline_mean)]),
+                        threshold, t[None, :])[0])
+    return None if i < 0 else i
+
+
+def choose_many(mean: np.ndarray, p: np.ndarray, baseline: np.ndarray, threshold: float = P_SUBMIT,
+                tie: Optional[np.ndarray] = None) -> np.ndarray:
+    """`choose` over many scenarios at once (rows): mean, p (scenarios, candidates), baseline
+    (scenarios,); the chosen candidate's index per row, -1 for the baseline. What advise's
+    what-ifs decide with (opsdctl.stats.knowledge_gradient.thresholded_gain)."""
+    ok = (p >= threshold) & (mean > baseline[:, None])
+    m = np.where(ok, mean, -np.inf)
+    best = m.max(axis=1, keepdims=True)
+    if tie is None:
+        idx = np.argmax(m, axis=1)
+    else:  # among the highest means, the highest tie (the first of equals)
+        idx = np.argmax(np.where(m == best, tie, -np.inf), axis=1)
+    return np.where(ok.any(axis=1), idx, -1)

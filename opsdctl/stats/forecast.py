@@ -25,32 +25,13 @@ the training part of the run-to-run noise, eval_var the eval-sampling variance o
 evaluation (a run without counts gets train_var + eval_var). The official score depends on B
 alone, and local baseline runs see B + d: with a prior on d they would lend B part of any setup
 offset, so whenever local baseline runs and the published reference can both measure d it gets
-no prior, B comes from the reference and the local runs measure the effects.
+no prior, B comes from the reference and the local runs measure the effects. Without a local
+baseline run B is still the reference's alone (a cut: the candidates place L = B + d, and through
+L they would move the baseline's forecast with the family's guess of how many of them are null).
 
-Why a spike and slab: most ideas do nothing, a normal family cannot say so. It shrank every
-effect by the same factor, so a null idea with a lucky run kept half its luck (the forecast
-rule then submitted it) and its P(above the reference) was far too sure (0.04 where 0.11 came
-true). The spike pulls a small effect to 0 and leaves a large one nearly alone. Why two sides:
-an idea that does something moves the score by a point or more, one way or the other; a single
-normal slab put mass near 0 as well, so an idea seen once a point or two down kept too much
-chance of being a null and P(above the reference) was too cautious (0.122 off in the worst decile
-with the sd known, against 0.042 with two sides: benchmarks/calibration_shapes.py).
-
-Why sigma is a dimension of the grid: the run variance is estimated from a few repeats (1-2 dof in
-a 6-hour session) and the published sd. Plugging s^2 in (or a Student t around it) ignored that the
-shrinkage depends on it: a session whose true sd was 2.5 under the published 1.48 got
-p_above_reference 0.21 off in its worst decile that way. So every node of sigma^2's posterior
-shrinks at its own sigma.
-
-Why the arms' means weigh sigma's nodes only at the power SIGMA_BY_ARMS (a tempered, semi-modular
-posterior): under the family, candidates far apart say the noise is larger than its estimate, and
-a session at sd 2.5 needs that. But the same spread is what the family's scale is learned from, and
-the family's sides are normals where real effects are not: at full weight the family's misfit moved
-sigma, sessions at the published sd came out too unsure and noisy ones too sure. Cut off entirely
-(power 0) the forecast is better calibrated but shrinks too hard, and the submission's regret rises
-by 0.05 points. At 1/4 it is as well calibrated as the cut and the regret stays within 0.01 of the
-full posterior's (benchmarks/calibration_shapes.py sets the powers side by side on the same
-sessions; the figures are in docs/advise.md).
+Why a two-sided spike and slab, why sigma is a dimension of the grid, and why the arms weigh its
+nodes at the power SIGMA_BY_ARMS: docs/decision.md, with the figures that chose them; where they
+stop holding: the world suite (benchmarks/worlds.py, docs/decision.md's "What it assumes").
 
 Computation: given sigma, the hyperparameters (pi, rho, k) and the local baseline level L = B + d,
 the candidates are independent and each one's posterior is a three-part mixture in closed form; B

@@ -69,3 +69,48 @@ def test_the_baseline_forecast_does_not_follow_candidates_without_local_baseline
     low = F.posterior(F.ArmRuns("b"), [F.ArmRuns(f"c{i}", (50.0, 51.0)) for i in range(4)], noise, ref)
     high = F.posterior(F.ArmRuns("b"), [F.ArmRuns(f"c{i}", (58.0, 59.0)) for i in range(4)], noise, ref)
     assert low.mean[0] == pytest.approx(54.22, abs=1e-9) and high.mean[0] == pytest.approx(54.22, abs=1e-9)
+
+
+def _belief(lead=0.6, sd=1.0):
+    from opsdctl.stats.belief import Belief
+
+    # z = (B, d, D1, D2): B known well, D1 the leader short of the threshold, D2 behind
+    mean = np.array([54.0, 0.0, lead, -0.5])
+    cov = np.diag([0.3, 0.5, sd**2, 1.0])
+    return Belief(("baseline", "a", "b"), mean, cov, 2.0, None, 0.0, 2.0)
+
+
+def test_a_confirmatory_run_matches_a_direct_simulation_of_the_what_if():
+    from scipy.special import ndtr
+
+    from opsdctl.stats import forecast as F
+
+    b = _belief()
+    k, h, s2 = 3, F.obs_row(1, 3), b.s2
+    rng = np.random.default_rng(5)
+    n = 200_000
+    x = rng.multivariate_normal(b.mean, b.cov, n)  # the state drawn from the belief
+    y = x @ h + np.sqrt(s2) * rng.standard_normal(n)  # the run it would score
+    sh = b.cov @ h
+    v = h @ sh + s2
+    post_mean = b.mean[None, :] + np.outer((y - h @ b.mean) / v, sh)  # Kalman, draw by draw
+    post_cov = b.cov - np.outer(sh, sh) / v
+    a = F.official_map(k)
+    m = post_mean @ a.T
+    c = a @ post_cov @ a.T
+    sd = np.sqrt(np.diag(c)[1:] + c[0, 0] - 2 * c[0, 1:])
+    i = bet.choose_many(m[:, 1:], ndtr((m[:, 1:] - m[:, :1]) / sd), m[:, 0])
+    value = np.where(i >= 0, np.take_along_axis(m[:, 1:] - m[:, :1], np.maximum(i, 0)[:, None], 1)[:, 0], 0.0)
+    c0 = a @ b.cov @ a.T
+    sd0 = np.sqrt(np.diag(c0)[1:] + c0[0, 0] - 2 * c0[0, 1:])
+    m0 = a @ b.mean
+    j = bet.choose(m0[1:], ndtr((m0[1:] - m0[0]) / sd0), m0[0])
+    now = 0.0 if j is None else m0[1 + j] - m0[0]
+    assert j is None  # the leader is short of the threshold today
+    assert b.gain_confirm(1) == pytest.approx(max(0.0, value.mean() - now), abs=4 * value.std() / np.sqrt(n) + 2e-3)
+    assert b.gain_confirm(1) > 0.05
+
+
+def test_a_sure_leader_needs_no_confirmation():
+    sure = _belief(lead=6.0, sd=0.3)
+    assert sure.gain_confirm(1) < 1e-6
