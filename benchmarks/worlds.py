@@ -115,12 +115,21 @@ def _row(rep, lead, true: dict, true_base: float, sd: float, rng) -> dict:
     picks = {"bet": lead.variant or "baseline", "local mean": _local_mean_pick(rep), "baseline": "baseline"}
     arms = []
     fc = {"baseline": rep.baseline.forecast, **{e.name: e.forecast for e in rep.full}}
+    local = {"baseline": rep.baseline.mean, **{e.name: e.mean for e in rep.full}}
+    extra = {}  # what other rules would read: P(effect < 0), P(effect < -1) (forecast_read.p_effect)
+    post = rep.posterior
+    if post is not None and len(post.names) > 1:
+        from opsdctl.stats.forecast_read import p_effect
+
+        neg, neg1 = p_effect(post.mixture, 0.0, above=False), p_effect(post.mixture, -1.0, above=False)
+        extra = {n: (float(a), float(b)) for n, a, b in zip(post.names[1:], neg, neg1)}
     for name, f in fc.items():
         if f.mean is None:
             continue
         official = true_base + true[name] + rng.normal(0.0, sd / math.sqrt(5))
         arms.append({"name": name, "effect": true[name], "mean": f.mean, "low80": f.low80, "high80": f.high80,
-                     "p_above": f.p_above_reference, "p_gain": f.p_above_baseline,
+                     "p_above": f.p_above_reference, "p_gain": f.p_above_baseline, "local": local.get(name),
+                     "p_neg": extra.get(name, (None, None))[0], "p_neg1": extra.get(name, (None, None))[1],
                      "official": official, "above": official > PUBLISHED})
     return {"gain": {r: true[p] for r, p in picks.items()}, "picks": picks, "arms": arms}
 
@@ -200,32 +209,45 @@ def goals(f: dict) -> dict:
             "cover_submitted": f["cover_submitted"] is None or f["cover_submitted"] >= COVER_SUBMITTED}
 
 
-def sweep(results: dict, thresholds=(0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)) -> list[str]:
-    """The gain and P(worse by > 1) goals at other thresholds of opsdctl.stats.bet.choose, on the
-    same sessions' forecasts (what P_SUBMIT was chosen by, on the tune seeds)."""
+SWEEP = {  # rule family -> (what it reads per candidate as P(ok), thresholds on P(ok))
+    "P(effect > 0)": (lambda a: a["p_gain"], (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)),
+    "1 - P(effect < 0)": (lambda a: None if a["p_neg"] is None else 1.0 - a["p_neg"], (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)),
+    "1 - P(effect < -1)": (lambda a: None if a["p_neg1"] is None else 1.0 - a["p_neg1"],
+                           (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)),
+    "forecast mean alone": (lambda a: 1.0, (0.0,)),
+}
+
+
+def sweep(results: dict) -> list[str]:
+    """The gain and P(worse by > 1) goals under other rules of opsdctl.stats.bet.choose's form (the
+    highest forecast above the baseline's, among candidates whose P(ok) >= a threshold), on the
+    same sessions' forecasts: what the rule and P_SUBMIT were chosen by, on the tune seeds."""
     from opsdctl.stats.bet import choose
 
-    lines = ["| threshold | worlds x layouts failing gain | failing P(worse by > 1) | worst gain margin | worst P(worse) |",
-             "|---|---|---|---|---|"]
-    for t in thresholds:
-        fail_g, fail_w, margin, worst = [], [], math.inf, 0.0
-        for key, rows in results.items():
-            gains = []
-            for x in rows:
-                base = next((a for a in x["arms"] if a["name"] == "baseline"), None)
-                cands = [a for a in x["arms"] if a["name"] != "baseline"]
-                i = choose([a["mean"] for a in cands], [a["p_gain"] for a in cands], None if base is None else base["mean"], t)
-                gains.append(0.0 if i is None else cands[i]["effect"])
-            g = np.array(gains)
-            bar = max(float(np.mean([x["gain"]["local mean"] for x in rows])), 0.0) - GAIN_SLACK
-            margin = min(margin, float(g.mean()) - bar)
-            worst = max(worst, float(np.mean(g < -1)))
-            if g.mean() < bar:
-                fail_g.append(key)
-            if np.mean(g < -1) > P_WORSE_MAX:
-                fail_w.append(key)
-        lines.append(f"| {t:.2f} | {len(fail_g)} {', '.join(fail_g[:3])} | {len(fail_w)} {', '.join(fail_w[:3])} "
-                     f"| {margin:+.3f} | {worst:.3f} |")
+    lines = ["| rule: P(ok) | threshold | cells failing gain | failing P(worse by > 1) | worst gain margin "
+             "| worst P(worse) | mean gain over cells |", "|---|---|---|---|---|---|---|"]
+    for rule, (p_ok, thresholds) in SWEEP.items():
+        for t in thresholds:
+            fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
+            for key, rows in results.items():
+                gains = []
+                for x in rows:
+                    base = next((a for a in x["arms"] if a["name"] == "baseline"), None)
+                    cands = [a for a in x["arms"] if a["name"] != "baseline"]
+                    i = choose([a["mean"] for a in cands], [p_ok(a) for a in cands],
+                               None if base is None else base["mean"], t)
+                    gains.append(0.0 if i is None else cands[i]["effect"])
+                g = np.array(gains)
+                bar = max(float(np.mean([x["gain"]["local mean"] for x in rows])), 0.0) - GAIN_SLACK
+                margin = min(margin, float(g.mean()) - bar)
+                worst = max(worst, float(np.mean(g < -1)))
+                means.append(float(g.mean()))
+                if g.mean() < bar:
+                    fail_g.append(key)
+                if np.mean(g < -1) > P_WORSE_MAX:
+                    fail_w.append(key)
+            lines.append(f"| {rule} | {t:.2f} | {len(fail_g)} | {len(fail_w)} | {margin:+.3f} | {worst:.3f} "
+                         f"| {np.mean(means):+.3f} |")
     return lines
 
 

@@ -93,12 +93,23 @@ def p_effect_positive(mx) -> np.ndarray:
     """P(theta_c > 0) for each candidate: its official mean above the baseline's (the same
     official runs' noise on both sides left out: the submission is judged by its true mean). A
     null idea's effect is exactly 0, so only its slab's sides count."""
+    return p_effect(mx, 0.0, above=True)
+
+
+def p_effect(mx, x: float, above: bool) -> np.ndarray:
+    """P(theta_c > x) (above) or P(theta_c < x) for each candidate, the null spike at 0 counted
+    on the side of x it falls."""
     from scipy.special import ndtr
 
     if mx.slab.shape[1] == 0:
         return np.zeros(0)
-    z = ndtr(mx.slab_mean / np.sqrt(np.maximum(mx.slab_var, 1e-300)))
-    return np.clip(mx.weight @ np.sum(mx.slab * z, axis=2), 0.0, 1.0)
+    z = (mx.slab_mean - x) / np.sqrt(np.maximum(mx.slab_var, 1e-300))
+    side = np.sum(mx.slab * ndtr(z if above else -z), axis=2)
+    null = 1.0 - mx.slab.sum(axis=2)
+    if (0.0 > x) if above else (0.0 < x):
+        side = side + null
+    return np.clip(mx.weight @ side, 0.0, 1.0)
+
 
 def p_best(mx, draws: int, seed: int) -> np.ndarray:
     """P(arm i's official mean is the highest), a seeded Monte Carlo over the mixture (the same
