@@ -115,7 +115,9 @@ def _row(rep, lead, true: dict, true_base: float, sd: float, rng) -> dict:
     picks = {"bet": lead.variant or "baseline", "local mean": _local_mean_pick(rep), "baseline": "baseline"}
     arms = []
     fc = {"baseline": rep.baseline.forecast, **{e.name: e.forecast for e in rep.full}}
-    local = {"baseline": rep.baseline.mean, **{e.name: e.mean for e in rep.full}}
+    b_runs = [y for y in rep.baseline.runs if y is not None]
+    local = {"baseline": float(np.mean(b_runs)) if b_runs else None, **{e.name: e.mean for e in rep.full}}
+    runs = {"baseline": len(b_runs), **{e.name: e.n for e in rep.full}}
     extra = {}  # what other rules would read: P(effect < 0), P(effect < -1) (forecast_read.p_effect)
     post = rep.posterior
     if post is not None and len(post.names) > 1:
@@ -128,10 +130,12 @@ def _row(rep, lead, true: dict, true_base: float, sd: float, rng) -> dict:
             continue
         official = true_base + true[name] + rng.normal(0.0, sd / math.sqrt(5))
         arms.append({"name": name, "effect": true[name], "mean": f.mean, "low80": f.low80, "high80": f.high80,
-                     "p_above": f.p_above_reference, "p_gain": f.p_above_baseline, "local": local.get(name),
+                     "p_above": f.p_above_reference, "p_gain": f.p_above_baseline, "local": local.get(name), "n": runs.get(name),
                      "p_neg": extra.get(name, (None, None))[0], "p_neg1": extra.get(name, (None, None))[1],
                      "official": official, "above": official > PUBLISHED})
-    return {"gain": {r: true[p] for r, p in picks.items()}, "picks": picks, "arms": arms}
+    noise = None if post is None else post.inputs.noise
+    return {"gain": {r: true[p] for r, p in picks.items()}, "picks": picks, "arms": arms,
+            "s2": None if noise is None else noise.run_var, "nu": None if noise is None else noise.dof}
 
 
 def fixed_session(world: World, layout: str, seed: int, i: int) -> dict:
@@ -218,6 +222,25 @@ SWEEP = {  # rule family -> (what it reads per candidate as P(ok), thresholds on
 }
 
 
+def _normal_family_pick(x: dict, threshold: float, mu_sd: float, tau_min: float) -> float:
+    """opsdctl.stats.bet's rule at other constants on one session's row (the offset's sd at the
+    config's 1.0, where compare may widen it): the true effect of what it submits."""
+    from opsdctl.stats import bet
+
+    base = next(a for a in x["arms"] if a["name"] == "baseline")
+    c = [a for a in x["arms"] if a["name"] != "baseline" and a.get("local") is not None]
+    if not c or x.get("s2") is None:
+        return 0.0
+    level = bet.baseline_level(base["local"], base["n"] or 0, x["s2"], PUBLISHED, 5, 1.0)
+    m, p = bet.effect_posterior([a["local"] - level[0] for a in c], [x["s2"] / a["n"] for a in c], level[1], x["nu"],
+                                mu_sd, tau_min)
+    i = bet.choose(m, p, 0.0, threshold)
+    return 0.0 if i is None else c[i]["effect"]
+
+
+NORMAL_SWEEP = [(t, mu_sd, tau) for mu_sd in (0.5, 1.0) for tau in (0.5, 1.0) for t in (0.5, 0.6, 0.7)]
+
+
 def sweep(results: dict) -> list[str]:
     """The gain and P(worse by > 1) goals under other rules of opsdctl.stats.bet.choose's form (the
     highest forecast above the baseline's, among candidates whose P(ok) >= a threshold), on the
@@ -248,6 +271,17 @@ def sweep(results: dict) -> list[str]:
                     fail_w.append(key)
             lines.append(f"| {rule} | {t:.2f} | {len(fail_g)} | {len(fail_w)} | {margin:+.3f} | {worst:.3f} "
                          f"| {np.mean(means):+.3f} |")
+    for t, mu_sd, tau in NORMAL_SWEEP:  # the rule itself (bet.submit) at other constants
+        fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
+        for key, rows in results.items():
+            g = np.array([_normal_family_pick(x, t, mu_sd, tau) for x in rows])
+            bar = max(float(np.mean([x["gain"]["local mean"] for x in rows])), 0.0) - GAIN_SLACK
+            margin, worst = min(margin, float(g.mean()) - bar), max(worst, float(np.mean(g < -1)))
+            means.append(float(g.mean()))
+            fail_g += [key] if g.mean() < bar else []
+            fail_w += [key] if np.mean(g < -1) > P_WORSE_MAX else []
+        lines.append(f"| normal family, mu_sd {mu_sd:g}, tau_min {tau:g}: P(effect > 0) | {t:.2f} | {len(fail_g)} "
+                     f"| {len(fail_w)} | {margin:+.3f} | {worst:.3f} | {np.mean(means):+.3f} |")
     return lines
 
 

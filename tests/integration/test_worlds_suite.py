@@ -36,7 +36,7 @@ def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
         assert set(f["goals"]) == {"gain", "p_worse_1", "cover_arms", "cover_submitted"}
         assert f["baseline"]["gain"] == 0.0 and f["baseline"]["p_worse_1"] == 0.0  # submitting the baseline: 0
         assert 0.0 <= f["cover_arms"] <= 1.0
-    assert len(doc["sweep"]) == 2 + sum(len(t) for _, t in worlds.SWEEP.values())  # header, rule, a line each
+    assert len(doc["sweep"]) == 2 + sum(len(t) for _, t in worlds.SWEEP.values()) + len(worlds.NORMAL_SWEEP)
     md = (tmp_path / "worlds_tune.md").read_text()
     assert "| mostly harmful N(-1.5, 1) | 0+4x2 | 3 |" in md and "Threshold sweep" in md
 

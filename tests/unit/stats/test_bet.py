@@ -24,11 +24,11 @@ def test_noise_keeps_the_published_sd_at_its_full_dof():
 
 def test_choose_needs_the_threshold_and_the_lead():
     m, p = [55.0, 56.0, 54.0], [0.85, 0.7, 0.99]
-    assert bet.choose(m, p, 54.22) == 0  # 56 is ahead but not sure enough; 54.0 is not ahead
+    assert bet.choose(m, p, 54.22, threshold=0.8) == 0  # 56 is ahead but not sure enough; 54.0 is not ahead
     assert bet.choose(m, p, 54.22, threshold=0.6) == 1
-    assert bet.choose(m, p, 55.5) is None
+    assert bet.choose(m, p, 55.5, threshold=0.8) is None
     assert bet.choose(m, [None, None, None], 50.0) is None  # no probability: never over a baseline
-    assert bet.choose(m, p, None) == 1  # nothing to beat: the highest forecast
+    assert bet.choose(m, p, None, threshold=0.8) == 1  # nothing to beat: the highest forecast
     assert bet.choose([], [], 50.0) is None
     assert bet.choose([55.0, 55.0], [0.9, 0.9], 50.0, tie=[0.2, 0.3]) == 1
     assert bet.choose([55.0, 55.0], [0.9, 0.9], 50.0, tie=[0.3, None]) == 0
@@ -71,7 +71,7 @@ def test_the_baseline_forecast_does_not_follow_candidates_without_local_baseline
     assert low.mean[0] == pytest.approx(54.22, abs=1e-9) and high.mean[0] == pytest.approx(54.22, abs=1e-9)
 
 
-def _belief(lead=0.6, sd=1.0):
+def _belief(lead=0.2, sd=1.0):
     from opsdctl.stats.belief import Belief
 
     # z = (B, d, D1, D2): B known well, D1 the leader short of the threshold, D2 behind
@@ -114,3 +114,27 @@ def test_a_confirmatory_run_matches_a_direct_simulation_of_the_what_if():
 def test_a_sure_leader_needs_no_confirmation():
     sure = _belief(lead=6.0, sd=0.3)
     assert sure.gain_confirm(1) < 1e-6
+
+
+def test_the_effect_posterior_is_the_normal_models_closed_form():
+    # one candidate, tau fixed at 1 (its floor), mu ~ N(0, 1): theta ~ N(0, 2), x = theta + N(0, 1)
+    mean, p = bet.effect_posterior([1.0], [1.0], 0.0, None, mu_sd=1.0, tau_min=1.0)
+    assert mean[0] == pytest.approx(2.0 / 3.0, rel=1e-12)
+    from scipy.stats import norm, t
+
+    assert p[0] == pytest.approx(norm.cdf((2.0 / 3.0) / np.sqrt(2.0 / 3.0)), rel=1e-12)
+    _, pt = bet.effect_posterior([1.0], [1.0], 0.0, 4.0, mu_sd=1.0, tau_min=1.0)
+    assert pt[0] == pytest.approx(t.cdf((2.0 / 3.0) / np.sqrt(2.0 / 3.0), 4.0), rel=1e-12)
+    # the shared part (the baseline level's noise) widens every candidate but does not spread them
+    m1, p1 = bet.effect_posterior([2.0, -1.0, -2.0], [1.0] * 3, 0.0)
+    m2, p2 = bet.effect_posterior([2.0, -1.0, -2.0], [1.0] * 3, 2.0)
+    assert np.all(np.abs(m2) <= np.abs(m1) + 1e-12) and p2[0] < p1[0]
+
+
+def test_a_session_of_harmful_ideas_pulls_its_lucky_one_down():
+    lucky = [1.0, -2.0, -2.5, -1.5, -3.0, -2.0]  # one run each, s^2 about 2.2, a 2-run baseline
+    mean, p = bet.effect_posterior(lucky, [2.2] * 6, 1.1, 5.0)
+    assert mean[0] < 0.0 and bet.choose(mean, p, 0.0) is None
+    winner = [4.0, 0.3, -0.4, 0.5, -0.2, 0.1]  # one idea far above nulls
+    mean, p = bet.effect_posterior(winner, [2.2] * 6, 1.1, 5.0)
+    assert bet.choose(mean, p, 0.0) == 0 and p[0] > 0.8
