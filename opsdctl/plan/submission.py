@@ -56,14 +56,14 @@ def pick_leader(report: Report, exportable: Callable[[str], bool] = lambda label
 
 def run_noise(report: Report) -> Optional[tuple[float, Optional[float]]]:
     """(s^2, dof) the rule reads the runs with: the forecast's own estimate (opsdctl.stats.bet.
-    noise_estimate, the published sd at its full dof), else the forecast model's parts, else the
-    verdicts' pooled s; None without any."""
+    noise_estimate, the published sd at its full dof; `forecast_model.noise_var` in compare --json),
+    else the verdicts' pooled s; None without any."""
     post = report.posterior
     if post is not None:
         return post.inputs.noise.run_var, post.inputs.noise.dof
     fm = report.forecast_model
-    if fm is not None and fm.train_var is not None:
-        return fm.train_var + (fm.eval_var or 0.0), None
+    if fm is not None and fm.noise_var is not None:  # a report read back from compare --json
+        return fm.noise_var, fm.noise_dof
     if report.noise is not None and report.noise.s is not None:
         return report.noise.s**2, report.noise.nu or None
     return None

@@ -45,7 +45,8 @@ JSON (points; variances in points^2):
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);
   forecast_model: official_runs, spread (the slab's sd, points, posterior mean), spread_sd, spread_prior, train_var,
-            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
+            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval, noise_var and
+            noise_dof (the run variance estimate the forecast and the submission rule start from; opsdctl.stats.bet)
             (null without a noise estimate)
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
@@ -535,7 +536,8 @@ def _forecast_model(post: forecast.Posterior | None, reference: Reference | None
         official_runs=post.official_runs, spread=_f(post.spread), spread_sd=_f(post.spread_sd),
         spread_prior=round(forecast.FamilyPrior().spread, 2), train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
         reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
-        arms=tuple(post.names), interval=forecast.INTERVAL)
+        arms=tuple(post.names), interval=forecast.INTERVAL,
+        noise_var=_f(post.inputs.noise.run_var), noise_dof=_f(post.inputs.noise.dof))
 
 
 def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> report.Screen | None:

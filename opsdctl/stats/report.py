@@ -277,6 +277,8 @@ class ForecastModel(_Json):
     offset_sd: Optional[float]
     arms: tuple[str, ...]
     interval: float
+    noise_var: Optional[float] = None  # the run variance estimate the forecast and the submission rule start from
+    noise_dof: Optional[float] = None  # its dof (opsdctl.stats.bet.noise_estimate)
 
 
 @dataclass(frozen=True)

@@ -138,3 +138,21 @@ def test_a_session_of_harmful_ideas_pulls_its_lucky_one_down():
     winner = [4.0, 0.3, -0.4, 0.5, -0.2, 0.1]  # one idea far above nulls
     mean, p = bet.effect_posterior(winner, [2.2] * 6, 1.1, 5.0)
     assert bet.choose(mean, p, 0.0) == 0 and p[0] > 0.8
+
+
+def test_the_baseline_level_weighs_local_runs_and_the_published_mean_by_precision():
+    s2 = 2.0
+    level, var = bet.baseline_level(52.0, 2, s2, 54.0, 5, 1.0)
+    v_local, v_ref = s2 / 2, s2 / 5 + 1.0
+    assert var == pytest.approx(1.0 / (1.0 / v_local + 1.0 / v_ref), rel=1e-12)
+    assert level == pytest.approx((52.0 / v_local + 54.0 / v_ref) * var, rel=1e-12)
+    assert bet.baseline_level(None, 0, s2, 54.0, 5, 1.0) == pytest.approx((54.0, v_ref))
+    assert bet.baseline_level(52.0, 2, s2, None, 0, 1.0) == pytest.approx((52.0, v_local))
+    assert bet.baseline_level(None, 0, s2, None, 0, 1.0) is None
+
+
+def test_submit_reads_local_means_against_the_level():
+    level = (50.0, 0.5)
+    assert bet.submit([54.0, 50.5, 49.0], [2, 2, 2], level, 2.0, 5.0) == 0
+    assert bet.submit([50.6, 50.5, 49.0], [1, 1, 1], level, 2.0, 5.0) is None
+    assert bet.submit([], [], level, 2.0) is None
