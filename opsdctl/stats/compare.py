@@ -312,7 +312,7 @@ def _noise(grouped: _Runs, reference: Reference | None, notes: list[str]) -> tup
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
     # the forecast keeps the published sd at its full dof (opsdctl.stats.bet: why)
-    f_s2, f_nu = bet.noise_estimate(ss_local, nu_local, s0, nu0 if s0 is not None else 0)
+    f_s2, f_nu = bet.noise_estimate(ss_local, nu_local, s0, min(nu0, bet.PRIOR_DOF) if s0 is not None else 0)
     pool = _Pool(s2, nu, nu_local, split, forecast_noise(f_s2, inference.noise_split(f_s2, v_runs).v_eval, f_nu))
     noise = report.Noise(
         s=_f(pool.s), nu=nu, nu_local=nu_local, s_local=_f(check.s_local), tau2=_f(split.tau2),

@@ -10,7 +10,7 @@ from opsdctl.stats import bet
 
 def test_noise_keeps_the_published_sd_at_its_full_dof():
     # one discordant pair of baseline runs (8 points apart: SS = 32 on 1 dof) moves s^2 as 1 dof does
-    s2, nu = bet.noise_estimate(32.0, 1, 1.48, 4)
+    s2, nu = bet.noise_estimate(32.0, 1, 1.48, 4)  # the 4 dof the verdicts give it; the forecast gives it PRIOR_DOF
     assert nu == 5
     assert s2 == pytest.approx((4 * 1.48**2 + 32.0) / 5, rel=1e-12)
     assert np.sqrt(s2) < 3.0  # the verdicts' pooling let it jump to 5.6 with the prior discounted
