@@ -45,9 +45,8 @@ JSON (points; variances in points^2):
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);
   forecast_model: official_runs, spread (the slab's sd, points, posterior mean), spread_sd, spread_prior, train_var,
-            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval, noise_var and
-            noise_dof (the run variance estimate the forecast and the submission rule start from; opsdctl.stats.bet)
-            (null without a noise estimate)
+            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval, noise_var,
+            noise_dof (the forecast's and the submission rule's estimate: stats.bet); null without noise
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
