@@ -9,7 +9,7 @@ The verdicts' pooling (opsdctl.stats.inference.prior_check) lets the local scatt
 prior; one discordant pair of baseline runs then left it 0.13 of its 4 dof and the forecast's
 intervals tripled. Here data move s^2 as data of their dof do, no more. Why 2 of the published
 sd's 4 dof: it was measured on the official setup, not yours, and at 4 a true sd of 3.0 kept the
-estimate near 1.48 through a session's 1-4 local dof (80% intervals covered 64-75% of arms on the
+estimate near 1.48 through a session's 1-4 local dof (80% intervals covered 67-75% of arms on the
 world suite's tune seeds; at 2, 71-80%, and the other worlds unchanged).
 
 The submission. Each candidate's effect (its official mean minus the baseline's) under a normal
