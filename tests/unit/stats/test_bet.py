@@ -156,3 +156,19 @@ def test_submit_reads_local_means_against_the_level():
     assert bet.submit([54.0, 50.5, 49.0], [2, 2, 2], level, 2.0, 5.0) == 0
     assert bet.submit([50.6, 50.5, 49.0], [1, 1, 1], level, 2.0, 5.0) is None
     assert bet.submit([], [], level, 2.0) is None
+
+
+def test_one_discordant_pair_does_not_erase_the_published_sd_in_compare():
+    # layout 2 + 6x1: the only local dof is a baseline pair 8 points apart
+    from opsdctl.config import Reference
+    from opsdctl.stats.compare import RunRecord, build_report
+
+    runs = [RunRecord("baseline", 1, 50.0, 12, 30, None, None, False), RunRecord("baseline", 2, 58.0, 12, 30, None, None, False)]
+    runs += [RunRecord(f"i{k}", 10 + k, 54.0 + d, 12, 30, None, None, False) for k, d in enumerate((0.5, -1, 1, 0, -2, 2))]
+    rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5))
+    fm = rep.forecast_model
+    assert fm.noise_var == pytest.approx((bet.PRIOR_DOF * 1.48**2 + 32.0) / (bet.PRIOR_DOF + 1), rel=1e-9)
+    assert fm.noise_dof == bet.PRIOR_DOF + 1
+    assert rep.noise.s > np.sqrt(fm.noise_var)  # the verdicts' pooling discounted the prior; the forecast's did not
+    widths = [e.forecast.high80 - e.forecast.low80 for e in rep.full]
+    assert max(widths) < 8.0  # were ~9.5 with the prior discounted
