@@ -160,13 +160,17 @@ def forecast_again(row: dict, true_sd: bool, fixed_family: bool, power: float | 
 
 
 def _pick_regret(row: dict, forecasts: dict) -> float:
-    """The leader rule (opsdctl.plan.submission.leading, what pick_leader applies) on `forecasts`
-    (arm -> its forecast), scored by the arms' true effects against the best arm tried."""
-    from opsdctl.plan.submission import leading
+    """The forecast-mean rule (the highest forecast mean above the baseline's: what pick_leader applied
+    before opsdctl.stats.bet's rule) on `forecasts` (arm -> its forecast), scored by the arms' true
+    effects against the best arm tried: a measure of the forecast's shapes, not of today's rule."""
+    from opsdctl.stats.bet import choose
 
     effect = {a["name"]: a["effect"] for a in row["arms"]}
     base = row["arms"][0]["name"]  # the forecast's arm 0 is the baseline
-    pick = leading([n for n in forecasts if n != base], forecasts.__getitem__, forecasts[base].mean) or base
+    names = [n for n in forecasts if n != base]
+    i = choose([forecasts[n].mean for n in names], [1.0] * len(names), forecasts[base].mean, 0.0,
+               tie=[forecasts[n].p_best for n in names])
+    pick = base if i is None else names[i]
     return max(effect.values()) - effect[pick]
 
 

@@ -10,9 +10,9 @@ runs behind its evidence change (so the header never goes stale), so a session t
 late on purpose: a workspace's own train script often reads its recipe from that very file.
 
 The leader (opsdctl.plan.submission.pick_leader, on the compare report: the same numbers `compare`
-prints) is the bet, not the claim: the candidate with the highest forecast of its official 5-run
-mean (opsdctl.stats.forecast: shrunk across the family, so the best-looking of several noisy
-candidates is not taken at face value), provided that forecast is above the baseline's; else the
+prints) is the bet, not the claim: the candidate most likely to beat the baseline by the most,
+shrunk across the session's candidates so the best-looking of several noisy ones is not taken at
+face value (opsdctl.stats.bet), provided its P(effect > 0) clears the threshold; else the
 baseline's empty recipe (an empty recipe.env reproduces the released recipe). Partial evaluations
 and what has no recipe never lead. The file is the export-recipe text (opsdctl.recipes.export)
 under a header with the forecast, its 80% interval, the verdict and its evidence, and, when the

@@ -1,8 +1,11 @@
 """The next actions, ranked by what they are expected to add to the submission's official score.
 
-The submission takes the arm of highest forecast mean (the baseline included), so an action is
-worth its knowledge gradient (opsdctl.stats.belief): E[max forecast mean after it] - max now, in
-points. A run action (repeat, baseline, new) counts the runs it opens: its gain is the best
+The submission takes the arm of highest forecast mean (the baseline included) once its
+P(above the baseline) clears opsdctl.stats.bet.P_SUBMIT, so an action is worth its knowledge
+gradient (opsdctl.stats.belief): E[max forecast mean after it] - max now, in points; a run of an
+arm is worth the larger of that and its value to the thresholded rule (Belief.gain_confirm: a
+confirmatory run of a leader short of the threshold may carry it over, and in the last hour that
+is often the best use of a chain). A run action (repeat, baseline, new) counts the runs it opens: its gain is the best
 KG(r) / r over the r <= RUNS_AHEAD runs of it that fit (one run of a close race often cannot
 change the submission where three can; with r = 1 best, the gain is the one run's). Each action is priced at the planner's high-quantile durations (the figures admission
 uses) and `fits` when admission would start it in the usable time left. Ranked: the actions that
@@ -119,11 +122,16 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
         but three can is not ranked as worthless (the knowledge gradient's KG* form)."""
         return max(gain_of(belief.s2 / r) / r for r in range(1, runs + 1))
 
+    def run_gain(i: int, n: float) -> float:
+        """A run of arm i: the knowledge gradient, or what it is worth to the thresholded rule
+        (a confirmatory run of a leader short of it), whichever is more."""
+        return max(belief.gain_run(i, n), belief.gain_confirm(i, n))
+
     out = [Advice(Action.BASELINE, belief.arms[0], chain_min, fit(costs.chain_s),
-                  per_run(lambda n: belief.gain_run(0, n)), gpu_minutes=chain_gpu)]
+                  per_run(lambda n: run_gain(0, n)), gpu_minutes=chain_gpu)]
     for i, name in enumerate(belief.arms[1:], start=1):
         out.append(Advice(Action.REPEAT, name, chain_min, fit(costs.chain_s),
-                          per_run(lambda n, i=i: belief.gain_run(i, n)), gpu_minutes=chain_gpu))
+                          per_run(lambda n, i=i: run_gain(i, n)), gpu_minutes=chain_gpu))
     for i, name in enumerate(belief.arms):
         target = (reevals or {}).get(name)
         noise = belief.reeval_noise(target.evals) if target is not None else None

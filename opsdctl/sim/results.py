@@ -4,7 +4,7 @@ Figures per policy (mean over sessions, with standard errors): GPU-busy fraction
 and until the GPUs went idle for good (the last admissible chain), chains cut by the deadline,
 settled comparisons (final verdict better/worse), correct ones, and wrong ones in absolute terms
 (per session, and per no-effect idea tried) as well as the wrong-verdict rate (of those settled),
-and the bet: the true effect of the arm of highest forecast official mean at the end.
+and the bet: the true effect of what the submission rule (pick_leader) submits at the end.
 `run_benchmark` measures them, `markdown` and `goals_markdown` print them, `write_results`
 writes simulate.json and simulate.md.
 """

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from opsdctl.stats import forecast
-from opsdctl.stats.knowledge_gradient import knowledge_gradient, update_direction
+from opsdctl.stats.knowledge_gradient import knowledge_gradient, thresholded_gain, update_direction
 from opsdctl.stats.screen import screen_se
 
 
@@ -53,6 +53,23 @@ class Belief:
                                                         self.s2 if noise_var is None else noise_var)
         return knowledge_gradient(self.official_mean(), b)
 
+    def gain_confirm(self, arm: int, noise_var: Optional[float] = None) -> float:
+        """What one more full run of `arm` (0: the baseline) is worth to the submission rule as it
+        is, thresholded on P(above the baseline) (knowledge_gradient.thresholded_gain): a run of a
+        leader short of the threshold can carry it over, which the knowledge gradient, taking the
+        highest mean whatever its odds, does not count."""
+        k = len(self.arms)
+        h = forecast.obs_row(arm, k)
+        noise = self.s2 if noise_var is None else noise_var
+        a_map = forecast.official_map(k)
+        sh = self.cov @ h
+        v = float(h @ sh) + float(noise)
+        if v <= 0.0:
+            return 0.0
+        after = self.cov - np.outer(sh, sh) / v
+        return thresholded_gain(self.official_mean(), a_map @ sh / np.sqrt(v), _gain_sd(a_map @ after @ a_map.T),
+                                _gain_sd(a_map @ self.cov @ a_map.T))
+
     def reeval_noise(self, evals: int = 1) -> Optional[float]:
         """The noise of the observation a re-eval is worth (see the module docstring), of a run
         whose checkpoint has `evals` evaluations pooled already: tau^2 + v/e -> tau^2 + v/(e+1)."""
@@ -78,6 +95,12 @@ class Belief:
         if not self.v_eval or sample_share <= 0:
             return None
         return screen_se(self.tau2, self.v_eval, sample_share) ** 2
+
+
+def _gain_sd(cov: np.ndarray) -> np.ndarray:
+    """sd of each candidate's official mean minus the baseline's, from the arms' covariance."""
+    d = np.diag(cov)
+    return np.sqrt(np.maximum(d[1:] + d[0] - 2.0 * cov[0, 1:], 0.0))
 
 
 def from_posterior(post: forecast.Posterior) -> Belief:

@@ -45,8 +45,8 @@ JSON (points; variances in points^2):
             partial: its SE and the effect it resolves at one-sided 5% with 80% power; null without
             a noise split);
   forecast_model: official_runs, spread (the slab's sd, points, posterior mean), spread_sd, spread_prior, train_var,
-            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval
-            (null without a noise estimate)
+            eval_var, reference, offset_sd (the setup offset sd in use, widened), arms, interval, noise_var,
+            noise_dof (the forecast's and the submission rule's estimate: stats.bet); null without noise
   budget: chain_minutes, minutes_left;  full_k, full_n, notes
   variants: name, n, mean, sd, se (of delta), delta, ci_low, ci_high (95%, of delta), p_beat,
             verdict, look, better_at, worse_at, runs_needed, runs_needed_worse,
@@ -54,7 +54,7 @@ JSON (points; variances in points^2):
             mean_ci_low/high, paired_delta, paired_se, paired_problems, v_eval, k, n_problems,
             runs, chain_ids, note   (partial entries: se, se_eval, label, vs_baseline {delta, se,
             p_effect, baseline_runs} against the baseline's partial on the same problems; no tests)
-  forecast (every entry, the baseline's too): {mean, low80, high80, p_above_reference, p_best}: the
+  forecast (every entry, the baseline's too): {mean, low80, high80, p_above_reference, p_best, p_above_baseline}: the
             predictive distribution of the official 5-run mean (opsdctl.stats.forecast; all null for
             partial entries, entries without runs, and without a noise estimate)
 Every value in the report is a plain JSON type; no NaN (null instead).
@@ -67,7 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable, Sequence
 
 from opsdctl.config import Reference  # noqa: F401  (re-exported: the published baseline)
-from opsdctl.stats import forecast, inference, pooled_evals, sequential
+from opsdctl.stats import bet, forecast, inference, pooled_evals, sequential
 from opsdctl.stats import report
 from opsdctl.stats.screen import SCREEN, SCREEN_Z, screen_reading, screen_se
 
@@ -286,6 +286,7 @@ class _Pool:
     nu: float
     nu_local: int
     split: inference.NoiseSplit
+    forecast: forecast.NoiseParts | None = None  # the forecast's own (opsdctl.stats.bet.noise_estimate)
 
     @property
     def s(self) -> float | None:
@@ -309,7 +310,9 @@ def _noise(grouped: _Runs, reference: Reference | None, notes: list[str]) -> tup
     v_runs = [grouped.v_of[id(r)] * r.k / (grouped.full_k or r.k) for r in pooled_runs if id(r) in grouped.v_of]
     n_no_counts = sum(1 for r in pooled_runs if r.counts is None)
     split = inference.noise_split(s2, v_runs)
-    pool = _Pool(s2, nu, nu_local, split)
+    # the forecast keeps the published sd at its full dof (opsdctl.stats.bet: why)
+    f_s2, f_nu = bet.noise_estimate(ss_local, nu_local, s0, min(nu0, bet.PRIOR_DOF) if s0 is not None else 0)
+    pool = _Pool(s2, nu, nu_local, split, forecast_noise(f_s2, inference.noise_split(f_s2, v_runs).v_eval, f_nu))
     noise = report.Noise(
         s=_f(pool.s), nu=nu, nu_local=nu_local, s_local=_f(check.s_local), tau2=_f(split.tau2),
         v_eval=_f(split.v_eval), s0=_f(s0), nu0=_f(check.weight * nu0 if s0 is not None else 0.0),
@@ -532,7 +535,8 @@ def _forecast_model(post: forecast.Posterior | None, reference: Reference | None
         official_runs=post.official_runs, spread=_f(post.spread), spread_sd=_f(post.spread_sd),
         spread_prior=round(forecast.FamilyPrior().spread, 2), train_var=_f(post.noise.train_var), eval_var=_f(post.noise.eval_var),
         reference=_f(post.reference_mean), offset_sd=_f(offset_sd) if reference is not None else None,
-        arms=tuple(post.names), interval=forecast.INTERVAL)
+        arms=tuple(post.names), interval=forecast.INTERVAL,
+        noise_var=_f(post.inputs.noise.run_var), noise_dof=_f(post.inputs.noise.dof))
 
 
 def _screen(pool: _Pool, full_k: int | None, full_n: int | None) -> report.Screen | None:
@@ -582,7 +586,7 @@ def build_report(
     partials = _partials(grouped, pool, baseline, names, bool(variants))
 
     # the bet: each arm's forecast of its official 5-run mean (opsdctl.stats.forecast)
-    post = forecast_posterior(grouped.full, baseline, grouped.v_of, forecast_noise(pool.s2, pool.split.v_eval, pool.nu),
+    post = forecast_posterior(grouped.full, baseline, grouped.v_of, pool.forecast,
                               reference, b.offset_sd)
     fc = _forecasts(post)
     if base_doc.source is not None:

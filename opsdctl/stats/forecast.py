@@ -25,32 +25,13 @@ the training part of the run-to-run noise, eval_var the eval-sampling variance o
 evaluation (a run without counts gets train_var + eval_var). The official score depends on B
 alone, and local baseline runs see B + d: with a prior on d they would lend B part of any setup
 offset, so whenever local baseline runs and the published reference can both measure d it gets
-no prior, B comes from the reference and the local runs measure the effects.
+no prior, B comes from the reference and the local runs measure the effects. Without a local
+baseline run B is still the reference's alone (a cut: the candidates place L = B + d, and through
+L they would move the baseline's forecast with the family's guess of how many of them are null).
 
-Why a spike and slab: most ideas do nothing, a normal family cannot say so. It shrank every
-effect by the same factor, so a null idea with a lucky run kept half its luck (the forecast
-rule then submitted it) and its P(above the reference) was far too sure (0.04 where 0.11 came
-true). The spike pulls a small effect to 0 and leaves a large one nearly alone. Why two sides:
-an idea that does something moves the score by a point or more, one way or the other; a single
-normal slab put mass near 0 as well, so an idea seen once a point or two down kept too much
-chance of being a null and P(above the reference) was too cautious (0.122 off in the worst decile
-with the sd known, against 0.042 with two sides: benchmarks/calibration_shapes.py).
-
-Why sigma is a dimension of the grid: the run variance is estimated from a few repeats (1-2 dof in
-a 6-hour session) and the published sd. Plugging s^2 in (or a Student t around it) ignored that the
-shrinkage depends on it: a session whose true sd was 2.5 under the published 1.48 got
-p_above_reference 0.21 off in its worst decile that way. So every node of sigma^2's posterior
-shrinks at its own sigma.
-
-Why the arms' means weigh sigma's nodes only at the power SIGMA_BY_ARMS (a tempered, semi-modular
-posterior): under the family, candidates far apart say the noise is larger than its estimate, and
-a session at sd 2.5 needs that. But the same spread is what the family's scale is learned from, and
-the family's sides are normals where real effects are not: at full weight the family's misfit moved
-sigma, sessions at the published sd came out too unsure and noisy ones too sure. Cut off entirely
-(power 0) the forecast is better calibrated but shrinks too hard, and the submission's regret rises
-by 0.05 points. At 1/4 it is as well calibrated as the cut and the regret stays within 0.01 of the
-full posterior's (benchmarks/calibration_shapes.py sets the powers side by side on the same
-sessions; the figures are in docs/advise.md).
+Why a two-sided spike and slab, why sigma is a dimension of the grid, and why the arms weigh its
+nodes at the power SIGMA_BY_ARMS: docs/decision.md, with the figures that chose them; where they
+stop holding: the world suite (benchmarks/worlds.py, docs/decision.md's "What it assumes").
 
 Computation: given sigma, the hyperparameters (pi, rho, k) and the local baseline level L = B + d,
 the candidates are independent and each one's posterior is a three-part mixture in closed form; B
@@ -69,6 +50,9 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from opsdctl.stats import forecast_read
+from opsdctl.stats.forecast_read import BEST_DRAWS, BEST_SEED, INTERVAL, ArmForecast  # noqa: F401 (re-exported)
+
 OFFICIAL_RUNS = 5  # the scorer re-trains 5 times (seed 42) and averages
 NULL_SHARE = 0.5  # prior centre of the share of ideas that do nothing (a realistic mix: half null)
 NULL_STRENGTH = 6.0  # Beta pseudo-count on that share: a family of ~6 ideas moves it halfway
@@ -79,10 +63,6 @@ NULL_GRID = 8  # points of the null-share grid (midpoints of equal cells of 0..1
 SIDE_GRID = 5  # points of the harmful-share grid (midpoints of equal cells of 0..1)
 LEVEL_NODES = 25  # grid of the local baseline level L = B + d (refined around its posterior)
 KEEP_TAIL = 1e-7  # the mixture keeps the nodes that carry all but this much of the mass
-INTERVAL = 0.80  # the forecast interval's coverage
-BEST_DRAWS = 60_000  # Monte Carlo draws for p_best: SE <= 0.5 / sqrt(draws) = 0.002
-BEST_SEED = 25  # fixed: the same store gives the same p_best
-BEST_CHUNK = 6_000  # p_best's draws per pass
 SIGMA_NODES = 7  # nodes of the run variance when it is an estimate (noise.dof): a trapezoid rule in log X
 SIGMA_TAILS = (1e-3, 1e-5)  # the X ~ chi^2_dof quantiles the nodes span: t's cdf to 8e-4 on 2+ dof
 SIGMA_BY_ARMS = 0.25  # the power of the arms' evidence on sigma's nodes (module docstring: why not 1)
@@ -183,21 +163,6 @@ def _slab_sd(shares: np.ndarray, means: np.ndarray, sds: np.ndarray) -> np.ndarr
 
 
 @dataclass(frozen=True)
-class ArmForecast:
-    """The `forecast` of one arm in compare --json (points)."""
-
-    mean: float
-    low80: float
-    high80: float
-    p_above_reference: Optional[float]
-    p_best: float
-
-    def to_json(self) -> dict:
-        return {"mean": self.mean, "low80": self.low80, "high80": self.high80,
-                "p_above_reference": self.p_above_reference, "p_best": self.p_best}
-
-
-@dataclass(frozen=True)
 class Mixture:
     """The posterior as a weighted set of nodes (hyperparameters x local baseline level), each
     exact: B ~ N(b_mean, b_var) and, independently, candidate c's effect is on side k with
@@ -288,87 +253,13 @@ class Posterior:
         a = official_map(len(self.names))
         return a @ post @ a.T
 
-    def _components(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each arm's predictive of its official mean as a normal mixture: (weights, means,
-        variances), (arms, components); the official runs' own noise included. Equal components
-        are merged (with local baseline runs B's part is the same at every level and family node,
-        and a side's update depends on the family's scale but not on its shares), and an arm with
-        fewer is padded with weight 0: the quantile search passes over all of them a dozen times."""
-        mx = self.mixture
-        w, bm, bv = mx.weight, mx.b_mean, mx.b_var + mx.official_var
-        k = mx.slab.shape[2]
-        arms = [_merged(w, bm, bv)]
-        for c in range(mx.slab.shape[1]):
-            arms.append(_merged(np.concatenate([w * (1.0 - mx.slab[:, c].sum(axis=1))] + [w * mx.slab[:, c, j] for j in range(k)]),
-                                np.concatenate([bm] + [bm + mx.slab_mean[:, c, j] for j in range(k)]),
-                                np.concatenate([bv] + [bv + mx.slab_var[:, c, j] for j in range(k)])))
-        n = max(a[0].size for a in arms)
-        pad = lambda x, fill: np.concatenate([x, np.full(n - x.size, fill)])  # noqa: E731
-        return (np.array([pad(a[0], 0.0) for a in arms]), np.array([pad(a[1], a[1][0]) for a in arms]),
-                np.array([pad(a[2], a[2][0]) for a in arms]))
-
     def forecasts(self, draws: int = BEST_DRAWS, seed: int = BEST_SEED) -> tuple[ArmForecast, ...]:
-        """Each arm's forecast of its official mean: predictive mean, 80% interval,
-        P(> the published reference mean) and P(the highest of all arms), all from the exact
-        mixture (an estimated noise is one of its dimensions: `posterior`)."""
-        from scipy.special import ndtr
+        """Each arm's forecast of its official mean (opsdctl.stats.forecast_read.forecasts)."""
+        return forecast_read.forecasts(self.mixture, self.reference_mean, draws, seed)
 
-        w, m, v = self._components()
-        sd = np.sqrt(np.maximum(v, 1e-300))
-        pdf = lambda z: np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)  # noqa: E731
-        mean = np.sum(w * m, axis=1)
-        spread = np.sqrt(np.sum(w * (v + (m - mean[:, None]) ** 2), axis=1))
-        bounds = []
-        for q in (0.5 - INTERVAL / 2.0, 0.5 + INTERVAL / 2.0):
-            # safeguarded Newton on the mixture's cdf, every arm at once: a step that leaves the
-            # bracket is a bisection (spike and slab can make the cdf flat between two bumps)
-            lo, hi = mean - 12.0 * spread - 1.0, mean + 12.0 * spread + 1.0
-            x = mean + (q - 0.5) * 2.5631 * spread  # the moment-matched normal's quantile
-            for _ in range(40):
-                z = (x[:, None] - m) / sd
-                f = np.sum(w * ndtr(z), axis=1) - q
-                lo, hi = np.where(f < 0, x, lo), np.where(f < 0, hi, x)
-                if np.all(np.abs(f) < 1e-10) or np.all(hi - lo < 1e-9):
-                    break
-                step = x - f / np.maximum(np.sum(w * pdf(z) / sd, axis=1), 1e-300)
-                x = np.where((step > lo) & (step < hi), step, 0.5 * (lo + hi))
-            bounds.append(x)
-        above = None if self.reference_mean is None else np.sum(
-            w * ndtr((m - self.reference_mean) / sd), axis=1)
-        best = self._p_best(draws, seed)
-        return tuple(ArmForecast(float(mean[i]), float(bounds[0][i]), float(bounds[1][i]),
-                                 None if above is None else float(min(1.0, max(0.0, above[i]))), float(best[i]))
-                     for i in range(len(self.names)))
-
-    def _p_best(self, draws: int, seed: int) -> np.ndarray:
-        """P(arm i's official mean is the highest), a seeded Monte Carlo over the mixture (the same
-        store gives the same numbers; SE <= 0.5 / sqrt(draws)); one arm: 1. Drawn BEST_CHUNK at a
-        time: memory stays a few MB however many candidates the store holds."""
-        k = len(self.names)
-        if k == 1:
-            return np.ones(1)
-        mx = self.mixture
-        rng = np.random.default_rng(seed)
-        off = np.sqrt(mx.official_var)
-        wins = np.zeros(k, dtype=np.int64)
-        # how many draws each node gets (one multinomial: no search per draw), then the draws node by node
-        nodes = np.repeat(np.arange(mx.weight.size), rng.multinomial(draws, mx.weight / mx.weight.sum()))
-        for start in range(0, draws, BEST_CHUNK):
-            node = nodes[start:start + BEST_CHUNK]
-            n = node.size
-            x = (mx.b_mean[node] + np.sqrt(mx.b_var[node]) * rng.standard_normal(n))[:, None] \
-                + off[node][:, None] * rng.standard_normal((n, k))
-            # each candidate's part: side j when the uniform falls in [P(sides < j), P(sides <= j)),
-            # the spike past them all
-            u, z = rng.random((n, k - 1)), rng.standard_normal((n, k - 1))
-            below = np.zeros((n, k - 1))
-            for j in range(mx.slab.shape[2]):
-                above = below + mx.slab[node, :, j]
-                hit = (u >= below) & (u < above)
-                x[:, 1:] += np.where(hit, mx.slab_mean[node, :, j] + np.sqrt(mx.slab_var[node, :, j]) * z, 0.0)
-                below = above
-            wins += np.bincount(np.argmax(x, axis=1), minlength=k)
-        return wins / draws
+    def p_effect_positive(self) -> np.ndarray:
+        """Each candidate's P(theta_c > 0) (opsdctl.stats.forecast_read.p_effect_positive)."""
+        return forecast_read.p_effect_positive(self.mixture)
 
 
 def official_map(n_arms: int) -> np.ndarray:
@@ -530,16 +421,6 @@ def sigma_nodes(noise: NoiseParts) -> tuple[SigmaNode, ...]:
                  for v, r, x in zip(run, ratio, lw))
 
 
-def _merged(w: np.ndarray, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A normal mixture's equal components merged (their weights summed), those of weight 0 dropped."""
-    keep = w > 0.0
-    w, m, v = w[keep], m[keep], v[keep]
-    order = np.lexsort((v, m))
-    w, m, v = w[order], m[order], v[order]
-    first = np.concatenate([[True], (m[1:] != m[:-1]) | (v[1:] != v[:-1])])
-    return np.bincount(np.cumsum(first) - 1, weights=w), m[first], v[first]
-
-
 def _moved(noise: NoiseParts, nodes: Sequence[SigmaNode], posterior: np.ndarray) -> NoiseParts:
     """The estimate as the arms moved it: its run variance times the nodes' prior mean of 1 / ratio
     over their posterior mean (1 without candidates: s^2 is 1 / E[1 / sigma^2] under its own
@@ -577,9 +458,10 @@ def _setup(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,
     r_mean = float(reference.mean)
     if y0 is not None:  # d flat: B is the reference's alone
         return _Setup(y0, obs, None, lambda lv: (np.full_like(lv, r_mean), rv))
-    k = rv / (rv + od * od)
-    return _Setup(y0, obs, (r_mean, rv + od * od),
-                  lambda lv: (r_mean + k * (lv - r_mean), rv * od * od / (rv + od * od)))
+    # no local baseline run: B is still the reference's alone. Read through the level L, B would
+    # follow the candidates' scores (the family's nulls place L), and a session of mostly harmful
+    # or mostly helpful ideas would move the baseline's forecast with them
+    return _Setup(y0, obs, (r_mean, rv + od * od), lambda lv: (np.full_like(lv, r_mean), rv))
 
 
 def posterior(baseline: ArmRuns, candidates: Sequence[ArmRuns], noise: NoiseParts,

@@ -50,6 +50,7 @@ class Forecast(_Json):
     high80: Optional[float] = None
     p_above_reference: Optional[float] = None
     p_best: Optional[float] = None
+    p_above_baseline: Optional[float] = None  # a candidate's P(its official mean beats the baseline's)
 
 
 NO_FORECAST = Forecast()
@@ -276,6 +277,8 @@ class ForecastModel(_Json):
     offset_sd: Optional[float]
     arms: tuple[str, ...]
     interval: float
+    noise_var: Optional[float] = None  # the run variance estimate the forecast and the submission rule start from
+    noise_dof: Optional[float] = None  # its dof (opsdctl.stats.bet.noise_estimate)
 
 
 @dataclass(frozen=True)

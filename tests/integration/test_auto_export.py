@@ -40,7 +40,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert "export: wrote" in first.stdout and "<- baseline (the released recipe)" in first.stdout
     text = target.read_text()
     assert knobs.parse_recipe_env(text, "recipe.env") == {}  # the empty recipe: the released one
-    assert "no candidate's forecast official mean is above the baseline's" in _header(text)
+    assert "no candidate is above the baseline with P >=" in _header(text)
     assert "before the deadline" in _header(text) and "forecast of the official 5-run mean: baseline " in _header(text)
     st = ws.status()["export"]
     assert st["path"] == str(target) and st["active"] and st["last"]["leader"] == "baseline"
@@ -57,7 +57,7 @@ def test_written_near_the_deadline_and_again_when_the_leader_changes(ws):
     assert f"leader: hot, verdict better, P(beat baseline) {last['p_beat']:.3f}" in head
     assert "the leader changed" in head or "new runs behind the evidence" in head
     assert "evidence: 3 runs, mean" in head and "vs baseline " in head and "runs in the store)" in head and "95% CI [" in head
-    assert "the highest forecast official mean, above the baseline's" in head
+    assert "the highest posterior effect among candidates above the baseline" in head
     f = last["forecast"]
     assert f"forecast of the official 5-run mean: hot {f['mean']:.2f}, 80% interval [{f['low80']:.2f}" in head
     assert "the baseline's forecast: " in head

@@ -12,8 +12,9 @@ def command(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", he
     """The next actions, ranked by how much each is expected to raise the submission's official score
     per GPU minute.
 
-    The submission is the arm of highest forecast mean (the baseline included); an action's gain
-    is its value of information (the knowledge gradient, in points), priced at the learned
+    The submission is the candidate most likely above the baseline (or the baseline); an action's
+    gain is its value of information (the knowledge gradient, or a run's chance of carrying a
+    leader over the submission threshold, in points), priced at the learned
     durations and checked against the time left. The actions that fit come first, by gain per
     minute (a cheap re-eval can rank above a larger but longer run); `stop` (gain 0) ranks above
     whatever does not fit or is not worth its minutes.

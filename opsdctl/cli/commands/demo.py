@@ -214,7 +214,7 @@ def run_worker(paths: DemoPaths, cfg, store, total: int, con) -> None:
 
 def best_variant(report) -> str | None:
     """What the submission rule picks (opsdctl.plan.submission.pick_leader, as export-recipe --leader):
-    the candidate with the highest forecast official mean, or the baseline when none is above it."""
+    the candidate most likely above the baseline, or the baseline when none is clearly above it."""
     from opsdctl.plan.submission import pick_leader
 
     lead = pick_leader(report)

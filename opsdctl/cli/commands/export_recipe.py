@@ -16,8 +16,8 @@ def command(
     ctx: typer.Context,
     variant: Optional[str] = typer.Argument(None, metavar="[VARIANT]", help="Variant name (latest version) or NAME@vN."),
     leader: bool = typer.Option(False, "--leader", help="Export the bet instead of a named variant: the candidate with the "
-                                                        "highest forecast official mean, or the baseline's empty recipe "
-                                                        "when none is forecast above it; the header gives the forecast."),
+                                                        "highest shrunk effect that is above the baseline with P >= 0.6, "
+                                                        "else the baseline's empty recipe; the header gives the forecast."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", metavar="PATH", help="Write recipe.env here [default: stdout]."),
     method_defaults: Optional[Path] = typer.Option(None, "--method-defaults", metavar="PATH", help="Also write the method knobs as a [method] TOML our trainer reads."),
     force: bool = typer.Option(False, "--force", help="Export even without a succeeded chain."),
@@ -31,7 +31,7 @@ def command(
     app = App.of(ctx)
     if leader == (variant is not None):
         raise UserError("export-recipe: give a VARIANT or --leader (not both, not neither); "
-                        "--leader exports the candidate with the highest forecast official mean")
+                        "--leader exports the bet (docs/decision.md: what gets submitted)")
     if leader and all_keys:
         raise UserError("export-recipe --leader --all-keys: --all-keys needs a named VARIANT")
     cfg = app.config()

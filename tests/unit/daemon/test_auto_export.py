@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from opsdctl.plan.budget import BudgetView
 from opsdctl.daemon.auto_export import _evidence, due
-from opsdctl.plan.submission import Leader, leading, pick_leader
+from opsdctl.plan.submission import Leader, pick_leader
 from tests.support.report_doc import report as typed
 
 
@@ -16,45 +16,45 @@ def _entry(name, verdict, p_beat, mean=50.0, n=2, partial=False, fc=None, p_best
                                                      "p_above_reference": 0.5, "p_best": p_best}}
 
 
-def _report(*entries, base_fc=50.0):
-    return typed({"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs",
-                         "forecast": {"mean": base_fc, "low80": 48.0, "high80": 52.0, "p_above_reference": 0.5,
-                                      "p_best": 0.3}},
-            "variants": list(entries)})
+def _report(*entries, base_fc=50.0, s=1.48, runs=(50.0, 50.5, 49.5)):
+    return typed({"baseline": {"name": "baseline", "mean": 50.0, "n": len(runs), "runs": list(runs), "source": "runs",
+                               "reference": {"mean": 50.0, "sd": 1.48, "n": 5, "prior": True, "offset_sd": 1.0},
+                               "offset_sd": 1.0,
+                               "forecast": {"mean": base_fc, "low80": 48.0, "high80": 52.0, "p_above_reference": 0.5,
+                                            "p_best": 0.3}},
+                  "noise": {"s": s, "nu": 6.0}, "variants": list(entries)})
 
 
-def test_leader_rule_is_the_highest_forecast():
-    # the bet: the highest forecast official mean, whatever the verdicts and P(beat) say
-    r = _report(_entry("a", "better", 0.999, fc=51.0), _entry("b @3f2a1c", "undecided", 0.9, fc=52.5),
-                _entry("c", "undecided", 0.97, fc=51.9))
+def test_leader_rule_submits_a_clear_winner_whatever_the_verdicts_say():
+    r = _report(_entry("a", "better", 0.999, mean=51.0), _entry("b @3f2a1c", "undecided", 0.9, mean=55.5, fc=53.0),
+                _entry("c", "undecided", 0.97, mean=51.9))
     lead = pick_leader(r)
     assert (lead.name, lead.variant, lead.verdict) == ("b @3f2a1c", "b", "undecided")
-    assert lead.forecast.mean == 52.5 and "highest forecast" in lead.rule
-    # partial evaluations never lead, even with the highest forecast
-    r = _report(_entry("a", "undecided", 0.7, fc=51.0), _entry("p", "undecided", 0.99, partial=True, fc=60.0))
+    assert lead.forecast.mean == 53.0 and "P >=" in lead.rule  # the header states the leader's compare forecast
+    # partial evaluations never lead, even far ahead
+    r = _report(_entry("a", "undecided", 0.7, mean=55.0), _entry("p", "undecided", 0.99, partial=True, mean=60.0))
     assert pick_leader(r).name == "a"
-    # none forecast above the baseline: the baseline's empty recipe, with the baseline's forecast
-    base = pick_leader(_report(_entry("a", "undecided", 0.6, fc=49.9), _entry("w", "worse", 0.01, fc=45.0)))
+    # a hair ahead on one run: not enough to submit over the baseline
+    base = pick_leader(_report(_entry("a", "undecided", 0.6, mean=50.4, n=1), _entry("w", "worse", 0.01, mean=45.0)))
     assert base.variant is None and base.name == "baseline" and "empty recipe" in base.rule
     assert base.forecast.mean == 50.0
     # what has no recipe (the base model, an outside checkpoint) never leads
-    r = _report(_entry("base", "better", 0.99, fc=58.0), _entry("a", "undecided", 0.8, fc=51.0))
+    r = _report(_entry("base", "better", 0.99, mean=58.0), _entry("a", "undecided", 0.8, mean=55.0))
     assert pick_leader(r, lambda label: label != "base").name == "a"
     assert pick_leader(_report()).variant is None  # nothing scored yet
-    # no forecast (no noise estimate): nothing can be bet on, the baseline
-    assert pick_leader(_report(_entry("a", "undecided", None, fc=None))).variant is None
+    # no noise estimate at all: nothing can be bet on, the baseline
+    assert pick_leader(_report(_entry("a", "undecided", None, mean=58.0), s=None)).variant is None
 
 
-def test_the_rule_alone_on_bare_forecasts():
-    # what pick_leader and the decision benchmark's rebuilt forecasts both apply
-    from types import SimpleNamespace as F
-
-    fc = {"a": F(mean=52.0, p_best=0.30), "b": F(mean=52.0, p_best=0.31), "c": F(mean=51.0, p_best=0.5)}
-    assert leading(list(fc), fc.__getitem__, 50.0) == "b"  # a tie on the mean goes to the higher p_best
-    assert leading(list(fc), fc.__getitem__, 52.0) is None  # equal to the baseline's is not above it
-    assert leading(list(fc), fc.__getitem__, None) == "b"  # nothing to beat
-    assert leading([], fc.__getitem__, 40.0) is None
-    assert leading(["a"], lambda n: F(mean=53.0, p_best=None), 50.0) == "a"  # no p_best: 0 for the tie
+def test_a_session_of_harmful_ideas_keeps_the_baseline():
+    # five ideas well below the baseline and one a point and a half above it on one run: the family
+    # says that one is most likely lucky
+    ideas = [_entry(f"h{i}", "undecided", 0.1, mean=m, n=1) for i, m in enumerate((47.0, 47.5, 48.0, 47.2, 46.5))]
+    r = _report(*ideas, _entry("lucky", "undecided", 0.7, mean=51.5, n=1))
+    assert pick_leader(r).variant is None
+    # the same run among quiet ideas is worth more, and clearer evidence carries it
+    quiet = [_entry(f"q{i}", "undecided", 0.5, mean=m, n=1) for i, m in enumerate((50.2, 49.8, 50.4, 49.6, 50.1))]
+    assert pick_leader(_report(*quiet, _entry("clear", "undecided", 0.95, mean=54.0, n=2))).variant == "clear"
 
 
 def test_when_it_is_due():

@@ -118,7 +118,10 @@ def test_a_run_action_counts_the_runs_it_opens():
     assert six > 3 * one
     ranked = advise.rank(b, advise.Costs(3600.0, 600.0, 2400.0), usable_s=6 * 3600.0)
     rep = next(a for a in ranked if a.action == advise.Action.REPEAT and a.variant == "b")
-    assert rep.gain == pytest.approx(max(b.gain_run(2, b.s2 / r) / r for r in range(1, 7)))
+    # each r runs' worth: the knowledge gradient or the thresholded rule's (a confirmatory run), the larger
+    assert rep.gain == pytest.approx(max(max(b.gain_run(2, b.s2 / r), b.gain_confirm(2, b.s2 / r)) / r
+                                         for r in range(1, 7)))
     # only the runs that fit count: with room for one chain, the one run's gain
     short = advise.rank(b, advise.Costs(3600.0, 600.0, 2400.0), usable_s=3700.0)
-    assert next(a for a in short if a.action == advise.Action.REPEAT and a.variant == "b").gain == pytest.approx(one)
+    assert next(a for a in short if a.action == advise.Action.REPEAT and a.variant == "b").gain == pytest.approx(
+        max(one, b.gain_confirm(2)))

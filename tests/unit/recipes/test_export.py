@@ -61,7 +61,9 @@ def test_a_code_only_candidate_is_not_called_the_baseline(store):
 
 def test_the_leaders_file_says_it_once_and_never_trains_the_baseline(store):
     report = typed({"baseline": {"name": "baseline", "mean": 50.0, "n": 3, "source": "runs", "code": "def456",
+                                 "runs": [50.0, 49.5, 50.5],
                                  "forecast": {"mean": 50.0, "low80": 48.0, "high80": 52.0, "p_best": 0.2}},
+                    "noise": {"s": 1.48, "nu": 4.0},
                     "variants": [{"name": "edited", "variants": ["edited"], "code": "abc123", "chain_ids": [1],
                                   "n": 3, "mean": 53.0, "verdict": "undecided", "p_beat": 0.9,
                                   "forecast": {"mean": 52.5, "low80": 50.0, "high80": 55.0, "p_best": 0.8}}]})

@@ -128,7 +128,9 @@ def _draw_effects(rng, fam, n):
 
 def test_the_quadrature_matches_importance_sampling_of_the_model():
     # reference, no local baseline run (L has a proper prior): the posterior by weighting 400k
-    # prior draws with the likelihood, against the node mixture's
+    # prior draws with the likelihood, against the node mixture's. The official baseline B is the
+    # reference's alone (the cut: candidates place L = B + d, not B), so an arm's official mean is an
+    # independent B around the reference plus its effect
     fam = fc.FamilyPrior()
     noise = fc.NoiseParts(1.2, 1.0)
     cands = [arm("c0", [57.5, 56.0]), arm("c1", [53.0])]
@@ -145,15 +147,17 @@ def test_the_quadrature_matches_importance_sampling_of_the_model():
             logw += -0.5 * (y - b - d - theta[c]) ** 2 / noise.run_var
     w = np.exp(logw - logw.max())
     w /= w.sum()
-    assert abs(post.mean[1] - w @ (b + theta[0])) < 0.03
-    assert abs(post.mean[2] - w @ (b + theta[1])) < 0.03
+    assert abs(post.mean[1] - (REF.mean + w @ theta[0])) < 0.03
+    assert abs(post.mean[2] - (REF.mean + w @ theta[1])) < 0.03
+    assert post.mean[0] == pytest.approx(REF.mean, abs=1e-9)
     assert abs(post.null_share - w @ pi) < 0.01
-    off = math.sqrt(noise.run_var / 5)
+    rv = REF.sd**2 / REF.n  # the official baseline's own variance, apart from the candidates
+    off = math.sqrt(noise.run_var / 5 + rv)
     f = post.forecasts()
     for c in range(2):
-        p_above = w @ stats.norm.sf((REF.mean - b - theta[c]) / off)
+        p_above = w @ stats.norm.sf(-theta[c] / off)
         assert abs(f[c + 1].p_above_reference - p_above) < 0.01
-        var = w @ (b + theta[c]) ** 2 - (w @ (b + theta[c])) ** 2
+        var = rv + w @ theta[c] ** 2 - (w @ theta[c]) ** 2
         assert post.cov[c + 1, c + 1] == pytest.approx(var, rel=0.05)
 
 
@@ -187,7 +191,7 @@ def test_compare_gives_every_entry_exactly_the_forecast_keys():
     runs += [RunRecord("b", 20, 52.0, 12, 30, None, None, False), RunRecord("a", 30, 60.0, 4, 15, None, None, True)]
     rep = build_report(runs, baseline="baseline", reference=Reference(54.22, 1.48, 5),
                        variants=["baseline", "a", "b", "ghost"]).to_json()
-    keys = {"mean", "low80", "high80", "p_above_reference", "p_best"}
+    keys = {"mean", "low80", "high80", "p_above_reference", "p_best", "p_above_baseline"}
     entries = [rep["baseline"], *rep["variants"]]
     assert {e["name"] for e in rep["variants"]} == {"a", "b", "ghost"} and any(e.get("partial") for e in entries)
     assert all(set(e["forecast"]) == keys for e in entries)
@@ -282,8 +286,9 @@ def test_the_sigma_nodes_match_a_simulation_of_the_tempered_model(eta):
         assert post.noise.run_var > (1.0 + 0.1 * eta) * s2  # the arms' scatter raised it
     f = post.forecasts()
     for c in range(len(runs)):
-        assert abs(post.mean[c + 1] - w @ (b + theta[c])) < 0.03
-        p_above = w @ stats.norm.sf((ref.mean - b - theta[c]) / np.sqrt(var / 5))
+        # no local baseline run: B is the reference's alone, N(R, sigma^2 / n), apart from L (the cut)
+        assert abs(post.mean[c + 1] - (ref.mean + w @ theta[c])) < 0.03
+        p_above = w @ stats.norm.sf(-theta[c] / np.sqrt(var / 5 + var / ref.n))
         assert abs(f[c + 1].p_above_reference - p_above) < 0.01
 
 

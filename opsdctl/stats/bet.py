@@ -1,0 +1,142 @@
+"""The bet's two rules that must hold in any world: the noise it forecasts with, and what to submit.
+
+Pure functions of numbers and arrays; `compare` (the forecast's noise), `plan.submission`
+(`pick_leader`) and benchmarks/worlds.py (the world suite) call these same functions.
+
+The noise. The forecast's run variance pools the local within-arm scatter with the published sd
+as a prior worth PRIOR_DOF degrees of freedom, always: s^2 = (nu0 s0^2 + SS) / (nu0 + nu_local).
+The verdicts' pooling (opsdctl.stats.inference.prior_check) lets the local scatter discount the
+prior; one discordant pair of baseline runs then left it 0.13 of its 4 dof and the forecast's
+intervals tripled. Here data move s^2 as data of their dof do, no more. Why 2 of the published
+sd's 4 dof: it was measured on the official setup, not yours, and at 4 a true sd of 3.0 kept the
+estimate near 1.48 through a session's 1-4 local dof (80% intervals covered 67-75% of arms on the
+world suite's tune seeds; at 2, 71-80%, and the other worlds unchanged).
+
+The submission. Each candidate's effect (its official mean minus the baseline's) under a normal
+family learned from the session's own candidates, skeptically (`effect_posterior`): a candidate is
+submitted only when its P(effect > 0) is at least P_SUBMIT, the highest posterior mean of those;
+else the baseline's empty recipe (`choose`). The baseline's local level combines its local runs
+with the published mean (the setup offset's sd between them: `baseline_level`), so two unlucky
+baseline runs do not make every idea look good. Why not the forecast's mean (the spike and slab of
+opsdctl.stats.forecast): its family is fixed in advance, so in a session of mostly harmful ideas
+a lucky one sits on the spike at 0 and wins by a hair; it lost to submitting the baseline there
+(mean -0.2 to -0.45 points, worse by more than a point in 12-24% of sessions) and a threshold on its
+P(effect > 0) cost the winners instead (a null spike leaves a real +4 seen once at P ~ 0.7). MU_SD,
+TAU_MIN and P_SUBMIT were chosen on the world suite's tuning seeds (benchmarks/worlds.py --split
+tune --sweep; docs/decision.md has the figures) and are reported on others.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+PRIOR_DOF = 2.0  # the published sd's weight, dof (of the 4 its 5 re-trains have): chosen on the world suite
+P_SUBMIT = 0.60  # a candidate is submitted only at P(effect > 0) >= this
+MU_SD = 0.5  # the family mean's prior sd around 0, points: a handful of ideas moves it, one does not
+TAU_MIN = 1.0  # the family's sd is at least this, points: a real idea may stand out of a quiet family
+
+
+def noise_estimate(ss_local: float, nu_local: int, s0: Optional[float], nu0: float = PRIOR_DOF) -> tuple[Optional[float], float]:
+    """(s^2, dof) of the run-to-run variance for the forecast: the local scatter SS on nu_local dof
+    pooled with the published sd s0 at a fixed nu0 dof (None: no prior). (None, 0) with neither."""
+    prior = float(nu0) if s0 is not None and s0 > 0 and nu0 > 0 else 0.0
+    nu = prior + int(nu_local)
+    if nu <= 0:
+        return None, 0.0
+    return (prior * float(s0 or 0.0) ** 2 + float(ss_local)) / nu, nu
+
+
+def effect_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float, nu: Optional[float] = None,
+                     mu_sd: float = MU_SD, tau_min: float = TAU_MIN, mu_prior: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's effect (its official mean minus the baseline's) under a normal family
+    learned from the candidates themselves, skeptically: theta_c ~ N(mu, tau^2), mu ~ N(0, mu_sd^2).
+    x: each candidate's local mean minus the baseline's level (the baseline's local mean, or the
+    published mean without one); v_own: each x's own sampling variance (s^2 / n_c); v_common: the
+    part every x shares (the baseline level's: s^2 / n_b, or the published mean's plus the setup
+    offset's). mu: its posterior mean given tau; tau^2 by moments of the x's spread (the shared part
+    does not spread them), at least tau_min^2. Returns (posterior mean, P(theta > 0)) per
+    candidate, Student's t on nu dof when the noise is an estimate. Why a normal family learned
+    from the session: a session of mostly harmful ideas moves mu down and a lucky run of one of
+    them with it, which a family fixed in advance (or a spike at 0) cannot do."""
+    from scipy.special import ndtr, stdtr
+
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v_own, dtype=np.float64) + float(v_common)
+    if x.size == 0:
+        return np.zeros(0), np.zeros(0)
+    own = np.asarray(v_own, dtype=np.float64)
+    spread = float(np.var(x, ddof=1)) - float(np.mean(own)) if x.size > 1 else 0.0
+    t2 = max(tau_min**2, spread)
+    w = 1.0 / (t2 + v)
+    prec = float(w.sum()) + 1.0 / mu_sd**2
+    mu, mu_var = (float(w @ x) + mu_prior / mu_sd**2) / prec, 1.0 / prec
+    k = t2 / (t2 + v)
+    mean = mu + k * (x - mu)
+    var = t2 * v / (t2 + v) + (1.0 - k) ** 2 * mu_var
+    z = mean / np.sqrt(var)
+    p = stdtr(float(nu), z) if nu else ndtr(z)
+    return mean, p
+
+
+def baseline_level(local_mean: Optional[float], n_local: int, s2: float, reference_mean: Optional[float],
+                   reference_n: int, offset_sd: float) -> Optional[tuple[float, float]]:
+    """(level, variance) of the baseline on the local setup, what the candidates' local means are
+    read against: its local runs' mean (s^2 / n) and the published mean (s^2 / n_ref + offset_sd^2:
+    the setup may sit offset_sd away) by precision; either alone when the other is missing."""
+    parts = []
+    if local_mean is not None and n_local > 0:
+        parts.append((float(local_mean), s2 / n_local))
+    if reference_mean is not None and reference_n > 0:
+        parts.append((float(reference_mean), s2 / reference_n + float(offset_sd) ** 2))
+    if not parts:
+        return None
+    w = np.array([1.0 / max(v, 1e-12) for _, v in parts])
+    return float(w @ np.array([m for m, _ in parts]) / w.sum()), float(1.0 / w.sum())
+
+
+def submit(local_means: Sequence[float], runs: Sequence[int], level: tuple[float, float], s2: float,
+           nu: Optional[float] = None, tie: Optional[Sequence[Optional[float]]] = None) -> Optional[int]:
+    """The submission rule: of candidates with these local means and run counts, read against the
+    baseline's `level` (baseline_level) with run variance s^2 on nu dof, the index to submit (None:
+    the baseline)."""
+    if not len(local_means):
+        return None
+    x = np.asarray(local_means, dtype=np.float64) - level[0]
+    mean, p = effect_posterior(x, [s2 / max(1, int(n)) for n in runs], level[1], nu)
+    return choose(mean, p, 0.0, P_SUBMIT, tie)
+
+
+def choose(forecast_mean: Sequence[float], p_above_baseline: Sequence[Optional[float]],
+           baseline_mean: Optional[float], threshold: float = P_SUBMIT,
+           tie: Optional[Sequence[Optional[float]]] = None) -> Optional[int]:
+    """The submission rule on arrays: the index of the candidate to submit, None for the baseline.
+    `forecast_mean`: each candidate's forecast official mean; `p_above_baseline`: its P(official
+    mean > the baseline's) (None: unknown, never submitted over a baseline); `baseline_mean`: the
+    baseline's forecast (None: nothing to beat, the highest forecast is submitted); `tie`: what
+    breaks a tie on the mean, higher first (p_best; None counts 0)."""
+    m = np.asarray(forecast_mean, dtype=np.float64)
+    if m.size == 0:
+        return None
+    nothing = baseline_mean is None
+    p = np.array([-1.0 if x is None else float(x) for x in p_above_baseline]) if not nothing else np.ones(m.size)
+    t = np.zeros(m.size) if tie is None else np.array([0.0 if x is None else float(x) for x in tie])
+    i = int(choose_many(m[None, :], p[None, :], np.array([-np.inf if nothing else float(baseline_mean)]),
+                        threshold, t[None, :])[0])
+    return None if i < 0 else i
+
+
+def choose_many(mean: np.ndarray, p: np.ndarray, baseline: np.ndarray, threshold: float = P_SUBMIT,
+                tie: Optional[np.ndarray] = None) -> np.ndarray:
+    """`choose` over many scenarios at once (rows): mean, p (scenarios, candidates), baseline
+    (scenarios,); the chosen candidate's index per row, -1 for the baseline. What advise's
+    what-ifs decide with (opsdctl.stats.knowledge_gradient.thresholded_gain)."""
+    ok = (p >= threshold) & (mean > baseline[:, None])
+    m = np.where(ok, mean, -np.inf)
+    best = m.max(axis=1, keepdims=True)
+    if tie is None:
+        idx = np.argmax(m, axis=1)
+    else:  # among the highest means, the highest tie (the first of equals)
+        idx = np.argmax(np.where(m == best, tie, -np.inf), axis=1)
+    return np.where(ok.any(axis=1), idx, -1)

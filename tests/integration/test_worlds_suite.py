@@ -1,0 +1,53 @@
+"""benchmarks/worlds.py, small: a few sessions of two worlds in every layout make a document of the
+committed shape, and the goals' arithmetic says what it should."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def worlds():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import worlds
+
+        yield worlds
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+
+
+def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "worlds.py"), "--split", "tune", "--sessions", "3",
+                          "--adaptive", "1", "--worlds", "2", "3", "--processes", "1", "--sweep", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "worlds_tune.json").read_text())
+    assert doc["split"] == "tune" and doc["seed"] == worlds.SEEDS["tune"] != worlds.SEEDS["held-out"]
+    names = [worlds.WORLDS[2].name, worlds.WORLDS[3].name]
+    assert list(doc["results"]) == [f"{w} | {lay}" for w in names for lay in worlds.LAYOUTS]
+    for key, f in doc["results"].items():
+        assert f["sessions"] == (1 if key.endswith("adaptive") else 3)
+        assert set(f["goals"]) == {"gain", "p_worse_1", "cover_arms", "cover_submitted"}
+        assert f["baseline"]["gain"] == 0.0 and f["baseline"]["p_worse_1"] == 0.0  # submitting the baseline: 0
+        assert 0.0 <= f["cover_arms"] <= 1.0
+    assert len(doc["sweep"]) == 2 + sum(len(t) for _, t in worlds.SWEEP.values()) + len(worlds.NORMAL_SWEEP)
+    md = (tmp_path / "worlds_tune.md").read_text()
+    assert "| mostly harmful N(-1.5, 1) | 0+4x2 | 3 |" in md and "Threshold sweep" in md
+
+
+def test_the_goals(worlds):
+    def fig(bet, local, worse, arms, sub):
+        return {"bet": {"gain": bet, "p_worse_1": worse}, "local mean": {"gain": local}, "cover_arms": arms,
+                "cover_submitted": sub}
+
+    assert all(worlds.goals(fig(0.5, 0.6, 0.05, 0.80, 0.70)).values())  # within 0.15 of the local mean
+    g = worlds.goals(fig(0.4, 0.6, 0.051, 0.91, 0.69))
+    assert g == {"gain": False, "p_worse_1": False, "cover_arms": False, "cover_submitted": False}
+    assert worlds.goals(fig(-0.1, -0.5, 0.0, 0.72, None))["gain"] is True  # the bar is max(local, 0) - 0.15
+    assert worlds.goals(fig(-0.2, -0.5, 0.0, 0.72, None))["gain"] is False
