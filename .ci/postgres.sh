@@ -43,7 +43,9 @@ fi
 # Run the server tools as the postgres system user when we are root.
 if [ "$(id -u)" = 0 ]; then
     id postgres >/dev/null 2>&1 || { log "no 'postgres' system user (the Debian package creates it)"; exit 1; }
-    RUN=(runuser -u postgres --)
+    # runuser lives in /usr/sbin, which a minimal PATH (env -i, some CI images) leaves out
+    RUNUSER=$(PATH="$PATH:/usr/sbin:/sbin" command -v runuser) || { log "no runuser (util-linux) to run the server as postgres"; exit 1; }
+    RUN=("$RUNUSER" -u postgres --)
 else
     RUN=()
 fi
