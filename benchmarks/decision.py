@@ -41,6 +41,8 @@ from pathlib import Path
 import numpy as np
 from scipy.special import ndtr
 
+from results_file import write_results
+
 REPO = Path(__file__).resolve().parent.parent
 SIGMAS = (1.48, 2.5)
 OFFSETS = (0.0, 1.0, 2.0)
@@ -387,13 +389,10 @@ def main(argv=None) -> int:
         t = json.loads(today.read_text())
         if t.get("sessions") == args.sessions and t.get("seed", 0) == seeds[0] and "regret_queued_mean" in t["rules"]["P(beat)"]:
             doc["today"] = t
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = "decision_right_prior" if args.right_prior else "decision"
     if len(seeds) > 1:  # pooled seeds: beside the one-seed figures, not over them
         stem += "_seeds_" + "_".join(map(str, seeds))
-    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(doc))
-    print(markdown(doc))
+    write_results(args.out, stem, doc, markdown)
     return 0
 
 

@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from decision import _deciles, _worst_gap, calibration_floor, draw_effects  # noqa: E402
+from results_file import write_results  # noqa: E402
 
 PUBLISHED = 54.22
 PUBLISHED_SD = 1.48
@@ -351,11 +352,7 @@ def main(argv=None) -> int:
     doc = {"command": cmd, "split": args.split, "seed": seed, "sessions": args.sessions, "adaptive": args.adaptive,
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "results": results,
            "sweep": sweep({k: rows[k] for k in order if k in rows}) if args.sweep else None}
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "worlds" if args.split == "held-out" else f"worlds_{args.split}"
-    (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(doc))
-    print(markdown(doc))
+    write_results(args.out, "worlds" if args.split == "held-out" else f"worlds_{args.split}", doc, markdown)
     return 0
 
 

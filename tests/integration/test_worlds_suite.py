@@ -9,17 +9,12 @@ import sys
 
 import pytest
 from conftest import REPO
+from support.bench_import import bench_module
 
 
 @pytest.fixture(scope="module")
 def worlds():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import worlds
-
-        yield worlds
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("worlds")
 
 
 def test_a_tiny_suite_makes_the_document(tmp_path, worlds):

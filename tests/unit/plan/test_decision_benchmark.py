@@ -4,13 +4,11 @@ against, and the sampling floor of the calibration measure, both against direct 
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import REPO
 from support.bench_import import bench_module
 
 
@@ -75,13 +73,7 @@ def test_the_sampling_floor_judges_only_deciles_the_benchmark_judges(decision):
 
 @pytest.fixture(scope="module")
 def shapes(decision):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import calibration_shapes
-
-        yield calibration_shapes
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+    return bench_module("calibration_shapes")
 
 
 def test_the_sd_integrated_posterior_is_the_integral_by_hand(decision, shapes):
