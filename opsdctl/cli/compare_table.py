@@ -116,10 +116,11 @@ def compare_table(report: rp.Report):
     from rich.table import Table
 
     b = report.baseline
+    who = "the baseline" if b.name == "baseline" else f"the baseline {escape(b.name)}"  # not "baseline baseline"
     if b.source == "runs":
-        title = f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store)"
+        title = f"Against {who} ({b.n} run{'s' if b.n != 1 else ''} in the store)"
     elif b.source == "runs+reference":
-        title = (f"Against baseline {escape(b.name)} ({b.n} run{'s' if b.n != 1 else ''} in the store "
+        title = (f"Against {who} ({b.n} run{'s' if b.n != 1 else ''} in the store "
                  f"+ the published {b.reference.mean:.2f})")
     elif b.source == "reference":
         title = f"Against the published reference {b.mean:.2f} (n = {b.n}; no store runs of the baseline)"
