@@ -44,7 +44,7 @@ def test_the_replaced_pipeline_says_when_its_commit_is_missing(tmp_path):
     # a copy outside any git history stands for a shallow clone: one line, exit 2, nothing written
     bench = tmp_path / "repo" / "benchmarks"
     bench.mkdir(parents=True)
-    for name in ("decision_today.py", "decision.py"):
+    for name in ("decision_today.py", "decision.py", "results_file.py"):
         shutil.copy(REPO / "benchmarks" / name, bench / name)
     out = subprocess.run([sys.executable, str(bench / "decision_today.py"), "--sessions", "2", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -329,13 +329,6 @@ def test_the_readmes_figures_are_the_committed_benchmarks():
     worst = max(r["rate"] for r in goals if r["op"] == "<=" and r["goal"] == 0.05)
     assert f"worst measured case {100 * worst:.1f}%" in readme
     assert {r["goal"] for r in goals if r["op"] == "<="} == {0.05, 0.1} and "held to 10% instead" in readme
-    sim = json.loads((res / "simulate.json").read_text())["scenarios"][0]
-    pol, fifo = sim["policies"], sim["best_fifo_by_hand"]
-    assert (f"in {pol['adaptive']['sessions']} simulated sessions the adaptive worker's submission is "
-            f"{pol['adaptive']['submission_gain']['mean']:+.2f} true points over the baseline against "
-            f"{pol[fifo]['submission_gain']['mean']:+.2f} for the best FIFO queue by hand, but it settles "
-            f"no verdict (FIFO {pol[fifo]['correct']['mean']:.2f} a session)") in readme
-    assert pol["adaptive"]["correct"]["mean"] == 0.0
 
 
 def test_the_checkers_find_what_they_look_for(tmp_path):
