@@ -59,15 +59,12 @@ class Belief:
         leader short of the threshold can carry it over, which the knowledge gradient, taking the
         highest mean whatever its odds, does not count."""
         k = len(self.arms)
-        h = forecast.obs_row(arm, k)
-        noise = self.s2 if noise_var is None else noise_var
         a_map = forecast.official_map(k)
-        sh = self.cov @ h
-        v = float(h @ sh) + float(noise)
-        if v <= 0.0:
+        u = update_direction(self.cov, forecast.obs_row(arm, k), self.s2 if noise_var is None else noise_var)
+        if not u.any():  # nothing to learn (update_direction: a zero direction)
             return 0.0
-        after = self.cov - np.outer(sh, sh) / v
-        return thresholded_gain(self.official_mean(), a_map @ sh / np.sqrt(v), _gain_sd(a_map @ after @ a_map.T),
+        after = self.cov - np.outer(u, u)  # the covariance once the run is seen
+        return thresholded_gain(self.official_mean(), a_map @ u, _gain_sd(a_map @ after @ a_map.T),
                                 _gain_sd(a_map @ self.cov @ a_map.T))
 
     def reeval_noise(self, evals: int = 1) -> Optional[float]:
