@@ -17,7 +17,7 @@ from typing import Optional
 from opsdctl.plan.budget import BudgetView, budget_now, clock_start
 from opsdctl.plan.durations import Estimator, Sample, default_seconds, history
 from opsdctl.plan.slots import Layout
-from opsdctl.plan.store_facts import baseline_version, known_layout
+from opsdctl.plan.store_facts import known_layout, latest_version
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,6 @@ def read_context(cfg, reader, now: Optional[float] = None) -> ReadContext:
     """The session as `cfg` and the store (through `reader`) say at `now` (default: the clock)."""
     now = time.time() if now is None else now
     started = clock_start(reader) if cfg.budget.kind == "hours" else None
-    base, variant = baseline_version(cfg, reader)
+    base, variant = latest_version(reader, cfg.baseline_variant)
     hparams = dict(variant.hparams or {}) if variant is not None else {}  # none: not queued yet
     return ReadContext(cfg, reader, now, budget_now(cfg.budget, started, now), known_layout(cfg, reader), base, hparams)

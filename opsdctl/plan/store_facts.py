@@ -47,7 +47,9 @@ class StoreFacts:
         return self.context.samples if self.context is not None else history(self.reader)
 
     def baseline_label(self) -> Optional[str]:
-        return self.context.baseline if self.context is not None else baseline_label(self.cfg, self.reader)
+        if self.context is not None:
+            return self.context.baseline
+        return latest_version(self.reader, self.cfg.baseline_variant)[0]
 
     def running(self) -> list:
         """The chains running now (facts.LiveChain): their stage, its time so far, its GPUs."""
@@ -129,17 +131,6 @@ def load_plan(reader) -> Optional[dict]:
         return json.loads(text) if text else None
     except json.JSONDecodeError:
         return None
-
-
-def baseline_label(cfg, reader) -> Optional[str]:
-    """The configured baseline's label: a bare name means its latest version, as everywhere else
-    (the name itself while the store has none)."""
-    return baseline_version(cfg, reader)[0]
-
-
-def baseline_version(cfg, reader) -> tuple[Optional[str], Optional[object]]:
-    """(the configured baseline's label, its variant record or None while the store has none)."""
-    return latest_version(reader, cfg.baseline_variant)
 
 
 def latest_version(reader, ref: Optional[str]) -> tuple[Optional[str], Optional[object]]:
