@@ -45,16 +45,23 @@ def eval_words(c) -> str:
     return out
 
 
-def settle_cell(e) -> str:
+def settle_cell(e, long: bool = False) -> str:
     """The runs that would settle a compare entry's question, short: '+2 runs', '+1 (worse)',
-    '+47 each' (the baseline needs runs too), 'out of reach', 'settled', '-'. `e`: a typed
+    '+47 each' (the baseline needs runs too), 'out of reach', 'settled', '-'; `long` (compare
+    --explain): '+1 run (worse)', 'baseline too: +47 each'. `e`: a typed
     opsdctl.stats.report.Entry or its `compare --json` dict (the dashboard's)."""
     get = e.get if isinstance(e, dict) else (lambda k: getattr(e, k, None))
+
+    def runs(k: int) -> str:
+        return f"+{k} run" + ("s" if k > 1 else "")
+
     if get("runs_needed") is not None:
-        return f"+{get('runs_needed')} run" + ("s" if get("runs_needed") > 1 else "")
+        return runs(get("runs_needed"))
     if get("runs_needed_worse") is not None:
-        return f"+{get('runs_needed_worse')} (worse)"
+        worse = get("runs_needed_worse")
+        return (runs(worse) if long else f"+{worse}") + " (worse)"
     if get("needs_baseline_runs"):
         both = get("runs_needed_both_arms")
-        return f"+{both} each" if both else "out of reach"
+        short = f"+{both} each" if both else "out of reach"
+        return f"baseline too: {short}" if long else short
     return "settled" if get("verdict") in ("better", "worse") else "-"

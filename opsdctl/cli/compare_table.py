@@ -40,18 +40,11 @@ def _min(minutes: float) -> str:
 
 
 def _next_cell(e: rp.Entry, with_time: bool = False) -> str:
-    """What to run next for one candidate (with its time and fit when asked and known)."""
-    if e.runs_needed is not None:
-        text = f"+{e.runs_needed} run" + ("s" if e.runs_needed > 1 else "")
-    elif e.runs_needed_worse is not None:
-        text = f"+{e.runs_needed_worse} run" + ("s" if e.runs_needed_worse > 1 else "") + " (worse)"
-    elif e.needs_baseline_runs:
-        both = e.runs_needed_both_arms
-        text = "baseline too" + (f": +{both} each" if both else ": out of reach")
-    elif e.verdict in ("better", "worse"):
-        return "settled"
-    else:
-        return "-"
+    """What to run next for one candidate, in full (cells.settle_cell), with its time and fit when
+    asked and known."""
+    text = settle_cell(e, long=True)
+    if text in ("settled", "-"):
+        return text
     if with_time and e.minutes_needed is not None:
         text += f" ({_min(e.minutes_needed)}" + ("" if e.fits is None else
                                                     (", fits" if e.fits else ", does not fit")) + ")"
@@ -63,8 +56,6 @@ def render_compare(report: rp.Report, console, explain: bool = False, submit=Non
     the top of report.advice as the first two lines, then the table (baseline on top, candidates
     by P(beat)); with `explain`, the notes behind it (render_notes), else one line saying where
     they are."""
-    from rich.markup import escape
-
     if submit is not None:
         console.print(submit_line(submit, report), highlight=False)
     if report.advice is not None:
