@@ -106,7 +106,9 @@ def write_workspace(ws: Path, model: Path, train: Path, bench: Path, smoke: bool
         snapshot_code = false
 
         [budget]
-        hours = 1
+        # a session's budget: a first chain, with no history, is admitted on the profile's full-size
+        # estimate (about 2 h on one GPU), so a 1-hour budget skipped this short chain
+        hours = 6
         margin_minutes = 1
 
         [gpus]

@@ -6,8 +6,9 @@
 The same code as `opsdctl simulate --gpus-per-chain N` (opsdctl.sim.results.run_benchmark): the
 worker's own loop and gate over a fake clock, the planner policies on the session's 4 GPUs in slots
 of N (opsdctl.sim.slots), each stage's duration the world's 4-GPU range x the layout factor of
-opsdctl/plan/layout_costs.py. Those factors are ESTIMATED (benchmarks/layout_estimate.py), so
-these figures are what the estimate implies, not a measurement. The seeds (20000 on) are held out:
+opsdctl/plan/layout_costs.py: from one H100's run (benchmarks/gpu_throughput.py; the evaluations
+predicted by its engine model), so these figures are what that run implies for the profile's stage
+lengths, not a session measured on four GPUs. The seeds (20000 on) are held out:
 no constant of the planner or the world was chosen on them. Writes
 benchmarks/results/simulate_layouts.json and .md (or under --out).
 """
@@ -54,7 +55,8 @@ def markdown(doc: dict) -> str:
              "`python benchmarks/simulate_layouts.py`: the worker's own loop and gate (`opsdctl simulate "
              "--gpus-per-chain N`), stage durations = the world's 4-GPU ranges (train "
              f"{st['train_min'][0]:g}-{st['train_min'][1]:g} min, eval {st['eval_min'][0]:g}-{st['eval_min'][1]:g} min) x "
-             "the layout factors, which are ESTIMATED (benchmarks/layout_estimate.py), not measured. True effects "
+             "the layout factors of opsdctl/plan/layout_costs.py (from one H100's run, "
+             "benchmarks/results/throughput_h100.json; evaluations predicted by its engine model). True effects "
              f"{', '.join(f'{e:+g}' for e in st['effects'])} points.", ""]
     for name, rows in doc["by_policy"].items():
         lines += [f"## {name}", "",

@@ -8,11 +8,13 @@ Fewer GPUs take longer but cost fewer GPU-minutes: a GPU that samples the whole 
 takes little more time per token than one that samples 8, and an evaluation on one engine keeps
 its batch full where four engines each end on a tail of long samples.
 
-ESTIMATED by benchmarks/layout_estimate.py from H200 measurements of one GPU (its H100 figures:
-decode scaled by memory bandwidth, results in benchmarks/results/layout_estimate.json, which a unit
-test holds these to); replace with benchmarks/gpu_throughput.py's measured figures when a GPU run
-exists. Until then MEASURED stays False and every figure the planner or the simulator derives from
-them says so ("default x layout").
+MEASURED on one H100 by benchmarks/gpu_throughput.py (benchmarks/results/throughput_h100.json,
+which a unit test holds these to): training at 1 and 4 GPUs measured (2 interpolated on rows per
+GPU), evaluations predicted at real lengths by the engine model calibrated on that GPU. Checked on
+held-out runs at scaled lengths, that model's wall was 6% long for a 4-GPU share and 30% long for a
+whole evaluation on one engine, so the 1-GPU eval factor is likely high (about 2.7 with that
+correction): the planner errs towards admitting less. 8 GPUs were not run: that column is the
+estimate of benchmarks/layout_estimate.py.
 A GPU count not in the table is interpolated on log(k); no GPUs (a CPU profile) is 1.
 """
 
@@ -21,11 +23,11 @@ from __future__ import annotations
 import math
 
 REFERENCE_GPUS = 4
-MEASURED = False  # True once FACTORS hold measured figures (benchmarks/gpu_throughput.py)
+MEASURED = True  # FACTORS hold figures from a GPU run (benchmarks/gpu_throughput.py); 8 GPUs estimated
 
 FACTORS: dict[str, dict[int, float]] = {
-    "train": {1: 1.8, 2: 1.25, 4: 1.0, 8: 0.85},  # estimated (benchmarks/layout_estimate.py, H100)
-    "eval": {1: 3.25, 2: 1.75, 4: 1.0, 8: 0.77},  # estimated (benchmarks/layout_estimate.py, H100)
+    "train": {1: 1.98, 2: 1.32, 4: 1.0, 8: 0.85},  # H100 measured; 8: estimated
+    "eval": {1: 3.32, 2: 1.73, 4: 1.0, 8: 0.77},  # H100 engine model; 8: estimated
 }
 
 

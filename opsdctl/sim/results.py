@@ -175,7 +175,8 @@ def _layout_words(st: dict) -> str:
         return ""
     return (f" The planner policies run {4 // per_chain} chain(s) at once on {per_chain}-GPU slots; a stage on "
             f"{per_chain} GPU(s) takes the 4-GPU figures x {f['train']:g} (train), x {f['eval']:g} (eval)"
-            + ("" if f["measured"] else " (ESTIMATED layout factors, benchmarks/layout_estimate.py: not measured)")
+            + (" (layout factors from one H100's run, benchmarks/results/throughput_h100.json)" if f["measured"]
+               else " (ESTIMATED layout factors, benchmarks/layout_estimate.py: not measured)")
             + "; the policies by hand run one chain at a time on all four.")
 
 
