@@ -383,10 +383,11 @@ def verdict_code(delta, se, nu, level: float):
     ok = (nu > 0) & (level > 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = delta / se  # SE = 0: +-inf (better / worse) or NaN (undecided)
-        # z >= t_{1-level, nu} read as P(T <= -z) <= level: one CDF instead of a quantile's search
-        tails = stdtr(np.where(ok, nu, 1.0), np.stack([-z, z]))
-    code = np.where(ok & (tails[0] <= level), CODE_BETTER,
-                    np.where(ok & (tails[1] <= level), CODE_WORSE, CODE_UNDECIDED))
+        # z >= t_{1-level, nu} read as P(T <= -z) <= level: one CDF instead of a quantile's search,
+        # of -|z| only (the small tail; the other is 1 minus it, as stdtr computes it)
+        small = stdtr(np.where(ok, nu, 1.0), -np.abs(z))
+    below, above = np.where(z >= 0.0, small, 1.0 - small), np.where(z >= 0.0, 1.0 - small, small)
+    code = np.where(ok & (below <= level), CODE_BETTER, np.where(ok & (above <= level), CODE_WORSE, CODE_UNDECIDED))
     return int(code) if code.ndim == 0 else code
 
 
@@ -472,12 +473,26 @@ def rule_runs_needed(delta: float | None, arms: Arms | None, limit: int = MAX_RU
         return RuleRunsNeeded(None)
     if arms.settles(delta):
         return RuleRunsNeeded(None)
-    r = np.arange(1, limit + 1)
-    first = np.flatnonzero(arms.settles_after(delta, r))
-    if first.size:
-        return RuleRunsNeeded(int(r[first[0]]))
-    first = np.flatnonzero(arms.settles_after(delta, r, both=True))
-    return RuleRunsNeeded(None, True, int(r[first[0]]) if first.size else None)
+    extra = _first_settling(arms, delta, limit, both=False)
+    if extra is not None:
+        return RuleRunsNeeded(extra)
+    return RuleRunsNeeded(None, True, _first_settling(arms, delta, limit, both=True))
+
+
+def _first_settling(arms: Arms, delta: float, limit: int, both: bool) -> int | None:
+    """The smallest r in 1..limit with arms.settles_after(delta, [r], both), searched in growing
+    blocks: a question that settles mostly does so within a few runs, and each r costs a t CDF."""
+    start = 1
+    for stop in (8, 32, limit):
+        stop = min(stop, limit)
+        if stop < start:
+            continue
+        r = np.arange(start, stop + 1)
+        first = np.flatnonzero(arms.settles_after(delta, r, both=both))
+        if first.size:
+            return int(r[first[0]])
+        start = stop + 1
+    return None
 
 
 # ---------------------------------------------------------------- noise split
