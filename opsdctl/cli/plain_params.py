@@ -94,10 +94,14 @@ def install() -> bool:
     typer_get = param_cls.get_runtime_param
 
     def get_runtime_param(self):
-        if self._runtime_param is None and plain_descriptor(self.type_descriptor):
-            d = self.type_descriptor
-            self._runtime_param = PlainRuntimeParam(parameter_info=d.parameter_info, annotation=d.annotation,
-                                                    descriptor=d)
+        if self._runtime_param is None:
+            try:  # a typer whose seam has moved on gets its own coercion, never an error of ours
+                d = self.type_descriptor
+                if plain_descriptor(d):
+                    self._runtime_param = PlainRuntimeParam(parameter_info=d.parameter_info, annotation=d.annotation,
+                                                            descriptor=d)
+            except (AttributeError, TypeError):
+                pass
         return typer_get(self)
 
     param_cls.get_runtime_param = get_runtime_param
