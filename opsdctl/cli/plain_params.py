@@ -39,21 +39,9 @@ def plain_descriptor(descriptor: Any) -> bool:
     return _leaf_ok(ann, info)
 
 
-def install() -> bool:
-    """Route typer's plain parameters around pydantic (True when typer has the seam)."""
-    try:
-        from dataclasses import dataclass, field
-
-        from typer import _coercion, core
-        from typer._param_types import coerce_cli_path
-    except ImportError:
-        return False
-    param_cls, base = getattr(core, "_TyperParameter", None), getattr(_coercion, "RuntimeParam", None)
-    build = getattr(_coercion, "build_runtime_param", None)
-    if param_cls is None or base is None or build is None or not hasattr(param_cls, "get_runtime_param"):
-        return False
-    if getattr(param_cls, "_opsdctl_plain", False):
-        return True
+def _plain_class(base, build, coerce_cli_path):
+    """typer's RuntimeParam for the plain values (see the module docstring); typer's own for the rest."""
+    from dataclasses import dataclass, field
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(base):
@@ -91,6 +79,28 @@ def install() -> bool:
             except TypeError:
                 return self._fallback(value, param, ctx)
 
+    return PlainRuntimeParam
+
+
+def install() -> bool:
+    """Route typer's plain parameters around pydantic (True when typer has the seam)."""
+    try:
+        from typer import _coercion, core
+        from typer._param_types import coerce_cli_path
+    except ImportError:
+        return False
+    param_cls, base = getattr(core, "_TyperParameter", None), getattr(_coercion, "RuntimeParam", None)
+    build = getattr(_coercion, "build_runtime_param", None)
+    if param_cls is None or base is None or build is None or not hasattr(param_cls, "get_runtime_param"):
+        return False
+    if getattr(param_cls, "_opsdctl_plain", False):
+        return True
+
+    try:
+        plain_cls = _plain_class(base, build, coerce_cli_path)
+    except (TypeError, ValueError, AttributeError):  # a RuntimeParam that is no longer a dataclass
+        return False
+
     typer_get = param_cls.get_runtime_param
 
     def get_runtime_param(self):
@@ -98,8 +108,8 @@ def install() -> bool:
             try:  # a typer whose seam has moved on gets its own coercion, never an error of ours
                 d = self.type_descriptor
                 if plain_descriptor(d):
-                    self._runtime_param = PlainRuntimeParam(parameter_info=d.parameter_info, annotation=d.annotation,
-                                                            descriptor=d)
+                    self._runtime_param = plain_cls(parameter_info=d.parameter_info, annotation=d.annotation,
+                                                    descriptor=d)
             except (AttributeError, TypeError):
                 pass
         return typer_get(self)

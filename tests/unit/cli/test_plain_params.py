@@ -85,3 +85,14 @@ def test_plain_values_skip_the_adapters():
     parsed.parameter_info.parser = str.upper
     assert not plain_params.plain_descriptor(parsed)
     assert hasattr(coercion, "RuntimeParam")
+
+
+def test_a_runtime_param_that_changed_shape_is_left_to_typer():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Unfrozen:  # typer's RuntimeParam is a frozen dataclass; were it not, install would back off
+        annotation: object = None
+
+    with pytest.raises(TypeError):
+        plain_params._plain_class(Unfrozen, None, None)
