@@ -9,7 +9,12 @@ less than the wall time) and the 1-minute load average before and after. `--tree
 another checkout too (e.g. main=/work/main), interleaved with this one run by run so both see the
 same load.
 
-    python benchmarks/cli_speed.py [--sizes 16,10000] [--repeats 5] [--tree main=../main]
+Python's compiled bytecode is cached as for an installed package (PYTHONPYCACHEPREFIX in the
+benchmark's temporary folder, one untimed run of each command first), whatever the calling shell
+says: with PYTHONDONTWRITEBYTECODE=1 every run compiles opsdctl's ~100 modules again (about 0.1 s),
+which no user pays. `--no-bytecode-cache` measures that case instead (nothing written).
+
+    python benchmarks/cli_speed.py [--sizes 16,10000] [--repeats 5] [--tree main=../main] [--no-bytecode-cache]
 
 Not a test: the figures depend on the machine and on what else runs on it. Writes
 benchmarks/results/cli_speed.json and cli_speed.md.
@@ -38,9 +43,21 @@ COMMANDS = {"compare": ["compare"], "compare --json": ["compare", "--json"], "ad
 GOALS_S = {16: 0.6, 10000: 1.0}  # compare and advise, whole process (the brief's targets)
 
 
-def one_run(tree: Path, args: list[str], cwd: Path) -> tuple[float, float]:
-    """(wall seconds, CPU seconds) of one `python -m opsdctl.cli ARGS` in `cwd` with `tree` first."""
+def child_env(tree: Path, cwd: Path, pycache: Path | None) -> dict:
+    """The environment of a timed command: `tree` first on the path; bytecode cached under
+    `pycache`, or neither read from a cache folder of ours nor written (None)."""
     env = {**os.environ, "OPSDCTL_CONFIG": str(cwd / "opsdctl.toml"), "PYTHONPATH": str(tree), "COLUMNS": "100"}
+    if pycache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def one_run(tree: Path, args: list[str], cwd: Path, pycache: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one `python -m opsdctl.cli ARGS` in `cwd` with `tree` first."""
+    env = child_env(tree, cwd, pycache)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "opsdctl.cli", *args], cwd=cwd, env=env, capture_output=True,
@@ -52,14 +69,18 @@ def one_run(tree: Path, args: list[str], cwd: Path) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def time_all(trees: dict[str, Path], cwd: Path, repeats: int) -> dict:
-    """{tree: {command: {median_s, min_s, max_s, cpu_median_s}}}, the trees interleaved run by run."""
+def time_all(trees: dict[str, Path], cwd: Path, repeats: int, pycache: Path | None = None) -> dict:
+    """{tree: {command: {median_s, min_s, max_s, cpu_median_s}}}, the trees interleaved run by run
+    after one untimed run of each (it writes the bytecode cache and reads the store into the OS's)."""
     walls = {t: {c: [] for c in COMMANDS} for t in trees}
     cpus = {t: {c: [] for c in COMMANDS} for t in trees}
+    for args in COMMANDS.values():
+        for tree in trees.values():
+            one_run(tree, args, cwd, pycache)
     for _ in range(repeats):
         for cmd, args in COMMANDS.items():
             for name, tree in trees.items():
-                w, c = one_run(tree, args, cwd)
+                w, c = one_run(tree, args, cwd, pycache)
                 walls[name][cmd].append(w)
                 cpus[name][cmd].append(c)
     return {name: {cmd: {"median_s": round(statistics.median(walls[name][cmd]), 3),
@@ -85,7 +106,9 @@ def markdown(doc: dict) -> str:
     lines = ["# CLI speed: whole processes, medians of %d" % doc["repeats"], "",
              "Trees: " + ", ".join(f"{k} = {v['path']} @ {v['commit']}" for k, v in doc["trees"].items()) + ".", "",
              f"Machine: {doc['machine']['cpus']} CPUs, Python {doc['machine']['python']}. Wall seconds "
-             "(CPU seconds of the process in brackets); load average (1 min) before -> after each store.", ""]
+             "(CPU seconds of the process in brackets); load average (1 min) before -> after each store. "
+             + ("Bytecode cached, as for an installed package." if doc.get("bytecode") == "cached" else
+                "No bytecode cache (PYTHONDONTWRITEBYTECODE=1: every run compiles opsdctl's modules)."), ""]
     for row in doc["rows"]:
         goal = GOALS_S.get(row["chains"])
         lines += [f"## {row['chains']} finished chains (load {row['load_before']:.2f} -> {row['load_after']:.2f})", "",
@@ -106,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tree", action="append", default=[], metavar="NAME=PATH",
                     help="another checkout to time beside this one")
+    ap.add_argument("--no-bytecode-cache", action="store_true",
+                    help="compile every module on every run, as PYTHONDONTWRITEBYTECODE=1 makes Python do")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "cli_speed.json")
     args = ap.parse_args(argv)
     trees = {"this": REPO}
@@ -120,14 +145,14 @@ def main(argv=None) -> int:
             build_store(d / "runs.db", n)
             (d / "opsdctl.toml").write_text(CONFIG.format(db=d / "runs.db"))
             load_before = os.getloadavg()[0]
-            times = time_all(trees, d, args.repeats)
+            times = time_all(trees, d, args.repeats, None if args.no_bytecode_cache else Path(tmp) / "pycache")
             rows.append({"chains": n, "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2),
                          "times": times})
             for name in trees:
                 print(f"{n:>6} chains, {name}: " + ", ".join(f"{c} {v['median_s']:.2f} s ({v['cpu_median_s']:.2f} cpu)"
                                                            for c, v in times[name].items()), flush=True)
     doc = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-           "repeats": args.repeats,
+           "repeats": args.repeats, "bytecode": "none" if args.no_bytecode_cache else "cached",
            "trees": {k: {"path": str(v), "commit": commit_of(v)} for k, v in trees.items()}, "goals_s": GOALS_S, "rows": rows,
            "note": "whole `python -m opsdctl.cli` processes at COLUMNS=100; median wall seconds and the process's "
                    "CPU seconds; the stores of benchmarks/bench_store_scale.py"}

@@ -146,7 +146,8 @@ def rank(belief: Belief, costs: Costs, usable_s: Optional[float], *, new_ideas: 
             out.append(Advice(Action.SCREEN, idea, screen_min, fit(costs.screen_s), belief.gain_new(noise),
                               gpu_minutes=screen_gpu))
     worth = sorted((a for a in out if a.fits and a.gain >= MIN_GAIN), key=lambda a: -a.rate)
-    rest = sorted((a for a in out if a not in worth), key=lambda a: (not a.fits, -a.rate))
+    # below MIN_GAIN an action is worth nothing: its rate (often last-bit noise, 1e-16) orders nothing
+    rest = sorted((a for a in out if a not in worth), key=lambda a: (not a.fits, -a.rate if a.gain >= MIN_GAIN else 0.0))
     return [*worth, Advice(Action.STOP, None, 0.0, True, 0.0), *rest]
 
 

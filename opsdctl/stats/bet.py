@@ -60,7 +60,7 @@ def effect_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float
     candidate, Student's t on nu dof when the noise is an estimate. Why a normal family learned
     from the session: a session of mostly harmful ideas moves mu down and a lucky run of one of
     them with it, which a family fixed in advance (or a spike at 0) cannot do."""
-    from scipy.special import ndtr, stdtr
+    from opsdctl.stats.special import ndtr, stdtr
 
     x = np.asarray(x, dtype=np.float64)
     v = np.asarray(v_own, dtype=np.float64) + float(v_common)

@@ -58,7 +58,7 @@ def forecasts(mx, reference_mean: Optional[float], draws: int = BEST_DRAWS,
     """Each arm's forecast of its official mean: predictive mean, 80% interval,
     P(> the published reference mean) and P(the highest of all arms), all from the exact
     mixture (an estimated noise is one of its dimensions: `posterior`)."""
-    from scipy.special import ndtr
+    from opsdctl.stats.special import ndtr
 
     w, m, v = components(mx)
     sd = np.sqrt(np.maximum(v, 1e-300))
@@ -99,7 +99,7 @@ def p_effect_positive(mx) -> np.ndarray:
 def p_effect(mx, x: float, above: bool) -> np.ndarray:
     """P(theta_c > x) (above) or P(theta_c < x) for each candidate, the null spike at 0 counted
     on the side of x it falls."""
-    from scipy.special import ndtr
+    from opsdctl.stats.special import ndtr
 
     if mx.slab.shape[1] == 0:
         return np.zeros(0)

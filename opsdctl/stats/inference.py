@@ -14,8 +14,9 @@ the pooled degrees of freedom nu. The baseline mean combines local runs with the
 alpha spent over the looks). These are the functions opsdctl.stats.compare.build_report calls:
 the tested rule is the live one. The rule's arithmetic (within_ss, pooled_with_weight,
 baseline_mean/var, reference_se, se_delta, verdict_code) takes floats or arrays over simulated
-studies, so opsdctl.sim.operating's error-rate simulation runs these same functions. The t distribution comes from scipy.special (imported inside the functions: the CLI
-must start fast, and scipy.special is far cheaper than scipy.stats).
+studies, so opsdctl.sim.operating's error-rate simulation runs these same functions. The t and F
+distributions come from opsdctl.stats.special (scipy.special's functions without its 0.2 s import:
+the CLI must start fast).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def prior_from_reference(sd: float | None, n: int | None, use: bool = True) -> t
 
 def t_cdf(x: float, nu: float) -> float:
     """F_t,nu(x), the CDF of Student's t with nu > 0 degrees of freedom."""
-    from scipy.special import stdtr
+    from opsdctl.stats.special import stdtr
 
     if nu <= 0:
         raise ValueError("t_cdf: needs nu > 0")
@@ -101,7 +102,7 @@ def t_cdf(x: float, nu: float) -> float:
 
 def t_ppf(q: float, nu: float) -> float:
     """Quantile of Student's t with nu > 0 degrees of freedom: F_t,nu^-1(q)."""
-    from scipy.special import stdtrit
+    from opsdctl.stats.special import stdtrit
 
     if nu <= 0:
         raise ValueError("t_ppf: needs nu > 0")
@@ -192,7 +193,7 @@ class PriorCheck:
 def prior_weight(ss_local, nu_local: int, s0: float | None, nu0: int) -> np.ndarray:
     """PriorCheck.weight over an array of local sums of squares (same nu_local): min(1, p / PRIOR_FULL_AT)
     with p = P(F(nu_local, nu0) >= SS / (nu_local s0^2)); 1 with nothing to check, 0 without a prior."""
-    from scipy.special import fdtrc
+    from opsdctl.stats.special import fdtrc
 
     ss = np.asarray(ss_local, dtype=np.float64)
     if s0 is None or nu0 <= 0:
@@ -205,7 +206,7 @@ def prior_weight(ss_local, nu_local: int, s0: float | None, nu0: int) -> np.ndar
 
 def prior_check(ss_local: float, nu_local: int, s0: float | None, nu0: int) -> PriorCheck:
     """Check the prior (s0, nu0) against the local scatter (sum of squares SS over nu_local dof)."""
-    from scipy.special import fdtrc
+    from opsdctl.stats.special import fdtrc
 
     s_local = math.sqrt(ss_local / nu_local) if nu_local > 0 else None
     w = float(prior_weight(ss_local, nu_local, s0, nu0))
@@ -222,7 +223,7 @@ def full_weight_scatter(nu_local: int, s0: float, nu0: int) -> float:
     the s at which prior_check's p equals PRIOR_FULL_AT, s0 * sqrt(F^-1(1 - PRIOR_FULL_AT)) of
     F(nu_local, nu0). At PRIOR_FULL_AT = 0.5 it is the median scatter s0 predicts, which is below s0
     on few dof: a local s a little under the published sd already costs the prior some weight."""
-    from scipy.special import fdtri
+    from opsdctl.stats.special import fdtri
 
     return float(s0) * math.sqrt(float(fdtri(nu_local, nu0, 1.0 - PRIOR_FULL_AT)))
 
@@ -361,7 +362,7 @@ def look_level(j: int, m: int, local_dof: int, alpha: float = ALPHA) -> float:
 def upper_t(level: float, nu):
     """t_{1 - level, nu}, computed from the lower tail so that tiny levels stay exact (nu > 0; an
     array of them gives an array)."""
-    from scipy.special import stdtrit
+    from opsdctl.stats.special import stdtrit
 
     return _plain(-stdtrit(nu, level))
 
@@ -376,12 +377,17 @@ def verdict_code(delta, se, nu, level: float):
     SE = 0 reads as delta's sign. delta, se, nu and level may be arrays over studies
     (sim.operating; nu is fractional there: the prior's weighted dof) or over run counts
     (Arms.settles_after); an int for floats."""
+    from opsdctl.stats.special import stdtr
+
     delta, se, nu, level = (np.asarray(x, dtype=np.float64) for x in (delta, se, nu, level))
     ok = (nu > 0) & (level > 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = delta / se  # SE = 0: +-inf (better / worse) or NaN (undecided)
-        c = upper_t(np.where(level > 0.0, level, 0.5), np.where(ok, nu, 1.0))
-    code = np.where(ok & (z >= c), CODE_BETTER, np.where(ok & (z <= -c), CODE_WORSE, CODE_UNDECIDED))
+        # z >= t_{1-level, nu} read as P(T <= -z) <= level: one CDF instead of a quantile's search,
+        # of -|z| only (the small tail; the other is 1 minus it, as stdtr computes it)
+        small = stdtr(np.where(ok, nu, 1.0), -np.abs(z))
+    below, above = np.where(z >= 0.0, small, 1.0 - small), np.where(z >= 0.0, 1.0 - small, small)
+    code = np.where(ok & (below <= level), CODE_BETTER, np.where(ok & (above <= level), CODE_WORSE, CODE_UNDECIDED))
     return int(code) if code.ndim == 0 else code
 
 
@@ -467,12 +473,26 @@ def rule_runs_needed(delta: float | None, arms: Arms | None, limit: int = MAX_RU
         return RuleRunsNeeded(None)
     if arms.settles(delta):
         return RuleRunsNeeded(None)
-    r = np.arange(1, limit + 1)
-    first = np.flatnonzero(arms.settles_after(delta, r))
-    if first.size:
-        return RuleRunsNeeded(int(r[first[0]]))
-    first = np.flatnonzero(arms.settles_after(delta, r, both=True))
-    return RuleRunsNeeded(None, True, int(r[first[0]]) if first.size else None)
+    extra = _first_settling(arms, delta, limit, both=False)
+    if extra is not None:
+        return RuleRunsNeeded(extra)
+    return RuleRunsNeeded(None, True, _first_settling(arms, delta, limit, both=True))
+
+
+def _first_settling(arms: Arms, delta: float, limit: int, both: bool) -> int | None:
+    """The smallest r in 1..limit with arms.settles_after(delta, [r], both), searched in growing
+    blocks: a question that settles mostly does so within a few runs, and each r costs a t CDF."""
+    start = 1
+    for stop in (8, 32, limit):
+        stop = min(stop, limit)
+        if stop < start:
+            continue
+        r = np.arange(start, stop + 1)
+        first = np.flatnonzero(arms.settles_after(delta, r, both=both))
+        if first.size:
+            return int(r[first[0]])
+        start = stop + 1
+    return None
 
 
 # ---------------------------------------------------------------- noise split
@@ -535,7 +555,7 @@ def paired_problem_se(cand: Sequence[Sequence[float]], base: Sequence[Sequence[f
 
 def futility_z(looks: int = FUTILITY_LOOKS, alpha: float = ALPHA) -> float:
     """z_{1 - alpha/looks}: Bonferroni over the looks (3 looks -> 2.128)."""
-    from scipy.special import ndtri
+    from opsdctl.stats.special import ndtri
 
     return float(ndtri(1.0 - alpha / looks))
 

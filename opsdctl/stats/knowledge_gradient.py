@@ -84,9 +84,8 @@ def thresholded_gain(a: Sequence[float], b: Sequence[float], sd_after: Sequence[
     Gauss-Hermite rule would miss it). A confirmatory run of a leader short of the threshold is
     worth its chance of carrying it over. `now`: the arms the rule may take today (a new idea
     only after it is observed)."""
-    from scipy.special import ndtr
-
     from opsdctl.stats import bet
+    from opsdctl.stats.special import ndtr
 
     t = bet.P_SUBMIT if threshold is None else float(threshold)
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)

@@ -20,7 +20,7 @@ and a union bound beyond it (conservative). Verdicts use the nominal one-sided l
 1 - Phi(c_j) with Student's t and the pooled dof (the "significance level" approach of
 Jennison & Turnbull, ch. 11, for an estimated variance).
 
-Pure functions; numpy and scipy.special only.
+Pure functions; numpy and opsdctl.stats.special only.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def crossing_probability(c: float, horizon: int = J_HORIZON, h: float = GRID_H) 
     (f_0 is a point mass at 0); each step's grid ends exactly at its boundary (trapezoid rule).
     Beyond `horizon`, a union bound.
     """
-    from scipy.special import ndtr
+    from opsdctl.stats.special import ndtr
 
     total = 0.0
     x0, fw = 0.0, np.array([1.0])  # S_0 = 0: a point mass (weight 1)
@@ -125,7 +125,7 @@ def nominal_level(j: int, level: float) -> float:
     """One-sided nominal level of a verdict at look j (local runs in the comparison) when the
     family-wise level over every look is `level`; 0 for j < J_MIN (no verdict yet). Remembered:
     compare's runs-needed search asks the same few looks a thousand times a report."""
-    from scipy.special import ndtr
+    from opsdctl.stats.special import ndtr
 
     s = _shape(int(j))
     if not math.isfinite(s):
