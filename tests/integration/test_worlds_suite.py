@@ -46,3 +46,8 @@ def test_the_goals(worlds):
     assert g == {"gain": False, "p_worse_1": False, "cover_arms": False, "cover_submitted": False}
     assert worlds.goals(fig(-0.1, -0.5, 0.0, 0.72, None))["gain"] is True  # the bar is max(local, 0) - 0.15
     assert worlds.goals(fig(-0.2, -0.5, 0.0, 0.72, None))["gain"] is False
+    # with the paired difference a shortfall is a miss only beyond 2 standard errors
+    paired = {**fig(0.3, 0.6, 0.0, 0.8, None), "paired": {"against": "local mean", "diff": -0.3, "se": 0.1}}
+    assert worlds.goals(paired)["gain"] is True  # -0.3 + 2 x 0.1 >= -0.15
+    paired["paired"]["se"] = 0.05
+    assert worlds.goals(paired)["gain"] is False
