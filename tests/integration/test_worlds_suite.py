@@ -51,3 +51,11 @@ def test_the_goals(worlds):
     assert worlds.goals(paired)["gain"] is True  # -0.3 + 2 x 0.1 >= -0.15
     paired["paired"]["se"] = 0.05
     assert worlds.goals(paired)["gain"] is False
+
+
+def test_the_offline_rescoring_runs_on_simulated_sessions():
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bet_offline.py"), "--simulate", "3",
+                          "--threshold", "0.6", "0.65"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 1.5, 1, 1, ")]
+    assert len(rows) == 2 and "0.65 |" in rows[1]
