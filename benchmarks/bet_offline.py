@@ -28,8 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from worlds import (GAIN_SLACK, LAYOUTS, P_WORSE_MAX, PAIRED_Z, PUBLISHED, PUBLISHED_SD, WORLDS,  # noqa: E402
-                    normal_family_pick)
+from worlds import LAYOUTS, P_WORSE_MAX, PUBLISHED, PUBLISHED_SD, WORLDS, normal_family_pick, paired  # noqa: E402
 
 from opsdctl.stats import bet  # noqa: E402
 
@@ -62,27 +61,17 @@ def simulate(n_sessions: int, seed: int) -> dict[str, list[dict]]:
     return out
 
 
-def cell_goals(rows: list[dict], g: np.ndarray) -> tuple[bool, bool, float]:
-    """worlds.py's gain goal (on the paired difference) and P(worse) goal for gains g of these
-    sessions; and the gain margin (the paired difference + 2 SE over -GAIN_SLACK)."""
-    local = np.array([x["gain"]["local mean"] for x in rows])
-    d = g - (local if local.mean() >= 0 else 0.0)
-    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
-    margin = float(d.mean()) + PAIRED_Z * se + GAIN_SLACK
-    return margin >= 0, float(np.mean(g < -1)) <= P_WORSE_MAX, margin
-
-
 def score(results: dict[str, list[dict]], pick) -> dict:
     """Cells failing the gain and P(worse) goals, the worst margins, the mean gain over cells;
     pick(row) -> the true effect of what a rule submits there."""
     fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
     for key, rows in results.items():
         g = np.array([pick(x) for x in rows])
-        ok_g, ok_w, m = cell_goals(rows, g)
-        margin, worst = min(margin, m), max(worst, float(np.mean(g < -1)))
+        pg = paired(rows, g)
+        margin, worst = min(margin, pg["margin"]), max(worst, float(np.mean(g < -1)))
         means.append(float(g.mean()))
-        fail_g += [] if ok_g else [key]
-        fail_w += [] if ok_w else [key]
+        fail_g += [] if pg["ok"] else [key]
+        fail_w += [] if np.mean(g < -1) <= P_WORSE_MAX else [key]
     return {"fail_gain": fail_g, "fail_worse": fail_w, "margin": margin, "worst": worst, "mean": float(np.mean(means))}
 
 

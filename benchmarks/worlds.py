@@ -190,6 +190,21 @@ def cover(arms: list[dict]):
     return round(float(np.mean([a["low80"] <= a["official"] <= a["high80"] for a in arms])), 4) if arms else None
 
 
+def paired(rows: list[dict], gains) -> dict:
+    """The gain goal's evidence for a rule whose true gains on these sessions are `gains`: its
+    paired difference from the bar's rule (the local mean's pick where that gains >= 0 on average,
+    else the baseline's 0) with the difference's standard error, and whether it meets the goal
+    (short of -GAIN_SLACK by no more than PAIRED_Z standard errors)."""
+    g = np.asarray(gains, dtype=np.float64)
+    local = np.array([x["gain"]["local mean"] for x in rows])
+    ref = "local mean" if local.mean() >= 0 else "baseline"
+    d = g - (local if ref == "local mean" else 0.0)
+    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else None
+    margin = float(d.mean()) + PAIRED_Z * (se or 0.0) + GAIN_SLACK
+    return {"against": ref, "diff": round(float(d.mean()), 4), "se": None if se is None else round(se, 4),
+            "margin": round(margin, 4), "ok": bool(margin >= 0)}
+
+
 def figures(rows: list[dict]) -> dict:
     """One world x layout: each rule's mean gain and P(worse by > 1), the goals, the forecast's coverage."""
     out = {"sessions": len(rows)}
@@ -198,12 +213,7 @@ def figures(rows: list[dict]) -> dict:
         out[r] = {"gain": round(float(g.mean()), 4), "gain_se": round(float(g.std(ddof=1) / math.sqrt(g.size)), 4),
                   "p_worse_1": round(float(np.mean(g < -1.0)), 4),
                   "submits_baseline": round(float(np.mean([x["picks"][r] == "baseline" for x in rows])), 4)}
-    # the gain goal on the same sessions' paired difference: bet minus the bar's rule (the local
-    # mean's pick where its mean gain is >= 0, else the baseline's 0), with its standard error
-    ref = "local mean" if out["local mean"]["gain"] >= 0 else "baseline"
-    d = np.array([x["gain"]["bet"] - x["gain"][ref] for x in rows])
-    out["paired"] = {"against": ref, "diff": round(float(d.mean()), 4),
-                     "se": round(float(d.std(ddof=1) / math.sqrt(d.size)), 4) if d.size > 1 else None}
+    out["paired"] = paired(rows, [x["gain"]["bet"] for x in rows])
     arms = [a for x in rows for a in x["arms"]]
     sub = [a for x in rows for a in x["arms"] if a["name"] == x["picks"]["bet"]]
     out["cover_arms"] = cover(arms)
@@ -221,9 +231,9 @@ def goals(f: dict) -> dict:
     PAIRED_Z standard errors: the adaptive cells' 24-40 sessions cannot tell a 0.15 shortfall from
     none, and calling such a cell a miss reported the draw, not the rule."""
     p = f.get("paired")
-    if p is not None and p["se"] is not None:
-        gain_ok = p["diff"] + PAIRED_Z * p["se"] >= -GAIN_SLACK
-    else:
+    if p is not None:
+        gain_ok = p["ok"]
+    else:  # one session: no standard error, the point figures
         gain_ok = f["bet"]["gain"] >= max(f["local mean"]["gain"], 0.0) - GAIN_SLACK
     return {"gain": gain_ok, "p_worse_1": f["bet"]["p_worse_1"] <= P_WORSE_MAX,
             "cover_arms": f["cover_arms"] is not None and COVER_ARMS[0] <= f["cover_arms"] <= COVER_ARMS[1],
@@ -279,7 +289,7 @@ def sweep(results: dict) -> list[str]:
     same sessions' forecasts: what the rule and P_SUBMIT were chosen by, on the tune seeds."""
     from opsdctl.stats.bet import choose
 
-    lines = ["| rule: P(ok) | threshold | cells failing gain | failing P(worse by > 1) | worst gain margin "
+    lines = ["| rule: P(ok) | threshold | cells failing gain | failing P(worse by > 1) | worst gain margin (paired, 2 SE) "
              "| worst P(worse) | mean gain over cells |", "|---|---|---|---|---|---|---|"]
     for rule, (p_ok, thresholds) in SWEEP.items():
         for t in thresholds:
@@ -293,11 +303,11 @@ def sweep(results: dict) -> list[str]:
                                None if base is None else base["mean"], t)
                     gains.append(0.0 if i is None else cands[i]["effect"])
                 g = np.array(gains)
-                bar = max(float(np.mean([x["gain"]["local mean"] for x in rows])), 0.0) - GAIN_SLACK
-                margin = min(margin, float(g.mean()) - bar)
+                pg = paired(rows, g)
+                margin = min(margin, pg["margin"])
                 worst = max(worst, float(np.mean(g < -1)))
                 means.append(float(g.mean()))
-                if g.mean() < bar:
+                if not pg["ok"]:
                     fail_g.append(key)
                 if np.mean(g < -1) > P_WORSE_MAX:
                     fail_w.append(key)
@@ -307,10 +317,10 @@ def sweep(results: dict) -> list[str]:
         fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
         for key, rows in results.items():
             g = np.array([normal_family_pick(x, t, mu_sd, tau, scale) for x in rows])
-            bar = max(float(np.mean([x["gain"]["local mean"] for x in rows])), 0.0) - GAIN_SLACK
-            margin, worst = min(margin, float(g.mean()) - bar), max(worst, float(np.mean(g < -1)))
+            pg = paired(rows, g)
+            margin, worst = min(margin, pg["margin"]), max(worst, float(np.mean(g < -1)))
             means.append(float(g.mean()))
-            fail_g += [key] if g.mean() < bar else []
+            fail_g += [] if pg["ok"] else [key]
             fail_w += [key] if np.mean(g < -1) > P_WORSE_MAX else []
         lines.append(f"| normal family, mu_sd {mu_sd:g}, tau_min {tau:g}, tau_scale {scale:g}: P(effect > 0) | {t:.2f} | {len(fail_g)} "
                      f"| {len(fail_w)} | {margin:+.3f} | {worst:.3f} | {np.mean(means):+.3f} |")

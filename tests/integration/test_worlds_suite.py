@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO
 from support.bench_import import bench_module
@@ -47,10 +48,16 @@ def test_the_goals(worlds):
     assert worlds.goals(fig(-0.1, -0.5, 0.0, 0.72, None))["gain"] is True  # the bar is max(local, 0) - 0.15
     assert worlds.goals(fig(-0.2, -0.5, 0.0, 0.72, None))["gain"] is False
     # with the paired difference a shortfall is a miss only beyond 2 standard errors
-    paired = {**fig(0.3, 0.6, 0.0, 0.8, None), "paired": {"against": "local mean", "diff": -0.3, "se": 0.1}}
-    assert worlds.goals(paired)["gain"] is True  # -0.3 + 2 x 0.1 >= -0.15
-    paired["paired"]["se"] = 0.05
-    assert worlds.goals(paired)["gain"] is False
+    rows = [{"gain": {"local mean": v}} for v in (1.0, 0.0, 2.0, 1.0)]
+    p = worlds.paired(rows, [0.5, 0.0, 2.0, 0.3])  # differences -0.5, 0, 0, -0.7
+    d = np.array([-0.5, 0.0, 0.0, -0.7])
+    se = d.std(ddof=1) / 2.0
+    assert p["against"] == "local mean" and p["diff"] == pytest.approx(d.mean(), abs=1e-4)
+    assert p["se"] == pytest.approx(se, abs=1e-4) and p["ok"] is bool(d.mean() + 2 * se >= -0.15)
+    assert worlds.goals({**fig(0.3, 0.6, 0.0, 0.8, None), "paired": p})["gain"] is p["ok"]
+    losing = [{"gain": {"local mean": -1.0}}] * 2
+    assert worlds.paired(losing, [-0.5, -0.5]) == {"against": "baseline", "diff": -0.5, "se": 0.0, "margin": -0.35,
+                                                   "ok": False}
 
 
 def test_the_offline_rescoring_runs_on_simulated_sessions():
