@@ -20,7 +20,8 @@ def worlds():
 
 def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "worlds.py"), "--split", "tune", "--sessions", "3",
-                          "--adaptive", "1", "--worlds", "2", "3", "--processes", "1", "--sweep", "--out", str(tmp_path)],
+                          "--adaptive", "1", "--worlds", "2", "3", "--processes", "1", "--sweep", "--out", str(tmp_path),
+                          "--rows", str(tmp_path / "rows.json")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "worlds_tune.json").read_text())
@@ -35,6 +36,11 @@ def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
     assert len(doc["sweep"]) == 2 + sum(len(t) for _, t in worlds.SWEEP.values()) + len(worlds.NORMAL_SWEEP)
     md = (tmp_path / "worlds_tune.md").read_text()
     assert "| mostly harmful N(-1.5, 1) | 0+4x2 | 3 |" in md and "Threshold sweep" in md
+    # the same sessions' rows: the family's intervals beside the forecast's
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "family_intervals.py"), "--rows",
+                          str(tmp_path / "rows.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("| mostly harmful N(-1.5, 1) |") == 4 and "of 8 cells" in out.stdout
 
 
 def test_the_goals(worlds):
