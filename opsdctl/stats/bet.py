@@ -13,17 +13,21 @@ estimate near 1.48 through a session's 1-4 local dof (80% intervals covered 67-7
 world suite's tune seeds; at 2, 71-80%, and the other worlds unchanged).
 
 The submission. Each candidate's effect (its official mean minus the baseline's) under a normal
-family learned from the session's own candidates, skeptically (`effect_posterior`): a candidate is
-submitted only when its P(effect > 0) is at least P_SUBMIT, the highest posterior mean of those;
-else the baseline's empty recipe (`choose`). The baseline's local level combines its local runs
-with the published mean (the setup offset's sd between them: `baseline_level`), so two unlucky
-baseline runs do not make every idea look good. Why not the forecast's mean (the spike and slab of
-opsdctl.stats.forecast): its family is fixed in advance, so in a session of mostly harmful ideas
-a lucky one sits on the spike at 0 and wins by a hair; it lost to submitting the baseline there
-(mean -0.2 to -0.45 points, worse by more than a point in 12-24% of sessions) and a threshold on its
-P(effect > 0) cost the winners instead (a null spike leaves a real +4 seen once at P ~ 0.7). MU_SD,
-TAU_MIN and P_SUBMIT were chosen on the world suite's tuning seeds (benchmarks/worlds.py --split
-tune --sweep; docs/decision.md has the figures) and are reported on others.
+family learned from the session's own candidates (`effect_posterior`): the exact Gaussian model
+x_c = theta_c + d + e_c, where x_c is the candidate's local mean minus the baseline's level, d the
+level's error (one draw every candidate shares), theta_c ~ N(mu, tau^2), mu ~ N(0, MU_SD^2) and tau
+weighed over a grid from TAU_MIN by its likelihood. A candidate is submitted only when its
+P(effect > 0) is at least P_SUBMIT, the highest posterior mean of those; else the baseline's empty
+recipe (`choose`). The baseline's local level combines its local runs with the published mean
+(the setup offset's sd between them: `baseline_level`), so two unlucky baseline runs do not make
+every idea look good; and since d is shared, a shift common to every candidate is split between
+the level's error and the family's mean by their prior variances rather than averaged away.
+Why not the forecast's mean (the spike and slab of opsdctl.stats.forecast): its family is fixed
+in advance, so in a session of mostly harmful ideas a lucky one sits on the spike at 0 and wins by
+a hair (mean -0.2 to -0.45 points, worse by more than a point in 12-24% of sessions), and a
+threshold on its P(effect > 0) cost the winners instead. MU_SD, TAU_MIN, TAU_SCALE and P_SUBMIT
+were chosen on the world suite's tuning seeds (benchmarks/worlds.py --split tune --rows, re-scored
+by benchmarks/bet_offline.py; docs/decision.md has the figures) and are reported on others.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 PRIOR_DOF = 2.0  # the published sd's weight, dof (of the 4 its 5 re-trains have): chosen on the world suite
-P_SUBMIT = 0.60  # a candidate is submitted only at P(effect > 0) >= this
-MU_SD = 0.5  # the family mean's prior sd around 0, points: a handful of ideas moves it, one does not
+P_SUBMIT = 0.65  # a candidate is submitted only at P(effect > 0) >= this
+MU_SD = 1.5  # the family mean's prior sd around 0, points: a handful of ideas moves it, one does not
 TAU_MIN = 1.0  # the family's sd is at least this, points: a real idea may stand out of a quiet family
+TAU_SCALE = 1.0  # the half-Cauchy prior's scale on the family's sd, points
+TAU_MAX, TAU_NODES = 8.0, 20  # the family sd's grid: TAU_NODES log-spaced nodes from TAU_MIN to this, points
 
 
 def noise_estimate(ss_local: float, nu_local: int, s0: Optional[float], nu0: float = PRIOR_DOF) -> tuple[Optional[float], float]:
@@ -48,36 +54,54 @@ def noise_estimate(ss_local: float, nu_local: int, s0: Optional[float], nu0: flo
     return (prior * float(s0 or 0.0) ** 2 + float(ss_local)) / nu, nu
 
 
+def family_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float, mu_sd: float = MU_SD,
+                     tau_scale: float = TAU_SCALE, tau_grid: Optional[Sequence[float]] = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The exact Gaussian model behind the bet, on a grid of the family's sd: x_c = theta_c + d + e_c
+    with theta_c = mu + u_c, u_c ~ N(0, tau^2), mu ~ N(0, mu_sd^2), d ~ N(0, v_common) the baseline
+    level's error (ONE draw shared by every x: it shifts them together, never spreads them) and
+    e_c ~ N(0, v_own_c). Given tau the candidates' effects are jointly normal: with
+    C = mu_sd^2 11' + tau^2 I (their covariance, and theirs with x) and S = C + v_common 11' +
+    diag(v_own), E[theta | x] = C S^-1 x and Cov = C - C S^-1 C. tau is weighed by the marginal
+    likelihood N(x; 0, S) times a half-Cauchy(tau_scale) prior on the grid. Returns (weights over
+    the grid, means (grid, k), sds (grid, k), the posterior means averaged over the grid).
+    Why a shared d and not d's variance added to each x: a common shift of every candidate is
+    either the level's error or the family's mean, and the model splits it between the two by
+    their prior variances; added per candidate, six once-run ideas would average d away."""
+    x = np.asarray(x, dtype=np.float64)
+    own = np.asarray(v_own, dtype=np.float64)
+    k = x.size
+    tau = np.geomspace(TAU_MIN, TAU_MAX, TAU_NODES) if tau_grid is None else np.asarray(tau_grid, dtype=np.float64)
+    if k == 0:
+        return np.ones(1), np.zeros((1, 0)), np.zeros((1, 0)), np.zeros(0)
+    one = np.ones((k, k))
+    c = mu_sd**2 * one[None] + tau[:, None, None] ** 2 * np.eye(k)[None]
+    s = c + float(v_common) * one[None] + np.diag(own)[None]
+    chol = np.linalg.cholesky(s)
+    sinv_x = np.linalg.solve(s, x[None, :, None])[..., 0]
+    sinv_c = np.linalg.solve(s, c)
+    mean = np.einsum("gij,gj->gi", c, sinv_x)
+    var = np.diagonal(c, axis1=1, axis2=2) - np.einsum("gij,gji->gi", c, sinv_c)
+    loglik = -0.5 * (sinv_x @ x) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+    logw = loglik - np.log1p((tau / tau_scale) ** 2)
+    w = np.exp(logw - logw.max())
+    w /= w.sum()
+    return w, mean, np.sqrt(np.maximum(var, 1e-300)), w @ mean
+
+
 def effect_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float, nu: Optional[float] = None,
-                     mu_sd: float = MU_SD, tau_min: float = TAU_MIN, mu_prior: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Each candidate's effect (its official mean minus the baseline's) under a normal family
-    learned from the candidates themselves, skeptically: theta_c ~ N(mu, tau^2), mu ~ N(0, mu_sd^2).
-    x: each candidate's local mean minus the baseline's level (the baseline's local mean, or the
-    published mean without one); v_own: each x's own sampling variance (s^2 / n_c); v_common: the
-    part every x shares (the baseline level's: s^2 / n_b, or the published mean's plus the setup
-    offset's). mu: its posterior mean given tau; tau^2 by moments of the x's spread (the shared part
-    does not spread them), at least tau_min^2. Returns (posterior mean, P(theta > 0)) per
-    candidate, Student's t on nu dof when the noise is an estimate. Why a normal family learned
-    from the session: a session of mostly harmful ideas moves mu down and a lucky run of one of
-    them with it, which a family fixed in advance (or a spike at 0) cannot do."""
+                     mu_sd: float = MU_SD, tau_scale: float = TAU_SCALE, tau_min: float = TAU_MIN
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's posterior mean effect and P(effect > 0) under family_posterior's model:
+    per grid node a normal (Student's t on nu dof when the noise is an estimate), mixed by the
+    nodes' weights."""
     from opsdctl.stats.special import ndtr, stdtr
 
-    x = np.asarray(x, dtype=np.float64)
-    v = np.asarray(v_own, dtype=np.float64) + float(v_common)
-    if x.size == 0:
-        return np.zeros(0), np.zeros(0)
-    own = np.asarray(v_own, dtype=np.float64)
-    spread = float(np.var(x, ddof=1)) - float(np.mean(own)) if x.size > 1 else 0.0
-    t2 = max(tau_min**2, spread)
-    w = 1.0 / (t2 + v)
-    prec = float(w.sum()) + 1.0 / mu_sd**2
-    mu, mu_var = (float(w @ x) + mu_prior / mu_sd**2) / prec, 1.0 / prec
-    k = t2 / (t2 + v)
-    mean = mu + k * (x - mu)
-    var = t2 * v / (t2 + v) + (1.0 - k) ** 2 * mu_var
-    z = mean / np.sqrt(var)
+    nodes = np.geomspace(tau_min, TAU_MAX, TAU_NODES)
+    w, m, sd, mean = family_posterior(x, v_own, v_common, mu_sd, tau_scale, nodes)
+    z = m / sd
     p = stdtr(float(nu), z) if nu else ndtr(z)
-    return mean, p
+    return mean, w @ p
 
 
 def baseline_level(local_mean: Optional[float], n_local: int, s2: float, reference_mean: Optional[float],

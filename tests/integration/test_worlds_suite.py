@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from conftest import REPO
 from support.bench_import import bench_module
@@ -19,7 +20,8 @@ def worlds():
 
 def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "worlds.py"), "--split", "tune", "--sessions", "3",
-                          "--adaptive", "1", "--worlds", "2", "3", "--processes", "1", "--sweep", "--out", str(tmp_path)],
+                          "--adaptive", "1", "--worlds", "2", "3", "--processes", "1", "--sweep", "--out", str(tmp_path),
+                          "--rows", str(tmp_path / "rows.json")],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads((tmp_path / "worlds_tune.json").read_text())
@@ -34,6 +36,11 @@ def test_a_tiny_suite_makes_the_document(tmp_path, worlds):
     assert len(doc["sweep"]) == 2 + sum(len(t) for _, t in worlds.SWEEP.values()) + len(worlds.NORMAL_SWEEP)
     md = (tmp_path / "worlds_tune.md").read_text()
     assert "| mostly harmful N(-1.5, 1) | 0+4x2 | 3 |" in md and "Threshold sweep" in md
+    # the same sessions' rows: the family's intervals beside the forecast's
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "family_intervals.py"), "--rows",
+                          str(tmp_path / "rows.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("| mostly harmful N(-1.5, 1) |") == 4 and "of 8 cells" in out.stdout
 
 
 def test_the_goals(worlds):
@@ -46,3 +53,22 @@ def test_the_goals(worlds):
     assert g == {"gain": False, "p_worse_1": False, "cover_arms": False, "cover_submitted": False}
     assert worlds.goals(fig(-0.1, -0.5, 0.0, 0.72, None))["gain"] is True  # the bar is max(local, 0) - 0.15
     assert worlds.goals(fig(-0.2, -0.5, 0.0, 0.72, None))["gain"] is False
+    # with the paired difference a shortfall is a miss only beyond 2 standard errors
+    rows = [{"gain": {"local mean": v}} for v in (1.0, 0.0, 2.0, 1.0)]
+    p = worlds.paired(rows, [0.5, 0.0, 2.0, 0.3])  # differences -0.5, 0, 0, -0.7
+    d = np.array([-0.5, 0.0, 0.0, -0.7])
+    se = d.std(ddof=1) / 2.0
+    assert p["against"] == "local mean" and p["diff"] == pytest.approx(d.mean(), abs=1e-4)
+    assert p["se"] == pytest.approx(se, abs=1e-4) and p["ok"] is bool(d.mean() + 2 * se >= -0.15)
+    assert worlds.goals({**fig(0.3, 0.6, 0.0, 0.8, None), "paired": p})["gain"] is p["ok"]
+    losing = [{"gain": {"local mean": -1.0}}] * 2
+    assert worlds.paired(losing, [-0.5, -0.5]) == {"against": "baseline", "diff": -0.5, "se": 0.0, "margin": -0.35,
+                                                   "ok": False}
+
+
+def test_the_offline_rescoring_runs_on_simulated_sessions():
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bet_offline.py"), "--simulate", "3",
+                          "--threshold", "0.6", "0.65"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| 1.5, 1, 1, ")]
+    assert len(rows) == 2 and "0.65 |" in rows[1]

@@ -117,24 +117,29 @@ def test_a_sure_leader_needs_no_confirmation():
 
 
 def test_the_effect_posterior_is_the_normal_models_closed_form():
-    # one candidate, tau fixed at 1 (its floor), mu ~ N(0, 1): theta ~ N(0, 2), x = theta + N(0, 1)
-    mean, p = bet.effect_posterior([1.0], [1.0], 0.0, None, mu_sd=1.0, tau_min=1.0)
-    assert mean[0] == pytest.approx(2.0 / 3.0, rel=1e-12)
+    # one candidate, one tau node at 1, mu ~ N(0, 1), no level error: theta ~ N(0, 2), x = theta + N(0, 1)
+    w, m, sd, avg = bet.family_posterior([1.0], [1.0], 0.0, mu_sd=1.0, tau_grid=[1.0])
+    assert w == pytest.approx([1.0]) and m[0, 0] == pytest.approx(2.0 / 3.0, rel=1e-12)
+    assert sd[0, 0] == pytest.approx(np.sqrt(2.0 / 3.0), rel=1e-12)
+    # P(effect > 0) mixes each node's normal (Student's t on nu dof) by the nodes' weights
     from scipy.stats import norm, t
 
-    assert p[0] == pytest.approx(norm.cdf((2.0 / 3.0) / np.sqrt(2.0 / 3.0)), rel=1e-12)
-    _, pt = bet.effect_posterior([1.0], [1.0], 0.0, 4.0, mu_sd=1.0, tau_min=1.0)
-    assert pt[0] == pytest.approx(t.cdf((2.0 / 3.0) / np.sqrt(2.0 / 3.0), 4.0), rel=1e-12)
+    x, own = [1.0, -0.5, 0.2], [1.0, 2.0, 1.5]
+    w, m, sd, avg = bet.family_posterior(x, own, 0.3)
+    mean, p = bet.effect_posterior(x, own, 0.3)
+    assert mean == pytest.approx(avg, rel=1e-12) and p == pytest.approx(w @ norm.cdf(m / sd), rel=1e-12)
+    _, pt = bet.effect_posterior(x, own, 0.3, 4.0)
+    assert pt == pytest.approx(w @ t.cdf(m / sd, 4.0), rel=1e-12)
     # the shared part (the baseline level's noise) widens every candidate but does not spread them
     m1, p1 = bet.effect_posterior([2.0, -1.0, -2.0], [1.0] * 3, 0.0)
     m2, p2 = bet.effect_posterior([2.0, -1.0, -2.0], [1.0] * 3, 2.0)
-    assert np.all(np.abs(m2) <= np.abs(m1) + 1e-12) and p2[0] < p1[0]
+    assert p2[0] < p1[0] and np.all(np.diff(m2) < 0)
 
 
 def test_a_session_of_harmful_ideas_pulls_its_lucky_one_down():
     lucky = [1.0, -2.0, -2.5, -1.5, -3.0, -2.0]  # one run each, s^2 about 2.2, a 2-run baseline
     mean, p = bet.effect_posterior(lucky, [2.2] * 6, 1.1, 5.0)
-    assert mean[0] < 0.0 and bet.choose(mean, p, 0.0) is None
+    assert p[0] < bet.P_SUBMIT and bet.choose(mean, p, 0.0) is None and mean[0] < 0.5
     winner = [4.0, 0.3, -0.4, 0.5, -0.2, 0.1]  # one idea far above nulls
     mean, p = bet.effect_posterior(winner, [2.2] * 6, 1.1, 5.0)
     assert bet.choose(mean, p, 0.0) == 0 and p[0] > 0.8
@@ -172,3 +177,37 @@ def test_one_discordant_pair_does_not_erase_the_published_sd_in_compare():
     assert rep.noise.s > np.sqrt(fm.noise_var)  # the verdicts' pooling discounted the prior; the forecast's did not
     widths = [e.forecast.high80 - e.forecast.low80 for e in rep.full]
     assert max(widths) < 8.0  # were ~9.5 with the prior discounted
+
+
+def test_the_family_posterior_is_the_joint_gaussians_conditioning():
+    # the latent vector (mu, d, u_1..k, e_1..k) written out and conditioned in float64, per tau node
+    from scipy.stats import multivariate_normal
+
+    x, own, v_common, mu_sd = np.array([1.5, -0.3, 0.4]), np.array([1.1, 2.2, 0.7]), 0.6, 1.3
+    grid = [0.5, 1.0, 2.0]
+    w, mean, sd, avg = bet.family_posterior(x, own, v_common, mu_sd, 1.0, grid)
+    k = x.size
+    loglik = []
+    for g, tau in enumerate(grid):
+        cov_z = np.diag([mu_sd**2, v_common] + [tau**2] * k + list(own))
+        a_theta = np.hstack([np.ones((k, 1)), np.zeros((k, 1)), np.eye(k), np.zeros((k, k))])  # theta = mu + u
+        a_x = np.hstack([np.ones((k, 1)), np.ones((k, 1)), np.eye(k), np.eye(k)])  # x = mu + d + u + e
+        s_xx, s_tx, s_tt = a_x @ cov_z @ a_x.T, a_theta @ cov_z @ a_x.T, a_theta @ cov_z @ a_theta.T
+        m = s_tx @ np.linalg.solve(s_xx, x)
+        v = s_tt - s_tx @ np.linalg.solve(s_xx, s_tx.T)
+        assert mean[g] == pytest.approx(m, rel=1e-10, abs=1e-12)
+        assert sd[g] == pytest.approx(np.sqrt(np.diag(v)), rel=1e-10)
+        loglik.append(multivariate_normal(np.zeros(k), s_xx).logpdf(x) + np.log(1.0 / (1.0 + tau**2)))
+    want = np.exp(np.array(loglik) - max(loglik))
+    assert w == pytest.approx(want / want.sum(), rel=1e-9)
+    assert avg == pytest.approx(w @ mean, rel=1e-12)
+
+
+def test_a_shared_level_error_moves_candidates_together():
+    # the same x's read against a more uncertain level: the common shift is partly the level's,
+    # so every P(effect > 0) moves toward 1/2 while their order stays
+    x = [2.0, 1.5, 1.8]
+    _, p_sure = bet.effect_posterior(x, [1.0] * 3, 0.01)
+    _, p_loose = bet.effect_posterior(x, [1.0] * 3, 4.0)
+    assert np.all(p_loose < p_sure) and np.all(p_loose > 0.5)
+    assert list(np.argsort(p_loose)) == list(np.argsort(p_sure))
