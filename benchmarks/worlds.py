@@ -2,6 +2,7 @@
 
     python benchmarks/worlds.py                          # held-out seeds: the committed table
     python benchmarks/worlds.py --split tune             # the seeds every constant was chosen on
+    python benchmarks/worlds.py --split other --sessions 250 --adaptive 16   # other parameters, seed 3
     python benchmarks/worlds.py --sessions 20 --adaptive 4 --out /tmp/w   # a quick look
 
 A world is a family of effects, a true run-to-run sd (the config's published sd stays 1.48) and a
@@ -30,7 +31,9 @@ p_above_reference with its sampling floor (benchmarks/decision.py's functions).
 Seeds: `--split tune` (seed 1) is where the submission rule's constants (opsdctl.stats.bet) and the
 noise prior's dof were chosen (`--sweep` prints the goals at other constants from the same
 sessions; benchmarks/bet_offline.py re-scores a --rows dump at any constants); the default `held-out`
-(seed 2) is what benchmarks/results/worlds.md reports. Writes worlds[_tune].json and .md.
+(seed 2) is what benchmarks/results/worlds.md reports; `--split other` (seed 3) runs OTHER_WORLDS,
+the same kinds with other parameters (harmful N(-1, 1) and N(-2, 0.5), a +3 or +6 winner, true sd
+1.2 and 2.2, offsets -1 and +2.5, ...), which no constant saw. Writes worlds[_tune|_other].json and .md.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from results_file import write_results  # noqa: E402
 
 PUBLISHED = 54.22
 PUBLISHED_SD = 1.48
-SEEDS = {"tune": 1, "held-out": 2}
+SEEDS = {"tune": 1, "held-out": 2, "other": 3}
 GAIN_SLACK = 0.15
 PAIRED_Z = 2.0  # a gain shortfall counts as a miss beyond this many standard errors of the paired difference
 P_WORSE_MAX = 0.05
@@ -101,6 +104,37 @@ WORLDS = (
     World("mix, offset +1.5", draw_effects, offset=1.5),
     World("mix, offset -1.5", draw_effects, offset=-1.5),
 )
+
+
+def _normal_of(mean: float, sd: float) -> Callable:
+    def draw(rng, n):
+        return tuple(float(x) for x in rng.normal(mean, sd, n))
+    return draw
+
+
+def _winner_of(effect: float) -> Callable:
+    def draw(rng, n):
+        e = [0.0] * n
+        e[int(rng.integers(n))] = effect
+        return tuple(e)
+    return draw
+
+
+# The same kinds of world with other parameters, on their own seed (`--split other`): nothing was
+# chosen on them, so they say whether the figures above hold beyond the worlds they were read on.
+OTHER_WORLDS = (
+    World("all null, true sd 2.0", _null, sd=2.0),
+    World("mostly harmful N(-1, 1)", _normal_of(-1.0, 1.0)),
+    World("tightly harmful N(-2, 0.5)", _normal_of(-2.0, 0.5)),
+    World("one +3 among nulls", _winner_of(3.0)),
+    World("one +6 among nulls", _winner_of(6.0)),
+    World("normal N(0, 1)", _normal_of(0.0, 1.0)),
+    World("mix, true sd 1.2", draw_effects, sd=1.2),
+    World("mix, true sd 2.2", draw_effects, sd=2.2),
+    World("mix, offset -1", draw_effects, offset=-1.0),
+    World("mix, offset +2.5", draw_effects, offset=2.5),
+)
+ALL_WORLDS = WORLDS + OTHER_WORLDS  # a world's place here seeds its sessions (the first nine's as before)
 LAYOUTS = {"2+3x2": (2, 3, 2), "2+6x1": (2, 6, 1), "0+4x2": (0, 4, 2), "adaptive": None}
 RULES = ("bet", "local mean", "baseline")
 
@@ -148,7 +182,7 @@ def fixed_session(world: World, layout: str, seed: int, i: int) -> dict:
     from opsdctl.stats.compare import RunRecord, build_report
 
     n_base, n_ideas, reps = LAYOUTS[layout]
-    rng = np.random.default_rng([seed, WORLDS.index(world), list(LAYOUTS).index(layout), i])
+    rng = np.random.default_rng([seed, ALL_WORLDS.index(world), list(LAYOUTS).index(layout), i])
     effects = world.effects(rng, n_ideas)
     true_base = PUBLISHED + rng.normal(0.0, world.sd / math.sqrt(5))
     true = {"baseline": 0.0, **{f"idea{j}": e for j, e in enumerate(effects)}}
@@ -167,10 +201,10 @@ def adaptive_session(world: World, seed: int, i: int) -> dict:
     from opsdctl.sim.world import REFERENCE
     from opsdctl.sim.world import World as SimWorld
 
-    rng = np.random.default_rng([seed, WORLDS.index(world), 99, i])
+    rng = np.random.default_rng([seed, ALL_WORLDS.index(world), 99, i])
     effects = world.effects(rng, 6)
     true_base = PUBLISHED + rng.normal(0.0, world.sd / math.sqrt(5))
-    res = simulate_session("adaptive", seed * 1_000_003 + 7919 * WORLDS.index(world) + i, effects=effects,
+    res = simulate_session("adaptive", seed * 1_000_003 + 7919 * ALL_WORLDS.index(world) + i, effects=effects,
                            world=SimWorld.make(world.sd), offset=true_base - PUBLISHED + world.offset,
                            reference=REFERENCE)
     from opsdctl.plan.submission import pick_leader
@@ -181,7 +215,7 @@ def adaptive_session(world: World, seed: int, i: int) -> dict:
 
 def _job(args) -> tuple:
     w, layout, seed, i = args
-    world = WORLDS[w]
+    world = ALL_WORLDS[w]
     row = adaptive_session(world, seed, i) if layout == "adaptive" else fixed_session(world, layout, seed, i)
     return w, layout, row
 
@@ -336,7 +370,9 @@ def _paired(f: dict) -> str:
 
 def markdown(doc: dict) -> str:
     yes = lambda b: "ok" if b else "**MISS**"  # noqa: E731
-    lines = [f"# The bet in every world ({doc['split']} seeds)", "",
+    title = ("other worlds: the same kinds with other parameters, on their own seed; nothing was chosen on them"
+             if doc["split"] == "other" else f"{doc['split']} seeds")
+    lines = [f"# The bet in every world ({title})", "",
              f"Command: `{doc['command']}` ({doc['seconds']:.0f} s on {doc['processes']} processes). "
              f"Fixed layouts: {doc['sessions']} sessions per world; adaptive: {doc['adaptive']}.", "",
              "Goals: bet's gain >= max(local mean, 0) - 0.15, judged on the paired difference (a miss: short by more "
@@ -379,7 +415,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=Path, default=None, help="also write every session's row here (JSON)")
     args = ap.parse_args(argv)
     seed = SEEDS[args.split]
-    ws = args.worlds if args.worlds is not None else list(range(len(WORLDS)))
+    first, suite = (len(WORLDS), OTHER_WORLDS) if args.split == "other" else (0, WORLDS)
+    ws = [first + w for w in args.worlds] if args.worlds is not None else list(range(first, first + len(suite)))
     jobs = [(w, lay, seed, i) for w in ws for lay in LAYOUTS
             for i in range(args.adaptive if lay == "adaptive" else args.sessions)]
     # the slow adaptive sessions first, so the pool's last minutes are not one process's
@@ -388,17 +425,17 @@ def main(argv=None) -> int:
     rows: dict[str, list] = {}
     with Pool(args.processes) as pool:
         for n, (w, lay, row) in enumerate(pool.imap_unordered(_job, jobs, chunksize=2), 1):
-            rows.setdefault(f"{WORLDS[w].name} | {lay}", []).append(row)
+            rows.setdefault(f"{ALL_WORLDS[w].name} | {lay}", []).append(row)
             if n % 200 == 0 or n == len(jobs):
                 print(f"worlds: {n}/{len(jobs)} sessions, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
-    order = [f"{WORLDS[w].name} | {lay}" for w in ws for lay in LAYOUTS]
+    order = [f"{ALL_WORLDS[w].name} | {lay}" for w in ws for lay in LAYOUTS]
     if args.rows is not None:
         args.rows.write_text(json.dumps(rows))
     results = {k: figures(rows[k]) for k in order if k in rows}
     cmd = "python benchmarks/worlds.py" + ("" if args.split == "held-out" else f" --split {args.split}") \
         + ("" if args.sessions == 300 else f" --sessions {args.sessions}") \
         + ("" if args.adaptive == 30 else f" --adaptive {args.adaptive}") + (" --sweep" if args.sweep else "") \
-        + ("" if args.worlds is None else " --worlds " + " ".join(map(str, ws)))
+        + ("" if args.worlds is None else " --worlds " + " ".join(map(str, args.worlds)))
     doc = {"command": cmd, "split": args.split, "seed": seed, "sessions": args.sessions, "adaptive": args.adaptive,
            "seconds": round(time.time() - t0, 1), "processes": args.processes, "results": results,
            "sweep": sweep({k: rows[k] for k in order if k in rows}) if args.sweep else None}

@@ -72,3 +72,18 @@ def test_the_offline_rescoring_runs_on_simulated_sessions():
     assert out.returncode == 0, out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith("| 1.5, 1, 1, ")]
     assert len(rows) == 2 and "0.65 |" in rows[1]
+
+
+def test_the_other_worlds_are_their_own_suite_and_seed(tmp_path, worlds):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "worlds.py"), "--split", "other", "--sessions", "2",
+                          "--adaptive", "0", "--worlds", "2", "--processes", "1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "worlds_other.json").read_text())
+    assert doc["seed"] == worlds.SEEDS["other"] not in (worlds.SEEDS["tune"], worlds.SEEDS["held-out"])
+    name = worlds.OTHER_WORLDS[2].name
+    assert name not in {w.name for w in worlds.WORLDS}
+    assert list(doc["results"]) == [f"{name} | {lay}" for lay in worlds.LAYOUTS if lay != "adaptive"]
+    assert "other parameters" in (tmp_path / "worlds_other.md").read_text()
+    # the first nine worlds keep their place, so the committed tables' sessions are unchanged
+    assert worlds.ALL_WORLDS[:len(worlds.WORLDS)] == worlds.WORLDS
