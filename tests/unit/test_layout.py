@@ -325,6 +325,10 @@ def test_the_readmes_figures_are_the_committed_benchmarks():
     worst = max(f["bet"]["p_worse_1"] for f in worlds.values())
     assert f"in {len(met)} of {len(worlds)} world x layout cells" in readme
     assert f"at most {100 * worst:.1f}% of sessions" in readme
+    other = json.loads((res / "worlds_other.json").read_text())["results"]
+    met = [k for k, f in other.items() if f["goals"]["gain"] and f["goals"]["p_worse_1"]]
+    worst = max(f["bet"]["p_worse_1"] for f in other.values())
+    assert f"no constant saw: {len(met)} of {len(other)} cells, at most {100 * worst:.1f}%" in readme
     goals = json.loads((res / "stats_goals.json").read_text())["rows"]
     worst = max(r["rate"] for r in goals if r["op"] == "<=" and r["goal"] == 0.05)
     assert f"worst measured case {100 * worst:.1f}%" in readme
