@@ -73,17 +73,19 @@ def _log_ndtr_and_slope(x: float) -> tuple[float, float]:
     return math.log(p), math.exp(-0.5 * x * x - _HALF_LOG_2PI) / p
 
 
+def _symmetric_edge(p: float):
+    """A symmetric distribution's quantile where it needs no search (p 0, 1/2 or 1), else None."""
+    return {0.0: -math.inf, 0.5: 0.0, 1.0: math.inf}.get(p)
+
+
 def _ndtri(p: float) -> float:
     if math.isnan(p) or p < 0.0 or p > 1.0:
         return math.nan
-    if p == 0.0:
-        return -math.inf
-    if p == 1.0:
-        return math.inf
+    edge = _symmetric_edge(p)
+    if edge is not None:
+        return edge
     if p > 0.5:
         return -_ndtri(1.0 - p)
-    if p == 0.5:
-        return 0.0
     return _solve(_log_ndtr_and_slope, math.log(p), -math.sqrt(-2.0 * math.log(p)) + 0.5, -math.inf, 0.0)
 
 
@@ -248,14 +250,11 @@ def stdtr(df, t):
 def _stdtrit(df: float, p: float) -> float:
     if math.isnan(df) or math.isnan(p) or df <= 0.0 or p < 0.0 or p > 1.0:
         return math.nan
-    if p == 0.0:
-        return -math.inf
-    if p == 1.0:
-        return math.inf
+    edge = _symmetric_edge(p)
+    if edge is not None:
+        return edge
     if p > 0.5:
         return -_stdtrit(df, 1.0 - p)
-    if p == 0.5:
-        return 0.0
     if math.isinf(df):
         return _ndtri(p)
     if df == 1.0:
