@@ -18,7 +18,7 @@ def test_cli(ws, tmp_path):
 
 def test_cli_gpu_slots(ws):
     doc = ws.cli_json("simulate", "-n", "1", "--gpus-per-chain", "1")
-    assert doc["setup"]["gpus_per_chain"] == 1 and doc["setup"]["layout_factors"]["measured"] is False
+    assert doc["setup"]["gpus_per_chain"] == 1 and doc["setup"]["layout_factors"]["measured"] is True
     pol = doc["policies"]
     assert pol["planner fifo"]["chains_scored"]["mean"] > pol["fifo-by-hand x2"]["chains_scored"]["mean"]
     bad = ws.cli("simulate", "--gpus-per-chain", "3", check=False)

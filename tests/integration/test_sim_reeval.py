@@ -7,7 +7,7 @@ from opsdctl.sim.replay import simulate_session
 
 
 def test_a_simulated_session_runs_re_evals_and_compare_counts_trainings():
-    res = simulate_session("adaptive, x1 queue", 1)  # seed 1: advise ranks re-evals (found by running it)
+    res = simulate_session("adaptive, x1 queue", 3)  # seed 3: advise ranks re-evals (found by running it)
     reevals = [c for c in res.chains if c.eval_only and c.state == "succeeded"]
     assert res.reevals >= 1 and reevals and all(c.auto and c.draw >= 1 for c in reevals)
     trained = {c.variant: 0 for c in res.chains}
