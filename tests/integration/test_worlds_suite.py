@@ -87,3 +87,43 @@ def test_the_other_worlds_are_their_own_suite_and_seed(tmp_path, worlds):
     assert "other parameters" in (tmp_path / "worlds_other.md").read_text()
     # the first nine worlds keep their place, so the committed tables' sessions are unchanged
     assert worlds.ALL_WORLDS[:len(worlds.WORLDS)] == worlds.WORLDS
+
+
+def test_the_forecast_parts_run_on_the_same_sessions(tmp_path):
+    """benchmarks/forecast_parts.py, tiny: every variant on the same two sessions of one world; the
+    variants do reach the forecast (compare's intervals move) and the shipped one is the suite's."""
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "forecast_parts.py"), "--sessions", "2",
+                          "--worlds", "1", "--processes", "1", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "forecast_parts.json").read_text())
+    parts = bench_module("forecast_parts")
+    assert doc["seed"] == parts.worlds.SEEDS["tune"] and list(doc["summary"]) == [v.name for v in parts.VARIANTS]
+    cells = doc["cells"]
+    keys = [f"{parts.worlds.WORLDS[1].name} | {lay}" for lay in ("2+3x2", "2+6x1", "0+4x2")]
+    assert all(list(cells[n]) == keys for n in cells)
+    for name, s in doc["summary"].items():
+        assert s["cells"] == 3 and 0 <= s["cells_both_goals"] <= 3 and s["sessions_per_cell"] == 2
+        assert ("diff_vs_shipped_arms" in s) is (name != "shipped")
+    # the shipped variant is worlds.py's own figure on the same sessions
+    rows = [parts.worlds.fixed_session(parts.worlds.WORLDS[1], "2+3x2", doc["seed"], i) for i in range(2)]
+    assert cells["shipped"][keys[0]]["cover_arms"] == parts.worlds.figures(rows)["cover_arms"]
+    # the normal family: a fresh idea's mean and sd under the shipped prior's centres (a direct draw)
+    from opsdctl.stats import forecast
+
+    rng = np.random.default_rng(0)
+    n = 400_000
+    u = rng.random(n)
+    h, p = forecast.HARMFUL, forecast.HELPFUL
+    x = np.where(u < forecast.NULL_SHARE, 0.0, np.where(u < forecast.NULL_SHARE + (1 - forecast.NULL_SHARE) * h.share,
+                                                        rng.normal(h.mean, h.sd, n), rng.normal(p.mean, p.sd, n)))
+    fam = parts.normal_family()
+    assert fam.null_share == 0.0 and fam.null_strength == 0.0 and len(fam.sides) == 1
+    assert fam.sides[0].mean == pytest.approx(x.mean(), abs=0.02) and fam.sides[0].sd == pytest.approx(x.std(), abs=0.02)
+    # the variants live inside the benchmark's process: the module is as shipped after each
+    post, nodes = forecast.posterior, forecast.sigma_nodes
+    for v in parts.VARIANTS:
+        with parts.applied(v):
+            pass
+        assert forecast.posterior is post and forecast.sigma_nodes is nodes
+    assert "| normal family |" in (tmp_path / "forecast_parts.md").read_text()
