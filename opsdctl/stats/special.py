@@ -125,6 +125,21 @@ def _solve(f, target: float, u: float, lo: float, hi: float) -> float:
     return u
 
 
+def _solve_log_quantile(tail, p: float, u: float) -> float:
+    """u = log x where a distribution on x > 0 has CDF p, solved on the smaller tail so that
+    neither end loses digits. `tail(u, lower)`: (P(X <= x) if lower else P(X > x), the CDF's slope
+    in log x), or None where x is off the distribution's range; u: the start."""
+    lower = p <= 0.5
+
+    def log_tail(u: float) -> tuple[float, float]:
+        t = tail(u, lower)
+        if t is None or t[0] <= 0.0:
+            return (-math.inf if lower else math.inf), math.nan
+        return (math.log(t[0]) if lower else -math.log(t[0])), t[1] / t[0]
+
+    return _solve(log_tail, math.log(p) if lower else -math.log1p(-p), u, -math.inf, math.inf)
+
+
 # ---------------------------------------------------------------- log Gamma and log Beta
 
 
@@ -310,18 +325,15 @@ def _fdtri(dfn: float, dfd: float, p: float) -> float:
     if p == 1.0:
         return math.inf
     a, b = 0.5 * dfn, 0.5 * dfd
-    lower = p <= 0.5  # solve on the smaller tail, in u = log f
 
-    def log_tail(u: float) -> tuple[float, float]:
+    def tail(u: float, lower: bool):
         x, y = _f_xy(dfn, dfd, math.exp(u))
-        tail = _ibeta(a, b, x, y) if lower else _ibetac(a, b, x, y)
-        if tail <= 0.0 or x <= 0.0 or y <= 0.0:
-            return (-math.inf if lower else math.inf), math.nan
-        slope = _ibeta_front(a, b, x, y) / tail  # d tail / d log f = x^a y^b / B(a, b)
-        return (math.log(tail), slope) if lower else (-math.log(tail), slope)
+        if x <= 0.0 or y <= 0.0:
+            return None
+        # d I_x / d log f = x^a y^b / B(a, b)
+        return (_ibeta(a, b, x, y) if lower else _ibetac(a, b, x, y)), _ibeta_front(a, b, x, y)
 
-    target = math.log(p) if lower else -math.log1p(-p)
-    return math.exp(_solve(log_tail, target, 0.0, -math.inf, math.inf))
+    return math.exp(_solve_log_quantile(tail, p, 0.0))
 
 
 def fdtri(dfn, dfd, p):
@@ -383,22 +395,16 @@ def _gammaincinv(a: float, q: float) -> float:
         return 0.0
     if q == 1.0:
         return math.inf
-    lower = q <= 0.5
 
-    def log_tail(u: float) -> tuple[float, float]:
+    def tail(u: float, lower: bool):
         x = math.exp(u)
         p_, q_ = _gammainc_pq(a, x)
-        tail = p_ if lower else q_
-        if tail <= 0.0:
-            return (-math.inf if lower else math.inf), math.nan
-        slope = _gamma_front(a, x) / tail  # d P / d log x = x^a e^-x / Gamma(a)
-        return (math.log(tail), slope) if lower else (-math.log(tail), slope)
+        return (p_ if lower else q_), _gamma_front(a, x)  # d P / d log x = x^a e^-x / Gamma(a)
 
     z = _ndtri(q)  # Wilson-Hilferty's start
     c = 1.0 / (9.0 * a)
     start = a * max(1.0 - c + z * math.sqrt(c), 1e-3) ** 3
-    target = math.log(q) if lower else -math.log1p(-q)
-    return math.exp(_solve(log_tail, target, math.log(start), -math.inf, math.inf))
+    return math.exp(_solve_log_quantile(tail, q, math.log(start)))
 
 
 def gammaincinv(a, q):
