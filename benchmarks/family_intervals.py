@@ -59,7 +59,7 @@ def intervals(row: dict, t_dof: bool = True) -> dict[str, tuple[float, float]]:
     targets[1:, 2] = 1.0
     targets[1:, 3:] = np.eye(k)
     m0 = np.r_[PUBLISHED, np.zeros(dim - 1)]
-    taus = np.geomspace(bet.TAU_MIN, bet.TAU_MAX, bet.TAU_NODES)
+    taus = bet.tau_nodes()
     logw, means, sds = [], [], []
     for tau in taus:
         p0 = np.diag([s2 / 5, osd**2, bet.MU_SD**2] + [tau**2] * k)

@@ -54,6 +54,11 @@ def noise_estimate(ss_local: float, nu_local: int, s0: Optional[float], nu0: flo
     return (prior * float(s0 or 0.0) ** 2 + float(ss_local)) / nu, nu
 
 
+def tau_nodes(tau_min: float = TAU_MIN) -> np.ndarray:
+    """The family sd's grid: TAU_NODES log-spaced nodes from tau_min to TAU_MAX, points."""
+    return np.geomspace(tau_min, TAU_MAX, TAU_NODES)
+
+
 def family_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float, mu_sd: float = MU_SD,
                      tau_scale: float = TAU_SCALE, tau_grid: Optional[Sequence[float]] = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -71,7 +76,7 @@ def family_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float
     x = np.asarray(x, dtype=np.float64)
     own = np.asarray(v_own, dtype=np.float64)
     k = x.size
-    tau = np.geomspace(TAU_MIN, TAU_MAX, TAU_NODES) if tau_grid is None else np.asarray(tau_grid, dtype=np.float64)
+    tau = tau_nodes() if tau_grid is None else np.asarray(tau_grid, dtype=np.float64)
     if k == 0:
         return np.ones(1), np.zeros((1, 0)), np.zeros((1, 0)), np.zeros(0)
     one = np.ones((k, k))
@@ -97,8 +102,7 @@ def effect_posterior(x: Sequence[float], v_own: Sequence[float], v_common: float
     nodes' weights."""
     from opsdctl.stats.special import ndtr, stdtr
 
-    nodes = np.geomspace(tau_min, TAU_MAX, TAU_NODES)
-    w, m, sd, mean = family_posterior(x, v_own, v_common, mu_sd, tau_scale, nodes)
+    w, m, sd, mean = family_posterior(x, v_own, v_common, mu_sd, tau_scale, tau_nodes(tau_min))
     z = m / sd
     p = stdtr(float(nu), z) if nu else ndtr(z)
     return mean, w @ p
