@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from worlds import LAYOUTS, P_WORSE_MAX, PUBLISHED, PUBLISHED_SD, WORLDS, normal_family_pick, paired  # noqa: E402
+from worlds import LAYOUTS, PUBLISHED, PUBLISHED_SD, WORLDS, normal_family_pick, score  # noqa: E402
 
 from opsdctl.stats import bet  # noqa: E402
 
@@ -59,20 +59,6 @@ def simulate(n_sessions: int, seed: int) -> dict[str, list[dict]]:
                 rows.append({"arms": arms, "s2": s2, "nu": nu, "gain": {"local mean": lm_gain}})
             out[f"{world.name} | {layout}"] = rows
     return out
-
-
-def score(results: dict[str, list[dict]], pick) -> dict:
-    """Cells failing the gain and P(worse) goals, the worst margins, the mean gain over cells;
-    pick(row) -> the true effect of what a rule submits there."""
-    fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
-    for key, rows in results.items():
-        g = np.array([pick(x) for x in rows])
-        pg = paired(rows, g)
-        margin, worst = min(margin, pg["margin"]), max(worst, float(np.mean(g < -1)))
-        means.append(float(g.mean()))
-        fail_g += [] if pg["ok"] else [key]
-        fail_w += [] if np.mean(g < -1) <= P_WORSE_MAX else [key]
-    return {"fail_gain": fail_g, "fail_worse": fail_w, "margin": margin, "worst": worst, "mean": float(np.mean(means))}
 
 
 def _line(label: str, s: dict, detail: bool) -> None:

@@ -317,47 +317,46 @@ NORMAL_SWEEP = [(t, mu_sd, tau, 1.0) for mu_sd in (0.5, 1.0, 1.5) for tau in (0.
     + [(t, 1.0, 1.0, 3.0) for t in (0.6, 0.65, 0.7)]
 
 
+def score(results: dict[str, list[dict]], pick) -> dict:
+    """A submission rule's gain and P(worse by > 1) goals over cells of session rows: the cells
+    failing each, the worst paired gain margin and P(worse), the mean gain over cells;
+    pick(row) -> the true effect of what the rule submits there (0: the baseline)."""
+    fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
+    for key, rows in results.items():
+        g = np.array([pick(x) for x in rows])
+        pg = paired(rows, g)
+        margin, worst = min(margin, pg["margin"]), max(worst, float(np.mean(g < -1)))
+        means.append(float(g.mean()))
+        fail_g += [] if pg["ok"] else [key]
+        fail_w += [] if np.mean(g < -1) <= P_WORSE_MAX else [key]
+    return {"fail_gain": fail_g, "fail_worse": fail_w, "margin": margin, "worst": worst, "mean": float(np.mean(means))}
+
+
+def _forecast_pick(x: dict, p_ok, threshold: float) -> float:
+    """opsdctl.stats.bet.choose on a row's forecasts, P(ok) read by `p_ok`: the true effect submitted."""
+    from opsdctl.stats.bet import choose
+
+    base = next((a for a in x["arms"] if a["name"] == "baseline"), None)
+    cands = [a for a in x["arms"] if a["name"] != "baseline"]
+    i = choose([a["mean"] for a in cands], [p_ok(a) for a in cands], None if base is None else base["mean"], threshold)
+    return 0.0 if i is None else cands[i]["effect"]
+
+
 def sweep(results: dict) -> list[str]:
     """The gain and P(worse by > 1) goals under other rules of opsdctl.stats.bet.choose's form (the
     highest forecast above the baseline's, among candidates whose P(ok) >= a threshold), on the
     same sessions' forecasts: what the rule and P_SUBMIT were chosen by, on the tune seeds."""
-    from opsdctl.stats.bet import choose
+    def line(label: str, t: float, s: dict) -> str:
+        return (f"| {label} | {t:.2f} | {len(s['fail_gain'])} | {len(s['fail_worse'])} | {s['margin']:+.3f} "
+                f"| {s['worst']:.3f} | {s['mean']:+.3f} |")
 
     lines = ["| rule: P(ok) | threshold | cells failing gain | failing P(worse by > 1) | worst gain margin (paired, 2 SE) "
              "| worst P(worse) | mean gain over cells |", "|---|---|---|---|---|---|---|"]
     for rule, (p_ok, thresholds) in SWEEP.items():
-        for t in thresholds:
-            fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
-            for key, rows in results.items():
-                gains = []
-                for x in rows:
-                    base = next((a for a in x["arms"] if a["name"] == "baseline"), None)
-                    cands = [a for a in x["arms"] if a["name"] != "baseline"]
-                    i = choose([a["mean"] for a in cands], [p_ok(a) for a in cands],
-                               None if base is None else base["mean"], t)
-                    gains.append(0.0 if i is None else cands[i]["effect"])
-                g = np.array(gains)
-                pg = paired(rows, g)
-                margin = min(margin, pg["margin"])
-                worst = max(worst, float(np.mean(g < -1)))
-                means.append(float(g.mean()))
-                if not pg["ok"]:
-                    fail_g.append(key)
-                if np.mean(g < -1) > P_WORSE_MAX:
-                    fail_w.append(key)
-            lines.append(f"| {rule} | {t:.2f} | {len(fail_g)} | {len(fail_w)} | {margin:+.3f} | {worst:.3f} "
-                         f"| {np.mean(means):+.3f} |")
+        lines += [line(rule, t, score(results, lambda x: _forecast_pick(x, p_ok, t))) for t in thresholds]
     for t, mu_sd, tau, scale in NORMAL_SWEEP:  # the rule itself (bet.submit) at other constants
-        fail_g, fail_w, margin, worst, means = [], [], math.inf, 0.0, []
-        for key, rows in results.items():
-            g = np.array([normal_family_pick(x, t, mu_sd, tau, scale) for x in rows])
-            pg = paired(rows, g)
-            margin, worst = min(margin, pg["margin"]), max(worst, float(np.mean(g < -1)))
-            means.append(float(g.mean()))
-            fail_g += [] if pg["ok"] else [key]
-            fail_w += [key] if np.mean(g < -1) > P_WORSE_MAX else []
-        lines.append(f"| normal family, mu_sd {mu_sd:g}, tau_min {tau:g}, tau_scale {scale:g}: P(effect > 0) | {t:.2f} | {len(fail_g)} "
-                     f"| {len(fail_w)} | {margin:+.3f} | {worst:.3f} | {np.mean(means):+.3f} |")
+        s = score(results, lambda x: normal_family_pick(x, t, mu_sd, tau, scale))
+        lines.append(line(f"normal family, mu_sd {mu_sd:g}, tau_min {tau:g}, tau_scale {scale:g}: P(effect > 0)", t, s))
     return lines
 
 
