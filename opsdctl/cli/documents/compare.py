@@ -31,10 +31,10 @@ class CompareDocument:
 
 def compare_report(cfg, reader, variants: Optional[Sequence[str]] = None, baseline: Optional[str] = None,
                    family: Optional[str] = None, pool_code: bool = False):
-    """The report `opsdctl advise` ranks from: compare's (without its training columns), with the minutes a baseline chain takes
-    (the planner's estimate), so "do the runs needed fit" is answered, and the ranked next actions;
-    the time left, the layout, the baseline and the durations read once (opsdctl.plan.read_context),
-    in one snapshot of the store."""
+    """The report `opsdctl advise` ranks from: compare's (without its training columns), with the
+    minutes a baseline chain takes (the planner's estimate), so "do the runs needed fit" is
+    answered, and the ranked next actions; the time left, the layout, the baseline and the
+    durations read once (opsdctl.plan.read_context), in one snapshot of the store."""
     from opsdctl.plan.read_context import read_context
     from opsdctl.plan.store_report import compare_doc
 

@@ -1,10 +1,10 @@
 """The dashboard's pages (Starlette): session, compare, a variant, a chain; read-only.
 
 Each page is built from the very document its command prints with `--json` (opsdctl.cli.documents:
-status, compare, variant, chain; this package imports no command module) and `?format=json` returns that document as it is, so
-the page and the CLI cannot show different numbers. `?fragment=1` returns the page's body only:
-the page's script asks `/changes` every 2 s whether the store moved and, when it did, swaps the
-body in place (no reload). With a token, every request must carry it (`?token=`, which also sets
+status, compare, variant, chain; this package imports no command module) and `?format=json`
+returns that document as it is, so the page and the CLI cannot show different numbers.
+`?fragment=1` returns the page's body only: the page's script asks `/changes` every 2 s whether
+the store moved and, when it did, swaps the body in place (no reload). With a token, every request must carry it (`?token=`, which also sets
 a cookie, or `Authorization: Bearer`).
 """
 
