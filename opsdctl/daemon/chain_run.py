@@ -225,7 +225,8 @@ class ChainRun:
         started = time.monotonic()
         self.children_before = ctx.lineages.children_now() - ({held.proc.pid} if held is not None else set())
         try:
-            proc = Prestart.go(held) if held is not None else stages.spawn(command, code_dir, env, log_path)
+            proc = Prestart.go(held) if held is not None else ctx.lineages.start(
+                chain.id, lambda: stages.spawn(command, code_dir, env, log_path))
         except OSError as exc:
             if sampler is not None:
                 sampler.stop()
@@ -235,7 +236,7 @@ class ChainRun:
                                        time.monotonic() - started)
             return Outcome(State.FAILED, f"{stage} could not start: {exc}")
         leader.append(proc.pid)
-        ctx.lineages.add(proc.pid, chain.id)
+        ctx.lineages.add(proc.pid, chain.id)  # a held eval: registered when it was started ahead
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
         self.live = ident
         with ctx.store.write() as s:

@@ -48,7 +48,8 @@ class Prestart:
         read_fd, write_fd = os.pipe()
         env = {**launch.env, stages.ENV_GO_FD: str(read_fd)}
         try:
-            proc = stages.spawn(launch.command, code_dir, env, launch.log_path, pass_fds=(read_fd,))
+            proc = self.ctx.lineages.start(self.chain_id, lambda: stages.spawn(
+                launch.command, code_dir, env, launch.log_path, pass_fds=(read_fd,)))
         except OSError as exc:
             os.close(write_fd)
             self.ctx.report(f"chain {self.chain_id}: could not start its eval ahead of time ({exc}); "
@@ -57,7 +58,6 @@ class Prestart:
         finally:
             os.close(read_fd)
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), launch.token)
-        self.ctx.lineages.add(proc.pid, self.chain_id)
         self.held = Held(launch, proc, write_fd, ident, time.monotonic())
         self.ctx.report(f"chain {self.chain_id}: eval started ahead (pid {proc.pid}): it imports while training "
                         "runs, then waits for the go")
