@@ -62,3 +62,40 @@ def test_the_temp_dir_is_a_fresh_0700_one_under_ray_tmpdir(tmp_path, monkeypatch
     assert private.parent == tmp_path and private.name.startswith(ray_local.TEMP_PREFIX)
     assert mode(private) == 0o700 and not ray_dir.exists()  # Ray makes its own (0777) inside
     assert registered == [(ray_local._remove, (private,))]  # removed at exit
+
+
+
+def test_the_temp_dir_is_removed_even_while_rays_exiting_processes_still_write(tmp_path, monkeypatch):
+    """ray.shutdown() returns before its daemons have written their last log lines: a file one
+    of them makes while rmtree runs leaves part of the tree behind, and removal tries again."""
+    import sys
+    import types
+
+    root = tmp_path / "opsdctl-ray-x"
+    logs = root / "ray" / "session_1" / "logs"
+    logs.mkdir(parents=True)
+    real_rmtree, calls = ray_local.shutil.rmtree, []
+
+    def racing_rmtree(path, ignore_errors=False):
+        calls.append(path)
+        real_rmtree(path, ignore_errors=ignore_errors)
+        if len(calls) <= 2:  # a log monitor still writing: what the removal did not see remains
+            logs.mkdir(parents=True)
+            (logs / "monitor.log").write_text("last line\n")
+
+    monkeypatch.setattr(ray_local.shutil, "rmtree", racing_rmtree)
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: True, shutdown=lambda: None))
+    ray_local._remove(root, within_s=5.0)
+    assert not root.exists() and len(calls) == 3
+
+
+def test_removal_gives_up_after_its_time_rather_than_hang(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    root = tmp_path / "opsdctl-ray-x"
+    root.mkdir()
+    monkeypatch.setattr(ray_local.shutil, "rmtree", lambda path, ignore_errors=False: None)  # never goes
+    monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(is_initialized=lambda: False, shutdown=None))
+    ray_local._remove(root, within_s=0.3)
+    assert root.exists()
