@@ -30,14 +30,12 @@ import secrets
 import shutil
 import stat
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's name; it gates multi-node on Linux too
 TEMP_PREFIX = "opsdctl-ray-"
-REMOVE_WITHIN_S = 10.0  # how long removal keeps trying while Ray's exiting processes still write
 
 
 def local_init_kwargs() -> dict:
@@ -95,19 +93,11 @@ def private_temp_dir() -> Path:
     return root / "ray"
 
 
-def _remove(root: Path, within_s: float = REMOVE_WITHIN_S) -> None:
-    """Shut Ray down, then remove its temp dir. ray.shutdown() returns while its raylet and log
-    monitor may still be writing their last lines: a file made during rmtree leaves a directory
-    behind, so removal is repeated until the tree is gone (or `within_s` has passed)."""
+def _remove(root: Path) -> None:
     import ray
 
     try:
         if ray.is_initialized():
             ray.shutdown()
     finally:
-        deadline = time.monotonic() + within_s
-        while True:
-            shutil.rmtree(root, ignore_errors=True)
-            if not root.exists() or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
+        shutil.rmtree(root, ignore_errors=True)

@@ -55,6 +55,8 @@ from opsdctl.store.locks import WorkerBusy, worker_lock, worker_lock_path  # noq
 from opsdctl.store.models import Chain, Stage, Variant, WorkerRun, utcnow
 from opsdctl.store.states import State, transition
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 
 # --- recovery -----------------------------------------------------------------------------
@@ -173,12 +175,20 @@ class Worker:
 
     @contextmanager
     def _signals(self):
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
         try:
             yield
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def _signals_again(self) -> None:
+        """Take SIGINT/SIGTERM back after starting Ray: ray.init installs its C++ failure-signal
+        handler over ours, which logged a SIGTERM and then aborted the worker (no re-queue's last
+        word, no exit hooks: Ray's private temp dir was left behind). signal.getsignal cannot
+        tell (it reads Python's table, not the process's), so they are always set again."""
+        for s in STOP_SIGNALS:
+            signal.signal(s, self._on_signal)
 
     # life -----------------------------------------------------------------------------------
 
@@ -193,6 +203,7 @@ class Worker:
                 gate = SerialGate(self.gate)  # the loop and every chain's thread ask it one at a time
                 executor = make_executor(self.cfg, self.store, gate, self.stop, self.report, self.run_id,
                                          self.usable_seconds, board=self.board, layout=self.layout)
+                self._signals_again()
                 exporter = None
                 notifier = start_notifier(self.cfg, self.store, self.report, self._budget_view)  # [notify]
                 try:

@@ -100,6 +100,8 @@ def test_a_local_rays_token_and_session_dir_are_the_users_alone(ws, tmp_path):
             assert not _writable_by_others(d), d
         assert _writable_by_others(tmp)  # the helper sees what is shared
         stop_process(worker, timeout=120)
+        # a clean exit, not Ray's failure-signal handler aborting it (SIGABRT): exit hooks ran
+        assert worker.returncode >= 0, worker.stdout.read()[-2000:]
         assert not list(tmp.glob("opsdctl-ray-*"))  # removed at exit
     finally:
         stop_process(worker, timeout=120)
