@@ -11,8 +11,11 @@ on the tune seed, the same sessions under each variant of opsdctl.stats.forecast
                      moment-matched to the shipped prior's fresh idea; its scale k still learned
   sigma plugged in   the run variance's estimate s^2 used as if known (sigma_nodes' one-node path)
                      instead of integrated over SIGMA_NODES nodes
-  arms on sigma 1    SIGMA_BY_ARMS 1.0: the arms' evidence on sigma's nodes untempered
+  arms on sigma 1/4  SIGMA_BY_ARMS 0.25: the arms' evidence on sigma's nodes tempered (the former default)
   arms on sigma 0    SIGMA_BY_ARMS 0.0: the arms say nothing on sigma
+  helpful sd 0.87    the helpful side at the mix's own sd (U(1, 4)) instead of 2 (the former default)
+  former             both former defaults: the forecast before they changed
+  scale prior 1.0    the family's scale k with a log-normal prior of sd 1.0 instead of 0.5
 
 Each variant is set by replacing forecast.posterior's defaults or forecast.sigma_nodes inside this
 process only (forecast.py is unchanged; compare calls them through the module). The submission rule
@@ -30,7 +33,7 @@ import math
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Optional
@@ -71,14 +74,22 @@ class Variant:
     family: Optional[str] = None  # "normal": normal_family()
     plug_in: bool = False
     sigma_by_arms: Optional[float] = None
+    scale_log_sd: Optional[float] = None  # the family's scale prior (FamilyPrior.scale_log_sd)
+    helpful_sd: Optional[float] = None  # the helpful side's sd at scale 1 (forecast.HELPFUL.sd)
 
 
 VARIANTS = (
     Variant("shipped", "the forecast as it is"),
     Variant("normal family", "one normal side, moment-matched, for the spike and slab", family="normal"),
     Variant("sigma plugged in", "s^2 as if known, for SIGMA_NODES nodes", plug_in=True),
-    Variant("arms on sigma 1", "SIGMA_BY_ARMS 1.0 (untempered)", sigma_by_arms=1.0),
+    Variant("arms on sigma 1/4", "SIGMA_BY_ARMS 0.25 (the arms' evidence on sigma tempered; the former default)",
+            sigma_by_arms=0.25),
     Variant("arms on sigma 0", "SIGMA_BY_ARMS 0.0 (the arms say nothing on sigma)", sigma_by_arms=0.0),
+    Variant("helpful sd 0.87", "the helpful side N(2.5, 0.87^2), the mix's own U(1, 4) (the former default)",
+            helpful_sd=3.0 / math.sqrt(12.0)),
+    Variant("former", "helpful sd 0.87 and SIGMA_BY_ARMS 0.25: the forecast before both changes",
+            helpful_sd=3.0 / math.sqrt(12.0), sigma_by_arms=0.25),
+    Variant("scale prior 1.0", "SCALE_PRIOR_LOG_SD 1.0 for 0.5 (the family's scale freer)", scale_log_sd=1.0),
 )
 
 
@@ -89,6 +100,11 @@ def applied(v: Variant):
     kw = {}
     if v.family == "normal":
         kw["family"] = normal_family()
+    if v.scale_log_sd is not None:
+        kw["family"] = replace(kw.get("family", forecast.FamilyPrior()), scale_log_sd=v.scale_log_sd)
+    if v.helpful_sd is not None:
+        kw["family"] = replace(kw.get("family", forecast.FamilyPrior()),
+                               sides=(forecast.HARMFUL, replace(forecast.HELPFUL, sd=v.helpful_sd)))
     if v.sigma_by_arms is not None:
         kw["sigma_by_arms"] = v.sigma_by_arms
     try:
@@ -198,7 +214,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sessions", type=int, default=80, help="sessions per world and fixed layout")
     ap.add_argument("--worlds", type=int, nargs="*", default=None, help="world indices of worlds.WORLDS (default: all)")
     ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--variants", nargs="*", default=None,
+                    help="variant names to run beside 'shipped' (default: all): " + ", ".join(v.name for v in VARIANTS[1:]))
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    ap.add_argument("--name", default="forecast_parts", help="the results' file name (NAME.json, NAME.md)")
     args = ap.parse_args(argv)
     if args.sessions < 2:
         ap.error("--sessions: at least 2 (a standard error needs two sessions)")
@@ -207,7 +226,13 @@ def main(argv=None) -> int:
     bad = [w for w in ws if not 0 <= w < len(worlds.WORLDS)]
     if bad:
         ap.error(f"--worlds: {bad} not in 0..{len(worlds.WORLDS) - 1} (the indices of worlds.WORLDS)")
-    jobs = [(v, w, lay, seed, i) for v in range(len(VARIANTS)) for w in ws for lay in FIXED for i in range(args.sessions)]
+    known = [v.name for v in VARIANTS]
+    unknown = [n for n in args.variants or () if n not in known]
+    if unknown:
+        ap.error(f"--variants: {unknown} not among {known}")
+    vs = [0] + [known.index(n) for n in args.variants if n != "shipped"] if args.variants is not None \
+        else list(range(len(VARIANTS)))
+    jobs = [(v, w, lay, seed, i) for v in vs for w in ws for lay in FIXED for i in range(args.sessions)]
     t0 = time.time()
     got: dict = {}
     run = map(_job, jobs) if args.processes == 1 else Pool(args.processes).imap_unordered(_job, jobs, chunksize=4)
@@ -216,19 +241,21 @@ def main(argv=None) -> int:
         if n % 200 == 0 or n == len(jobs):
             print(f"forecast_parts: {n}/{len(jobs)} sessions, {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     order = [f"{worlds.ALL_WORLDS[w].name} | {lay}" for w in ws for lay in FIXED]
-    names = [v.name for v in VARIANTS]
+    names = [VARIANTS[v].name for v in vs]
     rows = {n: {k: [got[n][k][i] for i in range(args.sessions)] for k in order} for n in names}
     cells = {n: {k: worlds.figures(rows[n][k]) for k in order} for n in names}
     keep = ("cover_arms", "cover_submitted", "cover_baseline", "worst_decile_gap", "decile_floor_median", "goals")
     cmd = "python benchmarks/forecast_parts.py" + f" --sessions {args.sessions} --processes {args.processes}" \
-        + ("" if args.worlds is None else " --worlds " + " ".join(map(str, args.worlds)))
+        + ("" if args.worlds is None else " --worlds " + " ".join(map(str, args.worlds))) \
+        + ("" if args.variants is None else " --variants " + " ".join(f"'{n}'" for n in args.variants)) \
+        + ("" if args.name == "forecast_parts" else f" --name {args.name}")
     doc = {"command": cmd, "split": "tune", "seed": seed, "sessions": args.sessions, "processes": args.processes,
            "seconds": round(time.time() - t0, 1),
-           "variants": [{"name": v.name, "what": v.what} for v in VARIANTS],
+           "variants": [{"name": VARIANTS[v].name, "what": VARIANTS[v].what} for v in vs],
            "normal_family": {"mean": round(normal_family().sides[0].mean, 4), "sd": round(normal_family().sides[0].sd, 4)},
            "summary": summary(cells, rows, names),
            "cells": {n: {k: {x: cells[n][k][x] for x in keep} for k in order} for n in names}}
-    write_results(args.out, "forecast_parts", doc, markdown)
+    write_results(args.out, args.name, doc, markdown)
     return 0
 
 

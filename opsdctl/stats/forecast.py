@@ -65,7 +65,7 @@ LEVEL_NODES = 25  # grid of the local baseline level L = B + d (refined around i
 KEEP_TAIL = 1e-7  # the mixture keeps the nodes that carry all but this much of the mass
 SIGMA_NODES = 7  # nodes of the run variance when it is an estimate (noise.dof): a trapezoid rule in log X
 SIGMA_TAILS = (1e-3, 1e-5)  # the X ~ chi^2_dof quantiles the nodes span: t's cdf to 8e-4 on 2+ dof
-SIGMA_BY_ARMS = 0.25  # the power of the arms' evidence on sigma's nodes (module docstring: why not 1)
+SIGMA_BY_ARMS = 1.0  # the power of the arms' evidence on sigma's nodes: full (docs/decision.md: why not 1/4)
 SIGMA_LEVEL_NODES = 15  # L's grid at each of them: its error (1e-5) far below the sigma rule's
 
 
@@ -116,10 +116,11 @@ class Side:
     sd: float
 
 
-# the realistic mix's ideas that do something: a third of all ideas U(-5, -1), a sixth U(+1, +4)
-# (each side's mean and sd)
+# the realistic mix's ideas that do something: a third of all ideas U(-5, -1) (the harmful side's
+# mean and sd), a sixth U(+1, +4) (its mean; its sd 0.87 widened to 2, so that a winner beyond the
+# mix, +4 to +6, is not shrunk into it: chosen on the world suite's tune seed, docs/decision.md)
 HARMFUL = Side(2.0 / 3.0, -3.0, 4.0 / math.sqrt(12.0))
-HELPFUL = Side(1.0 / 3.0, 2.5, 3.0 / math.sqrt(12.0))
+HELPFUL = Side(1.0 / 3.0, 2.5, 2.0)
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,13 @@ def test_the_forecast_parts_run_on_the_same_sessions(tmp_path):
             pass
         assert forecast.posterior is post and forecast.sigma_nodes is nodes
     assert "| normal family |" in (tmp_path / "forecast_parts.md").read_text()
+    # a chosen few variants, under another name; an unknown one is refused in one line
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "forecast_parts.py"), "--sessions", "2",
+                          "--worlds", "3", "--variants", "former", "--name", "fam", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    fam_doc = json.loads((tmp_path / "fam.json").read_text())
+    assert list(fam_doc["summary"]) == ["shipped", "former"] and "--name fam" in fam_doc["command"]
+    bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "forecast_parts.py"), "--variants", "nope",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--variants: ['nope'] not among" in bad.stderr

@@ -325,6 +325,12 @@ def test_the_readmes_figures_are_the_committed_benchmarks():
     worst = max(f["bet"]["p_worse_1"] for f in worlds.values())
     assert f"in {len(met)} of {len(worlds)} world x layout cells" in readme
     assert f"at most {100 * worst:.1f}% of sessions" in readme
+    local = max(f["local mean"]["p_worse_1"] for f in worlds.values())
+    arms = [f["cover_arms"] for f in worlds.values()]
+    sub = min(f["cover_submitted"] for f in worlds.values() if f["cover_submitted"] is not None)
+    assert f"(the highest local mean: up to {100 * local:.1f}%)" in readme
+    assert f"cover {round(100 * min(arms))}-{round(100 * max(arms))}% of arms" in readme
+    assert f"the submitted arm in at least {100 * sub:.1f}% of sessions" in readme
     other = json.loads((res / "worlds_other.json").read_text())["results"]
     met = [k for k, f in other.items() if f["goals"]["gain"] and f["goals"]["p_worse_1"]]
     worst = max(f["bet"]["p_worse_1"] for f in other.values())
