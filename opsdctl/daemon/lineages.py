@@ -6,9 +6,10 @@ several, each stage's watch notes the descendants it sees (every few seconds), a
 orphan is given to a stage only when that stage saw it, or when no other chain's stage or
 pre-started evaluation runs. Every live stage leader of every chain is known, so one chain's
 stop never takes another chain's stage for an orphan: a leader is started and registered in one
-step (`start`) that no listing can interleave with, since a child born between the two would
-be the worker's child, in its own session and nobody's leader, i.e. an orphan to whoever looked. An orphan that escaped before any watch
-saw it, while several chains ran, is nobody's: it is left alone (docs/reliability.md).
+step (`start`) that no listing can interleave with, since a child born between the two would be
+the worker's child, in its own session and nobody's leader, i.e. an orphan to whoever looked. An
+orphan that escaped before any watch saw it, while several chains ran, is nobody's: it is left
+alone (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -58,7 +58,6 @@ from opsdctl.store.states import State, transition
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-
 # --- recovery -----------------------------------------------------------------------------
 
 
