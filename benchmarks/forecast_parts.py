@@ -67,6 +67,9 @@ def normal_family() -> forecast.FamilyPrior:
                                 side_strength=0.0)
 
 
+FORMER_HELPFUL_SD = 3.0 / math.sqrt(12.0)  # the mix's own U(1, 4), the helpful side's sd until 2026-12-07
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -86,9 +89,9 @@ VARIANTS = (
             sigma_by_arms=0.25),
     Variant("arms on sigma 0", "SIGMA_BY_ARMS 0.0 (the arms say nothing on sigma)", sigma_by_arms=0.0),
     Variant("helpful sd 0.87", "the helpful side N(2.5, 0.87^2), the mix's own U(1, 4) (the former default)",
-            helpful_sd=3.0 / math.sqrt(12.0)),
+            helpful_sd=FORMER_HELPFUL_SD),
     Variant("former", "helpful sd 0.87 and SIGMA_BY_ARMS 0.25: the forecast before both changes",
-            helpful_sd=3.0 / math.sqrt(12.0), sigma_by_arms=0.25),
+            helpful_sd=FORMER_HELPFUL_SD, sigma_by_arms=0.25),
     Variant("scale prior 1.0", "SCALE_PRIOR_LOG_SD 1.0 for 0.5 (the family's scale freer)", scale_log_sd=1.0),
 )
 

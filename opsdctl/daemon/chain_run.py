@@ -235,8 +235,7 @@ class ChainRun:
             stage_records.finish_stage(ctx.store, stage_id, Outcome(State.FAILED, f"could not start: {exc}"),
                                        time.monotonic() - started)
             return Outcome(State.FAILED, f"{stage} could not start: {exc}")
-        leader.append(proc.pid)
-        ctx.lineages.add(proc.pid, chain.id)  # a held eval: registered when it was started ahead
+        leader.append(proc.pid)  # registered with ctx.lineages when it was started (a held eval: ahead)
         ident = procs.StageIdentity(proc.pid, proc.pid, procs.create_time_of(proc.pid), token)
         self.live = ident
         with ctx.store.write() as s:

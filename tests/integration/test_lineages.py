@@ -6,6 +6,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from opsdctl.daemon.lineages import Lineages
 
 
@@ -53,10 +55,8 @@ def test_a_spawn_that_fails_registers_nothing_and_frees_the_listing():
     def failing():
         raise OSError("no such file")
 
-    try:
+    with pytest.raises(OSError, match="no such file"):
         lineages.start(1, failing)
-    except OSError:
-        pass
     assert lineages.of(999_999_999, 1, before=()) == []
 
 
