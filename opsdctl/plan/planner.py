@@ -160,15 +160,19 @@ class PlannerGate:
             known.append(base)
         capped = s.auto_repeat_max is not None and self.extra_queued >= s.auto_repeat_max
         # queued chains as the compare report names them: their candidate (variant x code tree)
-        labels = self.facts.candidates([c.chain_id for c in queued]) if queued else {}
+        live = [r.info for r in self.facts.running()] if s.policy == policy.ADAPTIVE else []
+        ids = [c.chain_id for c in queued] + [c.chain_id for c in live]
+        labels = self.facts.candidates(ids) if ids else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice, self.reevals = None, {}
+        in_flight = _count_by_label(live, labels)  # chains running now: observations on their way
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:  # objective verdicts: for what settles nothing
             self.reevals = self.facts.reeval_targets(self.runs)
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams, self.widths(), s.layout.max_chains)
                      if basis is not None else advise.Costs(chain_s, s.defaults["eval"], chain_s))
             advice = advise.from_report(self.compare, costs, usable,
-                                        list(dict.fromkeys(q.variant for q in items if q.variant not in set(known))),
+                                        list(dict.fromkeys(q.variant for q in items
+                                                           if q.variant not in set(known) and q.variant not in in_flight)),
                                         self.reevals)
 
         def plan(auto_repeat: bool) -> policy.Plan:
@@ -176,7 +180,7 @@ class PlannerGate:
                 policy=s.policy, baseline=base, usable_s=usable, chain_s=chain_s, chain_median_s=chain_median_s,
                 dropped=self.facts.dropped(), auto_repeat=auto_repeat, known_variants=known,
                 voi=not s.try_every_variant, advice=advice, reevals=tuple(self.reevals), objective=s.objective,
-                slots=s.layout.max_chains))
+                slots=s.layout.max_chains, in_flight=in_flight))
 
         # Auto-repeat chains go after the user's (unless they opted in), so while the user's chains
         # wait, the policy allocates among those alone.
@@ -400,3 +404,11 @@ def make_planner_gate(cfg, budget_left=None, store=None, report: Callable[[str],
     facts = StoreFacts(cfg, store) if store is not None else NoFacts(cfg.baseline_variant)
     return PlannerGate(settings, facts, budget_left, report=report)
 
+
+def _count_by_label(chains: Sequence[ChainInfo], labels: dict[int, str]) -> dict[str, int]:
+    """Candidate label (a chain's variant where it has none) -> how many of `chains` are its."""
+    out: dict[str, int] = {}
+    for c in chains:
+        label = labels.get(c.chain_id, c.variant)
+        out[label] = out.get(label, 0) + 1
+    return out

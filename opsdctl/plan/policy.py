@@ -51,6 +51,13 @@ estimate (no ranking) or when a baseline run is missing altogether; [planner] tr
 Plan.full_eval names the variant whose evaluation futility must not stop: the ranked repeat, whose
 full score is the observation it was ranked for.
 
+Chains running now (PlanInputs.in_flight, the worker's and any other worker's on the store) are
+observations on their way: a queued chain of their variant counts after them (a first run that
+runs makes the queued second one a repeat), and the ranking's pick passes over their variant. With
+several chains at once (gpus_per_chain, Ray) the free slots otherwise all took the same ranked
+first run: four 1-GPU slots ran the x2 queue's two baseline chains, then two of each idea, and
+tried half the ideas in a session (docs/planner.md).
+
 Objective (worker --objective, [planner] objective): `submission` (the default) is the above;
 `verdicts` turns the ranking off (the tiers decide, as with try_every_variant) and holds the arms
 tried to what the session's runs can settle (new_arms_allowed: a first run beyond that waits, in
@@ -68,7 +75,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import AbstractSet, Mapping, Optional, Sequence
 
 from opsdctl.config import PLANNER_OBJECTIVES, PLANNER_POLICIES
 from opsdctl.plan.advise import Action, Advice
@@ -147,6 +154,7 @@ class PlanInputs:
     reevals: Sequence[str] = ()  # variants with a checkpoint --auto-repeat may re-evaluate (opsdctl.plan.reeval)
     objective: str = SUBMISSION
     slots: int = 1  # chains the worker runs at once (opsdctl.plan.slots): r chains take ceil(r / slots) turns
+    in_flight: Mapping[str, int] = field(default_factory=dict)  # candidate -> its chains running now (no score yet)
 
 
 @dataclass
@@ -238,7 +246,10 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     base_key = max((e.p_beat or 0.0) for e in base_for.values()) if base_for else None
 
     ctx = _Context(base_source, baseline, base_for, base_key, noise_known, cost)
-    taken: dict[str, int] = {}
+    # A chain running now is an observation on its way: the queue's chains of its variant count
+    # after it, and the ranking's pick passes over it (advise valued that action without it).
+    live = {v for v, n in inputs.in_flight.items() if n > 0}
+    taken: dict[str, int] = {v: int(inputs.in_flight[v]) for v in live}
     slots: list[tuple[tuple, Slot]] = []
     skips: dict[int, str] = {}
     for pos, q in enumerate(queued):
@@ -261,7 +272,7 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     pick = None
     if advice is not None and voi and not any(t[1].tier is Tier.NO_BASELINE for t in slots):
         pick = _advice_pick(advice, {t[1].variant for t in slots}, dropped, auto_repeat, set(known_variants),
-                            set(inputs.reevals))
+                            set(inputs.reevals), live)
         if pick is not None and pick[0] is None:  # stop: nothing is worth its minutes; no chain of our own
             slots.sort(key=lambda t: t[0])
             ordered = [s for _, s in slots]
@@ -288,7 +299,7 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
         out.extra_first = verdicts and out.extra is not None
         if verdicts and out.extra is None and advice is not None:
             # nothing left to settle: the bet's ranking spends what is left (a re-eval in the last half hour)
-            bet = _advice_pick(advice, set(), dropped, auto_repeat, set(known_variants), set(inputs.reevals))
+            bet = _advice_pick(advice, set(), dropped, auto_repeat, set(known_variants), set(inputs.reevals), live)
             if bet is not None and bet[0] is not None:
                 out.extra, out.extra_why, out.extra_reeval = bet[0], f"{bet[1]} (nothing left to settle)", bet[3]
                 out.full_eval = [bet[0]] if bet[2] else []
@@ -296,17 +307,19 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
 
 
 def _advice_pick(advice: Sequence[Advice], queued: set, dropped: Mapping[str, str], auto_repeat: bool,
-                 known: set, reevals: set) -> Optional[tuple[Optional[str], str, bool, bool]]:
+                 known: set, reevals: set, live: AbstractSet[str] = frozenset()) -> Optional[tuple[Optional[str], str, bool, bool]]:
     """(variant, why, full, reeval) from `opsdctl advise`'s ranking: its first action the worker
     can take (a queued chain of that variant first; with --auto-repeat, one more chain of a
     variant with a run, or a re-eval of a checkpoint of it that may be evaluated again);
     (None, why, False, False) when `stop` ranks above every such action; None without any (the
-    tiers order). Screens are the user's to queue."""
+    tiers order). Screens are the user's to queue. Variants in `live` (a chain of theirs runs
+    now) are passed over: the ranking valued their action without the result on its way, and
+    with several chains at once every free slot would otherwise take the same first run."""
     for a in advice:
         why = f"advise: {a.text()}"
         if a.action == Action.STOP:
             return None, why, False, False
-        if a.variant is None or a.variant in dropped:
+        if a.variant is None or a.variant in dropped or a.variant in live:
             continue
         if a.action == Action.REEVAL:
             if auto_repeat and a.variant in reevals:

@@ -193,3 +193,29 @@ def test_objective_verdicts_leaves_no_budget_idle_when_nothing_is_left_to_settle
     assert p.extra_why.endswith("(nothing left to settle)")
     stop = plan([], rep, PlanInputs(**inputs, advice=advice[1:]))
     assert stop.extra is None  # the ranking's stop still stops
+
+
+def test_a_chain_running_now_is_an_observation_on_its_way():
+    """With several chains at once, a free slot must not take the first run of a variant whose
+    first run already runs: its queued second chain waits like a repeat of a variant not yet run,
+    and the ranking's pick passes over it to the next action."""
+    from opsdctl.plan.advise import Action, Advice
+
+    rep = report(cand("a", 1, 1.0, 0.7))
+    queue = q((1, "b"), (2, "b"), (3, "c"))
+    inputs = dict(baseline="baseline", usable_s=6 * CHAIN, chain_s=CHAIN, voi=False)
+    assert plan(queue, rep, PlanInputs(**inputs)).order == [1, 3, 2]  # b's first run, c's, b's second
+    p = plan(queue, rep, PlanInputs(**inputs, in_flight={"b": 1}))
+    assert p.order == [3, 1, 2]  # b's first run is running: c's first run goes first
+    assert {s.chain_id: str(s.tier) for s in p.slots} == {3: "1", 1: "4", 2: "4"}
+
+    advice = [Advice(Action.NEW, "b", 46.0, True, 0.5), Advice(Action.REPEAT, "a", 46.0, True, 0.3),
+              Advice(Action.STOP, None, 0.0, True, 0.0)]
+    queue = q((1, "b"), (2, "c"), (3, "a"))
+    ranked = dict(baseline="baseline", usable_s=6 * CHAIN, chain_s=CHAIN, advice=advice, known_variants=["a"])
+    assert plan(queue, rep, PlanInputs(**ranked)).slots[0].variant == "b"
+    p = plan(queue, rep, PlanInputs(**ranked, in_flight={"b": 1}))
+    assert (p.slots[0].variant, str(p.slots[0].tier)) == ("a", "v")  # the next ranked action
+    stop = plan(queue, rep, PlanInputs(**ranked, in_flight={"b": 1, "a": 1}))
+    assert all(str(s.tier) != "v" for s in stop.slots)  # stop ranks next: the tiers order, nothing added
+    assert stop.extra is None

@@ -136,3 +136,15 @@ def test_the_benchmark_refuses_an_unknown_policy(tmp_path, capsys):
         bench.main(["--sessions", "1", "--policy", "adaptve", "--out", str(tmp_path)])
     assert e.value.code == 2 and "unknown policy 'adaptve'" in capsys.readouterr().err
     assert not (tmp_path / "simulate.json").exists()
+
+
+def test_four_chains_at_once_try_every_idea_before_repeating_one():
+    """One GPU per chain (four slots): the free slots take different first runs, not the x2 queue's
+    two chains of one variant (each slot's pick counts the chains running now)."""
+    res = simulate_session("adaptive", seed=40001, gpus_per_chain=1)
+    by_id = {c.chain_id: c for c in res.chains}
+    order = [by_id[i].variant for i in res.run_order]
+    ideas = sorted({c.variant for c in res.chains if c.variant != "baseline"})
+    first_wave = order[:len(ideas) + 1]
+    assert sorted(set(first_wave)) == sorted(["baseline", *ideas]) and len(set(first_wave)) == len(first_wave), order
+    assert len(res.report.full) == len(ideas)
