@@ -137,3 +137,33 @@ def test_the_forecast_parts_run_on_the_same_sessions(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "benchmarks" / "forecast_parts.py"), "--variants", "nope",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--variants: ['nope'] not among" in bad.stderr
+
+
+def test_the_frontier_runs_and_its_richer_models_reduce_to_the_shipped_one(tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bet_frontier.py"), "--sessions", "3",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "bet_frontier.json").read_text())
+    assert doc["cells"] == 27 and doc["sessions"] == 3
+    assert {r["model"] for r in doc["rows"]} >= {"normal (shipped), tau_min 1", "noise integrated, tau_min 1"}
+    assert "| normal (shipped), tau_min 1 | 0.65 | - |" in (tmp_path / "bet_frontier.md").read_text()
+
+    frontier = bench_module("bet_frontier")
+    from opsdctl.stats import bet
+
+    x, n, s2, nu, v_common = [1.8, -0.4, 0.3, -2.2], [1, 2, 1, 2], 2.1, 5.0, 0.6
+    shipped_mean, shipped_p = bet.effect_posterior(x, [s2 / k for k in n], v_common, nu)
+    # the same model: the shipped posterior, and "special" ideas that are never special
+    m, p, _ = frontier.posterior(frontier.Model("normal", "normal"), x, n, s2, nu, v_common)
+    np.testing.assert_allclose(m, shipped_mean, atol=1e-12)
+    np.testing.assert_allclose(p, shipped_p, atol=1e-12)
+    m, p, _ = frontier.posterior(frontier.Model("never", "special", p_special=1e-12), x, n, s2, nu, v_common)
+    np.testing.assert_allclose(m, shipped_mean, atol=1e-9)
+    # a noise known to many dof: the integrated model is the plug-in's normal one
+    m, _, _ = frontier.posterior(frontier.Model("noise", "noise", noise_nodes=16), x, n, s2, 1e6, v_common)
+    np.testing.assert_allclose(m, bet.effect_posterior(x, [s2 / k for k in n], v_common, None)[0], atol=1e-3)
+    # a special idea lets a far-out run keep more of its lead than the plain family does
+    far = [6.0, 0.1, -0.2, 0.3, -0.1, 0.0]
+    plain = frontier.posterior(frontier.Model("p", "normal", tau_min=0.5), far, [1] * 6, 2.2, 5.0, 0.5)[0]
+    special = frontier.posterior(frontier.Model("s", "special", tau_min=0.5, p_special=0.1), far, [1] * 6, 2.2, 5.0, 0.5)[0]
+    assert special[0] > plain[0] + 0.5
