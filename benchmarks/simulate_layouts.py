@@ -1,7 +1,7 @@
 """Simulated 6-hour sessions per GPU layout: what 4, 2 or 1 GPUs per chain give a session.
 
-    python benchmarks/simulate_layouts.py                         # the committed figures (40 sessions a layout)
-    python benchmarks/simulate_layouts.py [--sessions 40] [--seed 20000] [--policy NAME ...] [--jobs 1] [--out DIR]
+    python benchmarks/simulate_layouts.py                         # the committed figures (120 sessions a layout; ~12 min with --jobs 2)
+    python benchmarks/simulate_layouts.py [--sessions 120] [--seed 20000] [--policy NAME ...] [--jobs 1] [--out DIR]
 
 The same code as `opsdctl simulate --gpus-per-chain N` (opsdctl.sim.results.run_benchmark): the
 worker's own loop and gate over a fake clock, the planner policies on the session's 4 GPUs in slots
@@ -82,7 +82,7 @@ def markdown(doc: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sessions", type=int, default=40, help="sessions per layout and policy")
+    ap.add_argument("--sessions", type=int, default=120, help="sessions per layout and policy")
     ap.add_argument("--seed", type=int, default=20000, help="base seed (session i uses seed + i)")
     ap.add_argument("--policy", action="append", help=f"planner policy to run (repeat); default: {', '.join(POLICIES)}")
     ap.add_argument("--jobs", type=int, default=1, help="processes (one per layout at most)")
