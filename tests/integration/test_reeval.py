@@ -106,3 +106,25 @@ def test_the_worker_facts_offer_and_queue_re_evals_of_our_evaluators_checkpoints
     assert facts.reeval_targets(facts.runs()) == {"token-clip": Target("token-clip", 1, 1)}  # now the one with fewer
     (tc,) = [e for e in ws.cli_json("compare")["variants"] if e["name"] == "token-clip"]
     assert tc["n"] == 2 and tc["chain_ids"] == [1, 2]
+
+
+def test_the_store_gate_counts_a_running_chain_as_an_observation_on_its_way(ws):
+    """The worker's gate over the store (StoreFacts.running): once token-clip's first chain is
+    claimed, a free slot takes cosine's first run, not token-clip's queued second chain."""
+    from opsdctl.config import load_config
+    from opsdctl.daemon.worker import StoreQueue
+    from opsdctl.plan.planner import make_planner_gate, with_overrides
+    from opsdctl.store.engine import open_store
+
+    ws.cli("queue", "token-clip", "--repeats", "2")
+    ws.cli("queue", "cosine")
+    cfg = with_overrides(load_config(ws.root / "opsdctl.toml"), policy_name="adaptive")
+    store = open_store(cfg.db)
+    gate, queue = make_planner_gate(cfg, store=store), StoreQueue(store)
+
+    def order():
+        return [(c.chain_id, c.variant) for c in gate.order(queue.queued(), dry_run=True)]
+
+    assert order()[0] == (1, "token-clip")  # nothing runs: the queue's first run first
+    assert queue.claim(1)
+    assert order() == [(3, "cosine"), (2, "token-clip")]  # token-clip's first run is on its way
