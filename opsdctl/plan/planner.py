@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Optional, Sequence
 
@@ -165,7 +166,7 @@ class PlannerGate:
         labels = self.facts.candidates(ids) if ids else {}
         items = [policy.QueuedItem(c.chain_id, labels.get(c.chain_id, c.variant), c.priority) for c in queued]
         advice, self.reevals = None, {}
-        in_flight = _count_by_label(live, labels)  # chains running now: observations on their way
+        in_flight = dict(Counter(labels.get(c.chain_id, c.variant) for c in live))  # observations on their way
         if s.policy == policy.ADAPTIVE and not s.try_every_variant:  # objective verdicts: for what settles nothing
             self.reevals = self.facts.reeval_targets(self.runs)
             costs = (advise.costs_of(self.estimator, basis.profile, basis.hparams, self.widths(), s.layout.max_chains)
@@ -403,12 +404,3 @@ def make_planner_gate(cfg, budget_left=None, store=None, report: Callable[[str],
     settings = settings_from_config(cfg, layout)
     facts = StoreFacts(cfg, store) if store is not None else NoFacts(cfg.baseline_variant)
     return PlannerGate(settings, facts, budget_left, report=report)
-
-
-def _count_by_label(chains: Sequence[ChainInfo], labels: dict[int, str]) -> dict[str, int]:
-    """Candidate label (a chain's variant where it has none) -> how many of `chains` are its."""
-    out: dict[str, int] = {}
-    for c in chains:
-        label = labels.get(c.chain_id, c.variant)
-        out[label] = out.get(label, 0) + 1
-    return out

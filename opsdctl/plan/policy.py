@@ -248,8 +248,8 @@ def plan(queued: Sequence[QueuedItem], report: Optional[Report], inputs: PlanInp
     ctx = _Context(base_source, baseline, base_for, base_key, noise_known, cost)
     # A chain running now is an observation on its way: the queue's chains of its variant count
     # after it, and the ranking's pick passes over it (advise valued that action without it).
-    live = {v for v, n in inputs.in_flight.items() if n > 0}
-    taken: dict[str, int] = {v: int(inputs.in_flight[v]) for v in live}
+    taken: dict[str, int] = {v: int(n) for v, n in inputs.in_flight.items() if n > 0}
+    live = set(taken)
     slots: list[tuple[tuple, Slot]] = []
     skips: dict[int, str] = {}
     for pos, q in enumerate(queued):
