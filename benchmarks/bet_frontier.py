@@ -73,7 +73,9 @@ MODELS = (
 
 def _gauss(x: np.ndarray, own: np.ndarray, v_common: float, diag: np.ndarray, logprior: np.ndarray):
     """The family's Gaussian posterior at each node g (diag[g]: the effects' own prior variances
-    around mu): (log weights, means (g, k), sds (g, k)); bet.family_posterior's algebra."""
+    around mu): (log weights, means (g, k), sds (g, k)). bet.family_posterior's algebra with a
+    per-node diagonal, which the shipped function (one tau for every idea) does not take; the
+    test checks the two agree where the richer models reduce to it."""
     k = x.size
     one = np.ones((k, k))
     c = bet.MU_SD ** 2 * one[None] + diag[:, :, None] * np.eye(k)[None]
@@ -84,6 +86,11 @@ def _gauss(x: np.ndarray, own: np.ndarray, v_common: float, diag: np.ndarray, lo
     var = np.diagonal(c, axis1=1, axis2=2) - np.einsum("gij,gji->gi", c, np.linalg.solve(s, c))
     loglik = -0.5 * np.einsum("gi,i->g", sinv_x, x) - np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
     return loglik + logprior, mean, np.sqrt(np.maximum(var, 1e-300))
+
+
+def _normalised(log_w: np.ndarray) -> np.ndarray:
+    w = np.exp(log_w - log_w.max())
+    return w / w.sum()
 
 
 def _specials(k: int, most: int = 2) -> np.ndarray:
@@ -110,17 +117,18 @@ def posterior(model: Model, x, n_runs, s2: float, nu: float, v_common: float) ->
         parts = [_gauss(x, s2j / n, v_common * s2j / s2, np.repeat(tau[:, None] ** 2, x.size, 1), tau_prior)
                  for s2j in nu * s2 / q]
         lw, m, sd = (np.concatenate(p) for p in zip(*parts))
-        cdf = ndtr
-    else:
-        flags = _specials(x.size) if model.kind == "special" else np.zeros((1, x.size), bool)
+        w = _normalised(lw)
+    elif model.kind == "special":
+        flags = _specials(x.size)
         diag = np.where(flags[:, None, :], model.special_sd ** 2, tau[None, :, None] ** 2).reshape(-1, x.size)
         k_sp = flags.sum(axis=1)
-        prior = (k_sp * math.log(model.p_special) + (x.size - k_sp) * math.log1p(-model.p_special)
-                 if model.kind == "special" else np.zeros(len(flags)))
+        prior = k_sp * math.log(model.p_special) + (x.size - k_sp) * math.log1p(-model.p_special)
         lw, m, sd = _gauss(x, s2 / n, v_common, diag, (prior[:, None] + tau_prior[None, :]).reshape(-1))
-        cdf = (lambda z: stdtr(float(nu), z)) if nu else ndtr
-    w = np.exp(lw - lw.max())
-    w /= w.sum()
+        w = _normalised(lw)
+    else:  # the shipped model itself
+        w, m, sd, _ = bet.family_posterior(x, s2 / n, v_common, bet.MU_SD, bet.TAU_SCALE, tau)
+    # the noise integrated: normal per node; else Student's t on the estimate's dof, as the shipped rule reads it
+    cdf = ndtr if model.kind == "noise" or not nu else (lambda z: stdtr(float(nu), z))
     return w @ m, w @ cdf(m / sd), w @ cdf((-1.0 - m) / sd)
 
 
