@@ -12,6 +12,8 @@ its own seed (11: neither the tune nor the held-out split of benchmarks/worlds.p
 
   normal     the shipped model (bet.family_posterior) at TAU_MIN 1 and 0.5
   tail cap   the same posterior, and also P(effect < -1) <= cap: the P(worse) goal asked directly
+  penalty    the same posterior, each candidate scored mean - c P(effect < -1) (submitted where that
+             is above 0 and P(effect > 0) >= threshold): the P(worse) goal priced rather than capped
   special    a family with "special" ideas: each idea is, with prior probability p, drawn from a
              wide N(mu, sd^2) instead of N(mu, tau^2), at most two per session (so a tight family
              can shrink a lucky idea hard while a real winner still stands out); TAU_MIN 0.5
@@ -48,6 +50,7 @@ from opsdctl.stats.special import ndtr, stdtr  # noqa: E402
 
 THRESHOLDS = (0.55, 0.6, 0.65, 0.7, 0.75)
 TAIL_CAPS = (0.1, 0.15, 0.2)
+PENALTIES = (0.5, 1.0, 2.0, 3.0, 5.0)  # points of mean given up per unit of P(effect < -1)
 
 
 @dataclass(frozen=True)
@@ -148,21 +151,25 @@ def _posteriors(job):
     return model, out, time.time() - t0
 
 
-def _rows(model: Model, cells: dict, thresholds, caps) -> list[dict]:
-    """The model's rule at each threshold (and tail cap), scored with the suite's goals."""
+def _rows(model: Model, cells: dict, thresholds, caps, penalties=(None,)) -> list[dict]:
+    """The model's rule at each threshold (and tail cap, or penalty: never both), scored with the
+    suite's goals."""
     out = []
-    for t, cap in itertools.product(thresholds, caps):
+    for t, cap, pen in itertools.product(thresholds, caps, penalties):
+        if cap is not None and pen is not None:
+            continue
         results, picks = {}, {}
         for key, sessions in cells.items():
             rows = []
             for (mean, p0, pm1), effects, local in sessions:
-                ok = (p0 >= t) & (mean > 0.0) & (pm1 <= (1.0 if cap is None else cap))
+                sc = mean - (0.0 if pen is None else pen) * pm1
+                ok = (p0 >= t) & (sc > 0.0) & (pm1 <= (1.0 if cap is None else cap))
                 row = {"gain": {"local mean": local}}
-                picks[id(row)] = 0.0 if not ok.any() else effects[int(np.argmax(np.where(ok, mean, -np.inf)))]
+                picks[id(row)] = 0.0 if not ok.any() else effects[int(np.argmax(np.where(ok, sc, -np.inf)))]
                 rows.append(row)
             results[key] = rows
         s = score(results, lambda r: picks[id(r)])
-        out.append({"model": model.label, "threshold": t, "tail_cap": cap, "fail_gain": s["fail_gain"],
+        out.append({"model": model.label, "threshold": t, "tail_cap": cap, "penalty": pen, "fail_gain": s["fail_gain"],
                     "fail_worse": s["fail_worse"], "fail_either": sorted(set(s["fail_gain"]) | set(s["fail_worse"])),
                     "margin": round(s["margin"], 4), "worst_p_worse": round(s["worst"], 4), "mean_gain": round(s["mean"], 4)})
     return out
@@ -182,8 +189,9 @@ def main(argv=None) -> int:
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         for model, cells, s in pool.map(_posteriors, [(m, args.sessions, args.seed) for m in MODELS]):
             seconds[model.label] = round(s, 1)
-            caps = (None,) + (TAIL_CAPS if model.kind == "normal" and model.tau_min == bet.TAU_MIN else ())
-            rows += _rows(model, cells, THRESHOLDS, caps)
+            shipped = model.kind == "normal" and model.tau_min == bet.TAU_MIN
+            caps = (None,) + (TAIL_CAPS if shipped else ())
+            rows += _rows(model, cells, THRESHOLDS, caps, (None,) + (PENALTIES if shipped else ()))
             print(f"{model.label}: {s:.0f} s", flush=True)
     n_cells = len(simulate(2, args.seed))
     write(args.out, rows, args, n_cells, round(time.time() - t0, 1), seconds)
@@ -199,15 +207,16 @@ def write(out: Path, rows: list[dict], args, n_cells: int, wall: float, seconds:
         f"({wall:.0f} s; seed {args.seed}, {args.sessions} sessions in each of {n_cells} world x layout cells, "
         "the world suite's goals and paired test). Each row: one rule at one threshold; a cell fails when the "
         "rule misses the gain goal or P(worse by > 1) <= 5% there.", "",
-        "| rule | P(effect > 0) >= | P(effect < -1) <= | cells failing gain | failing P(worse) | failing either "
-        "| worst gain margin | worst P(worse) | mean gain |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rule | P(effect > 0) >= | P(effect < -1) <= | penalty c | cells failing gain | failing P(worse) "
+        "| failing either | worst gain margin | worst P(worse) | mean gain |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r['model']} | {r['threshold']:.2f} | {'-' if r['tail_cap'] is None else r['tail_cap']} "
-                     f"| {len(r['fail_gain'])} | {len(r['fail_worse'])} | {len(r['fail_either'])} | {r['margin']:+.3f} "
+                     f"| {'-' if r['penalty'] is None else r['penalty']} | {len(r['fail_gain'])} | {len(r['fail_worse'])} | {len(r['fail_either'])} | {r['margin']:+.3f} "
                      f"| {r['worst_p_worse']:.3f} | {r['mean_gain']:+.3f} |")
-    shipped = next(r for r in rows if r["model"] == MODELS[0].label and r["threshold"] == bet.P_SUBMIT and r["tail_cap"] is None)
+    shipped = next(r for r in rows if r["model"] == MODELS[0].label and r["threshold"] == bet.P_SUBMIT and r["tail_cap"] is None
+                   and r["penalty"] is None)
     lines += ["", f"Fewest cells failing either goal: {best} of {n_cells}. The shipped rule (threshold {bet.P_SUBMIT}): "
               f"gain misses {'; '.join(shipped['fail_gain']) or 'none'}; P(worse) misses "
               f"{'; '.join(shipped['fail_worse']) or 'none'}.", "",

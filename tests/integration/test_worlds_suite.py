@@ -146,7 +146,8 @@ def test_the_frontier_runs_and_its_richer_models_reduce_to_the_shipped_one(tmp_p
     doc = json.loads((tmp_path / "bet_frontier.json").read_text())
     assert doc["cells"] == 27 and doc["sessions"] == 3
     assert {r["model"] for r in doc["rows"]} >= {"normal (shipped), tau_min 1", "noise integrated, tau_min 1"}
-    assert "| normal (shipped), tau_min 1 | 0.65 | - |" in (tmp_path / "bet_frontier.md").read_text()
+    md = (tmp_path / "bet_frontier.md").read_text()
+    assert "| normal (shipped), tau_min 1 | 0.65 | - | - |" in md and "| normal (shipped), tau_min 1 | 0.65 | - | 2.0 |" in md
 
     frontier = bench_module("bet_frontier")
     from opsdctl.stats import bet
