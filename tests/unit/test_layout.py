@@ -331,6 +331,9 @@ def test_the_readmes_figures_are_the_committed_benchmarks():
     assert f"(the highest local mean: up to {100 * local:.1f}%)" in readme
     assert f"cover {round(100 * min(arms))}-{round(100 * max(arms))}% of arms" in readme
     assert f"the submitted arm in at least {100 * sub:.1f}% of sessions" in readme
+    bound = json.loads((res / "bet_bound.json").read_text())["runs"]
+    once = next(r for r in bound if r["layout"] == "2+6x1")
+    assert f"holds six ideas run once below {100 * once['lower_bound']:.1f}%" in readme
     other = json.loads((res / "worlds_other.json").read_text())["results"]
     met = [k for k, f in other.items() if f["goals"]["gain"] and f["goals"]["p_worse_1"]]
     worst = max(f["bet"]["p_worse_1"] for f in other.values())
