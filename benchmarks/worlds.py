@@ -1,8 +1,8 @@
 """The world suite: the bet (forecast + submission rule) checked in every world, not one.
 
-    python benchmarks/worlds.py                          # held-out seeds: the committed table
+    python benchmarks/worlds.py --sessions 1000 --adaptive 40 --processes 2   # held-out seeds: the committed table
     python benchmarks/worlds.py --split tune             # the seeds every constant was chosen on
-    python benchmarks/worlds.py --split other --sessions 250 --adaptive 16   # other parameters, seed 3
+    python benchmarks/worlds.py --split other --sessions 500 --adaptive 40 --processes 2   # other parameters, seed 3
     python benchmarks/worlds.py --sessions 20 --adaptive 4 --out /tmp/w   # a quick look
 
 A world is a family of effects, a true run-to-run sd (the config's published sd stays 1.48) and a
