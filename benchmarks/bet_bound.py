@@ -146,14 +146,13 @@ def idea_terms(e: np.ndarray, v: float, comps: tuple[Comp, ...]) -> tuple[np.nda
 class Sessions:
     """Sessions of one layout, scores relative to the published mean: the baseline runs' mean
     (nan without any), each idea's mean (sessions, ideas), the within-arm sum of squares and its
-    dof, and (when drawn) the true effects and the world each came from."""
+    dof, and (when drawn) the true effects."""
 
     base: np.ndarray
     ideas: np.ndarray
     ss: np.ndarray
     dof: int
     effects: Optional[np.ndarray] = None
-    world: Optional[np.ndarray] = None
 
 
 def draw_sessions(world: BoundWorld, layout: tuple[int, int, int], n: int, rng: np.random.Generator) -> Sessions:
@@ -201,12 +200,24 @@ def world_terms(s: Sessions, world: BoundWorld, layout: tuple[int, int, int]) ->
 
 @dataclass(frozen=True)
 class Pooled:
-    """A pooled sample's importance ratios r_w = p_w / q (sessions, worlds) and each world's
-    posterior gain and P(worse) per action (worlds, sessions, actions; action 0 is the baseline)."""
+    """Sessions scored under every world: importance ratios r_w = p_w / q, q the worlds' equal
+    mixture (sessions, worlds), and each world's posterior gain and P(worse) per action (worlds,
+    sessions, actions; action 0 is the baseline)."""
 
     ratio: np.ndarray
     gain: np.ndarray
     worse: np.ndarray
+
+
+def scored(s: Sessions, worlds: tuple[BoundWorld, ...], layout: tuple[int, int, int]) -> Pooled:
+    """These sessions under every world (world_terms), the baseline's action prepended."""
+    terms = [world_terms(s, w, layout) for w in worlds]
+    ll = np.stack([t[0] for t in terms], axis=1)  # (N, W)
+    log_q = special.logsumexp(ll, axis=1) - math.log(len(worlds))
+    zeros = np.zeros((ll.shape[0], 1))
+    gain = np.stack([np.hstack([zeros, t[1]]) for t in terms])
+    worse = np.stack([np.hstack([zeros, t[2]]) for t in terms])
+    return Pooled(np.exp(ll - log_q[:, None]), gain, worse)
 
 
 def pooled(worlds: tuple[BoundWorld, ...], layout: tuple[int, int, int], per_world: int, rng: np.random.Generator) -> Pooled:
@@ -215,13 +226,7 @@ def pooled(worlds: tuple[BoundWorld, ...], layout: tuple[int, int, int], per_wor
     parts = [draw_sessions(w, layout, per_world, rng) for w in worlds]
     s = Sessions(np.concatenate([p.base for p in parts]), np.concatenate([p.ideas for p in parts]),
                  np.concatenate([p.ss for p in parts]), parts[0].dof)
-    terms = [world_terms(s, w, layout) for w in worlds]
-    ll = np.stack([t[0] for t in terms], axis=1)  # (N, W)
-    log_q = special.logsumexp(ll, axis=1) - math.log(len(worlds))
-    zeros = np.zeros((ll.shape[0], 1))
-    gain = np.stack([np.hstack([zeros, t[1]]) for t in terms])
-    worse = np.stack([np.hstack([zeros, t[2]]) for t in terms])
-    return Pooled(np.exp(ll - log_q[:, None]), gain, worse)
+    return scored(s, worlds, layout)
 
 
 def bars(worlds: tuple[BoundWorld, ...], layout: tuple[int, int, int], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -258,22 +263,21 @@ def solve(p: Pooled, bar: np.ndarray) -> tuple[float, float, np.ndarray, np.ndar
     return float(res.x[-2]), float(res.x[-1]), np.maximum(duals[:n_w], 0.0), np.maximum(duals[n_w:], 0.0)
 
 
+def lagrangian(p: Pooled, lam: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """Per session and action: sum_w r_w (mu_w W_w - lambda_w G_w). Its min over actions is the
+    duality bound's integrand (lagrange_value), its argmin the multipliers' rule (lagrange_rule)."""
+    return np.einsum("nw,wna->na", p.ratio * mu[None, :], p.worse) - np.einsum("nw,wna->na", p.ratio * lam[None, :], p.gain)
+
+
 def lagrange_value(p: Pooled, lam: np.ndarray, mu: np.ndarray) -> np.ndarray:
-    """Per session of a pooled sample: min over actions of sum_w r_w (mu_w W_w - lambda_w G_w)."""
-    v = np.einsum("nw,wna->na", p.ratio * mu[None, :], p.worse) - np.einsum("nw,wna->na", p.ratio * lam[None, :], p.gain)
-    return v.min(axis=1)
+    """Per session of a pooled sample: min over actions of the Lagrangian."""
+    return lagrangian(p, lam, mu).min(axis=1)
 
 
 def lagrange_rule(s: Sessions, worlds: tuple[BoundWorld, ...], layout: tuple[int, int, int], lam: np.ndarray,
                   mu: np.ndarray) -> np.ndarray:
     """The multipliers' rule on sessions: each one's action (0: the baseline, j: idea j - 1)."""
-    terms = [world_terms(s, w, layout) for w in worlds]
-    ll = np.stack([t[0] for t in terms], axis=1)
-    r = np.exp(ll - ll.max(axis=1, keepdims=True))  # any common factor leaves the argmin alone
-    zeros = np.zeros((ll.shape[0], 1))
-    v = sum(r[:, i, None] * (mu[i] * np.hstack([zeros, t[2]]) - lam[i] * np.hstack([zeros, t[1]]))
-            for i, t in enumerate(terms))
-    return v.argmin(axis=1)
+    return lagrangian(scored(s, worlds, layout), lam, mu).argmin(axis=1)
 
 
 def shipped_rule(s: Sessions, layout: tuple[int, int, int]) -> np.ndarray:
@@ -320,8 +324,9 @@ def run(layout_name: str, sessions: int, fresh: int, seed: int, worlds: tuple[Bo
                      "best_rule": {"gain": round(best[0], 4), "gain_se": round(best[1], 4), "p_worse_1": round(best[2], 4)},
                      "shipped": {"gain": round(ship[0], 4), "gain_se": round(ship[1], 4), "p_worse_1": round(ship[2], 4)}})
     return {"layout": layout_name, "sessions_per_world": sessions, "fresh_per_world": fresh, "seed": seed,
-            "lp_optimum_in_sample": round(t_fit, 4), "lp_gain_short_in_sample": round(short, 4), "lower_bound": round(lower, 4), "lower_bound_se": round(lower_se, 4),
-            "p_worse_goal": P_WORSE_MAX, "worlds": rows}
+            "lp_optimum_in_sample": round(t_fit, 4), "lp_gain_short_in_sample": round(short, 4),
+            "lower_bound": round(lower, 4), "lower_bound_se": round(lower_se, 4), "p_worse_goal": P_WORSE_MAX,
+            "worlds": rows}
 
 
 def markdown(doc: dict) -> str:

@@ -151,13 +151,12 @@ def _posteriors(job):
     return model, out, time.time() - t0
 
 
-def _rows(model: Model, cells: dict, thresholds, caps, penalties=(None,)) -> list[dict]:
-    """The model's rule at each threshold (and tail cap, or penalty: never both), scored with the
-    suite's goals."""
+def _rows(model: Model, cells: dict, thresholds, caps=(), penalties=()) -> list[dict]:
+    """The model's rule at each threshold: alone, with each penalty, with each tail cap; scored with
+    the suite's goals."""
     out = []
-    for t, cap, pen in itertools.product(thresholds, caps, penalties):
-        if cap is not None and pen is not None:
-            continue
+    variants = [(None, None)] + [(None, pen) for pen in penalties] + [(cap, None) for cap in caps]
+    for t, (cap, pen) in itertools.product(thresholds, variants):
         results, picks = {}, {}
         for key, sessions in cells.items():
             rows = []
@@ -190,8 +189,7 @@ def main(argv=None) -> int:
         for model, cells, s in pool.map(_posteriors, [(m, args.sessions, args.seed) for m in MODELS]):
             seconds[model.label] = round(s, 1)
             shipped = model.kind == "normal" and model.tau_min == bet.TAU_MIN
-            caps = (None,) + (TAIL_CAPS if shipped else ())
-            rows += _rows(model, cells, THRESHOLDS, caps, (None,) + (PENALTIES if shipped else ()))
+            rows += _rows(model, cells, THRESHOLDS, TAIL_CAPS if shipped else (), PENALTIES if shipped else ())
             print(f"{model.label}: {s:.0f} s", flush=True)
     n_cells = len(simulate(2, args.seed))
     write(args.out, rows, args, n_cells, round(time.time() - t0, 1), seconds)
